@@ -1,0 +1,34 @@
+# The two commands of the README:  `make demo`  and  `make test`.
+# Each creates the virtualenv (.venv) on first use; torch is pinned by constraints.txt.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast bench lint clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tm2nn demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m 'not slow'
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check tm2nn tests bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,19 @@
+"""The IR: Machine (1D), GridMachine (2D), Circuit.  Validation lives here, once."""
+
+from tm2nn.ir.circuit import NULLARY, OPS, UNARY, Circuit, Gate
+from tm2nn.ir.machine import (
+    GRID_MOVES,
+    LINE_MOVES,
+    MOVE_DELTA,
+    OUTCOMES,
+    GridMachine,
+    Machine,
+    Rule,
+    check_input,
+)
+
+__all__ = [
+    "Circuit", "Gate", "OPS", "UNARY", "NULLARY",
+    "Machine", "GridMachine", "Rule", "OUTCOMES", "LINE_MOVES", "GRID_MOVES", "MOVE_DELTA",
+    "check_input",
+]

@@ -1,0 +1,99 @@
+"""Source text with positions, shared by every parser and importer.
+
+A :class:`SourceText` remembers the file name and lines, so any stage can turn
+a (line, col) into a :class:`~tm2nn.errors.Tm2nnError` with the source line
+and a caret.  Registered texts let later stages (IR validation) quote lines
+from a :class:`~tm2nn.errors.Loc` alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tm2nn.errors import Loc, Tm2nnError
+
+_REGISTRY: dict[str, "SourceText"] = {}
+
+
+@dataclass
+class SourceText:
+    path: str
+    data: bytes
+    _lines: list[str] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "SourceText":
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise Tm2nnError(f"no such file: {p}") from None
+        except IsADirectoryError:
+            raise Tm2nnError(f"is a directory, not a file: {p}") from None
+        except OSError as e:
+            raise Tm2nnError(f"cannot read {p}: {e.strerror}") from None
+        return cls.register(str(path), data)
+
+    @classmethod
+    def from_string(cls, text: str, path: str = "<string>") -> "SourceText":
+        return cls.register(path, text.encode("utf-8"))
+
+    @classmethod
+    def register(cls, path: str, data: bytes) -> "SourceText":
+        src = cls(path, data)
+        _REGISTRY[path] = src
+        return src
+
+    @property
+    def text(self) -> str:
+        """The data decoded as UTF-8; undecodable bytes are an error at their position."""
+        try:
+            return self.data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = self.data[: e.start].count(b"\n") + 1
+            col = e.start - (self.data.rfind(b"\n", 0, e.start) + 1) + 1
+            raise Tm2nnError(
+                f"not UTF-8 text (byte 0x{self.data[e.start]:02x})", file=self.path, line=line, col=col
+            ) from None
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self.data.decode("utf-8", errors="replace").splitlines()
+        return self._lines
+
+    def line_text(self, line: int) -> str | None:
+        if 1 <= line <= len(self.lines):
+            return self.lines[line - 1]
+        return None
+
+    def loc(self, line: int, col: int = 1) -> Loc:
+        return Loc(self.path, line, col)
+
+    def error(self, message: str, line: int | None, col: int | None = 1, notes=()) -> Tm2nnError:
+        """A ``Tm2nnError`` at (line, col) of this text, quoting the line."""
+        if line is None:
+            return Tm2nnError(message, file=self.path, notes=notes)
+        return Tm2nnError(
+            message,
+            file=self.path,
+            line=line,
+            col=col or 1,
+            snippet=self.line_text(line),
+            notes=notes,
+        )
+
+    def error_at_offset(self, message: str, offset: int) -> Tm2nnError:
+        """An error at a character offset into ``text``."""
+        text = self.text
+        offset = max(0, min(offset, len(text)))
+        line = text.count("\n", 0, offset) + 1
+        col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        return self.error(message, line, col)
+
+
+def line_of(loc: Loc) -> str | None:
+    """The source line at ``loc`` if its text was registered, else None."""
+    src = _REGISTRY.get(loc.file)
+    return src.line_text(loc.line) if src else None

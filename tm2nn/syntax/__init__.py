@@ -1,0 +1,120 @@
+"""Text -> IR.  One module per format; this file only dispatches.
+
+Every format module exposes
+
+* ``KIND``: ``"machine"`` or ``"circuit"``;
+* ``parse(src: SourceText) -> list[Machine | GridMachine | Circuit]`` — raises
+  :class:`~tm2nn.errors.Tm2nnError` (via ``src.error``) on bad input, never anything else;
+* optionally ``dump(ir) -> str``, the inverse, used by ``tm2nn convert``.
+
+Formats are chosen by extension, ``--format NAME`` overrides.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+from tm2nn.errors import Tm2nnError
+from tm2nn.source import SourceText
+
+# format name -> module (under tm2nn.syntax)
+FORMATS: dict[str, str] = {
+    "tm": "tm_dsl",
+    "circ": "circuit_dsl",
+    "std": "std",
+    "morphett": "morphett",
+    "tmio": "tmio",
+    "bench": "bench",
+    "aag": "aiger",
+    "aig": "aiger_binary",
+    "blif": "blif",
+}
+
+EXTENSIONS: dict[str, str] = {
+    ".tm": "tm",
+    ".circ": "circ",
+    ".std": "std",
+    ".morphett": "morphett",
+    ".yaml": "tmio",
+    ".yml": "tmio",
+    ".bench": "bench",
+    ".aag": "aag",
+    ".aig": "aig",
+    ".blif": "blif",
+}
+
+
+def format_module(fmt: str) -> ModuleType:
+    if fmt not in FORMATS:
+        raise Tm2nnError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    return importlib.import_module(f"tm2nn.syntax.{FORMATS[fmt]}")
+
+
+def guess_format(path: str | Path) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix in EXTENSIONS:
+        return EXTENSIONS[suffix]
+    known = ", ".join(sorted(EXTENSIONS))
+    raise Tm2nnError(
+        f"cannot tell the format of {str(path)!r} from its extension {suffix or '(none)'!r}; "
+        f"use --format NAME (extensions: {known}; formats: {', '.join(FORMATS)})"
+    )
+
+
+def parse_text(text: str | bytes, fmt: str, path: str = "<string>") -> list:
+    """Parse ``text`` in format ``fmt``; ``path`` names it in error messages."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    src = SourceText.register(path, data)
+    return _parse(src, fmt)
+
+
+def load_all(path: str | Path, fmt: str | None = None) -> list:
+    """Every machine or circuit in the file at ``path``."""
+    fmt = fmt or guess_format(path)
+    mod = format_module(fmt)  # unknown format is an error before the file is read
+    src = SourceText.from_file(path)
+    return _parse(src, fmt, mod)
+
+
+def _parse(src: SourceText, fmt: str, mod: ModuleType | None = None) -> list:
+    mod = mod or format_module(fmt)
+    items = mod.parse(src)
+    if not items:
+        raise src.error(f"no {'machine' if mod.KIND == 'machine' else 'circuit'} found", None)
+    return items
+
+
+def select(items: list, name: str | None, path: str = "") -> object:
+    """Pick one item by name, or by 1-based index, default the first."""
+    if name is None:
+        return items[0]
+    for it in items:
+        if it.name == name:
+            return it
+    if name.isdigit() and 1 <= int(name) <= len(items):
+        return items[int(name) - 1]
+    shown = ", ".join(it.name for it in items[:10]) + (", ..." if len(items) > 10 else "")
+    raise Tm2nnError(
+        f"{path or 'input'}: no machine or circuit named {name!r} "
+        f"(it holds {len(items)}: {shown}; a 1-based index also works)"
+    )
+
+
+def load(path: str | Path, fmt: str | None = None, name: str | None = None):
+    """One machine or circuit from ``path`` (``name`` picks one from a multi-item file)."""
+    return select(load_all(path, fmt), name, str(path))
+
+
+def dump(obj, fmt: str) -> str:
+    """Write ``obj`` in format ``fmt`` (``tm``/``std`` for machines, ``circ``/``bench`` for circuits)."""
+    mod = format_module(fmt)
+    if not hasattr(mod, "dump"):
+        raise Tm2nnError(f"tm2nn cannot write the {fmt!r} format")
+    from tm2nn.ir import Circuit
+
+    want = "circuit" if isinstance(obj, Circuit) else "machine"
+    if mod.KIND != want:
+        raise Tm2nnError(f"the {fmt!r} format holds {mod.KIND}s, not {want}s")
+    return mod.dump(obj)
