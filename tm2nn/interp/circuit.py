@@ -53,7 +53,7 @@ def _make_plan(c: Circuit) -> Plan:
     for g in c.topo:
         buckets.setdefault((level[g.name], g.op, len(g.inputs)), []).append(g)
     groups = []
-    for (lvl, op, fan), gs in sorted(buckets.items()):
+    for (_level, op, fan), gs in sorted(buckets.items()):
         out = np.array([index[g.name] for g in gs], dtype=np.int64)
         ins = np.array([[index[i] for i in g.inputs] for g in gs], dtype=np.int64).reshape(len(gs), fan)
         groups.append(_Group(op, out, ins))
@@ -107,6 +107,8 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 def unpack_bits(words: np.ndarray, n: int) -> np.ndarray:
     """Inverse of :func:`pack_bits`: (k, n_words) uint64 -> (n, k) bools."""
     w = np.ascontiguousarray(words, dtype="<u8")
+    if w.shape[0] == 0:
+        return np.zeros((n, 0), dtype=bool)
     by = w.view(np.uint8).reshape(w.shape[0], -1)
     bits = np.unpackbits(by, axis=1, bitorder="little")[:, :n]
     return bits.T.astype(bool)

@@ -1,0 +1,32 @@
+"""Run every benchmark and print one table; results also go to bench/results/latest.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_interp  # noqa: E402
+
+
+def main() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = bench_interp.main(sys.argv[1:])
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(rows, indent=2))
+    t = Table(title="tm2nn benchmarks")
+    t.add_column("benchmark")
+    t.add_column("result")
+    for r in rows:
+        t.add_row(r["bench"], ", ".join(f"{k}={v}" for k, v in r.items() if k != "bench"))
+    Console().print(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
