@@ -1,0 +1,9 @@
+"""The network IR: typed ops over labelled dimensions, shared by every backend and emitter."""
+
+from tm2nn.nets.matrix import SparseMatrix
+from tm2nn.nets.net import Net
+from tm2nn.nets.ops import Affine, Concat, Loop, NetIRError, Op, Port, ReLU, Slice
+from tm2nn.nets.space import Space
+
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Space",
+           "SparseMatrix", "NetIRError"]
