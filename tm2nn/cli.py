@@ -33,6 +33,27 @@ def _add_source(p: argparse.ArgumentParser) -> None:
                    "(by name or 1-based index; default: the first)")
 
 
+def _add_compile_options(p: argparse.ArgumentParser, corrections_flag: bool = True) -> None:
+    p.add_argument("--backend", default="relu-circuit", help="construction to compile with (default relu-circuit)")
+    p.add_argument("--steps", type=int, help="machines: step bound T for unrolling")
+    p.add_argument("--tape", type=int, help="machines: tape window N cells (default 2T+1)")
+    p.add_argument("--origin", type=int, help="machines: window index of the start cell (default N//2)")
+    p.add_argument("--max-gates", type=int, default=5_000_000, help="refuse unrolls estimated above this many gates")
+    if corrections_flag:
+        p.add_argument("--no-corrections", action="store_true", help="omit the round() correction layers (Prop. 3.4)")
+    p.add_argument("--pm-one", action="store_true", help="final map z -> 2z-1: outputs in {-1, +1}")
+
+
+def _compile_from_args(args):
+    from tm2nn.compiler import compile as tm2nn_compile
+
+    return tm2nn_compile(
+        args.source, args.backend, format=args.format, name=args.name, steps=args.steps,
+        tape=args.tape, origin=args.origin, max_gates=args.max_gates,
+        corrections=not getattr(args, "no_corrections", False), pm_one_output=args.pm_one,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tm2nn import __version__
 
@@ -61,6 +82,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["tm", "std", "circ", "bench"], help="output format")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
     p.add_argument("--all", action="store_true", help="convert every item in the file (tm/circ only)")
+
+    p = sub.add_parser("compile", help="compile a machine or circuit into a network (.onnx or .pt)")
+    _add_source(p)
+    _add_compile_options(p)
+    p.add_argument("-o", "--output", required=True, help="model file to write: NAME.onnx or NAME.pt")
+    p.add_argument("--json", action="store_true", help="print the size report as JSON")
+
+    p = sub.add_parser("eval", help="run a compiled model (.onnx in onnxruntime, or .pt) on one input")
+    p.add_argument("model", help="a model written by tm2nn compile")
+    p.add_argument("--input", default="", help="input bits (circuits) or initial tape (machines)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON line")
+
+    p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
+    p.add_argument("source", help="a model (.onnx/.pt) or a machine/circuit source")
+    p.add_argument("--format", help="source format override")
+    p.add_argument("--name", help="pick one machine/circuit from the source")
+    _add_compile_options(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("verify", help="check a compiled net against the reference interpreter")
+    _add_source(p)
+    _add_compile_options(p)
+    p.add_argument("--input", action="append", help="verify on this input (repeatable); "
+                   "default: exhaustive when small, else random")
+    p.add_argument("--samples", type=int, default=10_000, help="random inputs when not exhaustive")
+    p.add_argument("--seed", type=int, help="seed for random inputs (printed when chosen)")
+    p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("margin", help="robustness to per-layer perturbations (all-layer margin)")
+    _add_source(p)
+    _add_compile_options(p, corrections_flag=False)
+    p.add_argument("--samples", type=int, default=64, help="inputs to measure on")
+    p.add_argument("--trials", type=int, default=8, help="random directions / attack restarts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("demo", help="check and run every example; print a table")
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
@@ -219,13 +276,194 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         raise Tm2nnError(f"cannot write {path}: {e.strerror}") from None
 
 
+def cmd_compile(args) -> int:
+    from tm2nn.compiler import save, sha256_of
+
+    out = Path(args.output)
+    if out.suffix not in (".onnx", ".pt"):
+        raise Tm2nnError(f"-o must name a .onnx or .pt file, got {out.name!r}")
+    if not out.parent.is_dir():
+        raise Tm2nnError(f"-o: folder {str(out.parent)!r} does not exist")
+    compiled = _compile_from_args(args)
+    save(compiled, out, sha256_of(args.source))
+    info = compiled.net.info()
+    if args.json:
+        info.pop("widths", None)
+        print(json.dumps({"output": str(out), "backend": compiled.backend, **info}))
+    else:
+        print(f"wrote {out} ({out.stat().st_size:,} bytes): {compiled.backend}, "
+              f"{info['affine_layers']} affine layers, max width {info['max_width']}, "
+              f"{info['params_nonzero']:,} nonzero parameters")
+    return EXIT_OK
+
+
+def load_model(path: str):
+    """(runner, metadata) for a model file written by ``tm2nn compile``."""
+    p = Path(path)
+    if not p.is_file():
+        raise Tm2nnError(f"no such file: {p}")
+    if p.suffix == ".onnx":
+        from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx
+
+        try:
+            meta = onnx_metadata(p)
+        except Exception as e:  # a corrupt or foreign file
+            raise Tm2nnError(f"{p}: not a readable ONNX model ({type(e).__name__})") from None
+        blob = p.read_bytes()
+        runner = lambda x: run_onnx(blob, x)  # noqa: E731
+    elif p.suffix == ".pt":
+        import torch
+
+        from tm2nn.emit.torch_emit import run_torch
+
+        try:
+            saved = torch.load(p, weights_only=False)
+            meta, module = saved["metadata"], saved["module"]
+        except Exception as e:
+            raise Tm2nnError(f"{p}: not a model saved by tm2nn ({type(e).__name__})") from None
+        runner = lambda x: run_torch(module, x)  # noqa: E731
+    else:
+        raise Tm2nnError(f"{p.name}: a model file ends in .onnx or .pt")
+    if "tm2nn.input_encoding" not in meta:
+        raise Tm2nnError(f"{p}: no tm2nn metadata (was it written by tm2nn compile?)")
+    return runner, meta
+
+
+def cmd_eval(args) -> int:
+    from tm2nn.codec import decode, encode
+
+    runner, meta = load_model(args.model)
+    enc_in = json.loads(meta["tm2nn.input_encoding"])
+    enc_out = json.loads(meta["tm2nn.output_encoding"])
+    x = encode(enc_in, args.input)[None, :]
+    report = decode(enc_out, runner(x)[0])
+    if args.json:
+        print(json.dumps(report))
+    elif "outputs" in report:
+        print(report["outputs"])
+    else:
+        _print_report(report)
+    return EXIT_FAIL if report.get("halted") is False or report.get("overflow") else EXIT_OK
+
+
+def cmd_info(args) -> int:
+    p = Path(args.source)
+    if p.suffix in (".onnx", ".pt"):
+        _, meta = load_model(args.source)
+        info = json.loads(meta["tm2nn.info"])
+        bounds = json.loads(meta["tm2nn.bounds"])
+        backend = meta["tm2nn.backend"]
+    else:
+        args.no_corrections = getattr(args, "no_corrections", False)
+        compiled = _compile_from_args(args)
+        info, bounds, backend = compiled.net.info(), compiled.bounds, compiled.backend
+        info.pop("widths", None)
+    if args.json:
+        print(json.dumps({"backend": backend, "info": info, "bounds": bounds}))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{args.source}: {backend}", title_justify="left")
+    t.add_column("quantity")
+    t.add_column("this network", justify="right")
+    t.add_column("paper")
+    for q, ours, paper in bounds:
+        t.add_row(q, str(ours), str(paper))
+    if not bounds:
+        for k in ("affine_layers", "max_width", "params_dense", "params_nonzero", "l1_norm",
+                  "distinct_weight_values"):
+            v = info[k]
+            t.add_row(k, f"{v:,.6g}" if isinstance(v, float) else f"{v:,}", "")
+    Console().print(t)
+    return EXIT_OK
+
+
+def cmd_verify(args) -> int:
+    from tm2nn.verify import verify_compiled
+
+    compiled = _compile_from_args(args)
+    rep = verify_compiled(compiled, inputs=args.input, samples=args.samples, seed=args.seed,
+                          use_onnx=not args.no_onnx)
+    if args.json:
+        print(json.dumps(rep.to_json()))
+        return EXIT_OK if rep.ok else EXIT_FAIL
+    what = {"exhaustive": "all", "random": "random", "given": "given"}[rep.mode]
+    seed = f" (seed {rep.seed})" if rep.seed is not None else ""
+    ref = "the bit-parallel evaluator" if compiled.output_encoding["kind"] == "bits" else "the interpreter"
+    print(f"{compiled.backend}: {rep.n_inputs:,} {what} inputs{seed} against {ref}")
+    for eng, bad in rep.engines.items():
+        dev = rep.max_deviation.get(eng, 0.0)
+        print(f"  {eng:<12} {'ok' if bad == 0 else 'MISMATCH'}: {bad} mismatching inputs "
+              f"(max |output - exact value| = {dev:.2g})")
+    if rep.out_of_window:
+        print(f"  {rep.out_of_window:,} inputs run outside the {compiled.options.get('tape')}-cell tape window "
+              "within T steps; the net flags them as overflow (use a larger --tape to cover them)")
+    if rep.first is not None:
+        f = rep.first
+        print(f"first divergence ({f.engine}): input {f.input!r}, {f.field}: expected {f.expected!r}, got {f.got!r}")
+    return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def cmd_margin(args) -> int:
+    import numpy as np
+
+    from tm2nn.interp import exhaustive_inputs, random_inputs
+    from tm2nn.ir import Circuit
+    from tm2nn.syntax import load
+    from tm2nn.verify.margin import margin_report
+
+    if args.backend != "relu-circuit":
+        raise Tm2nnError(f"margin is measured for the relu-circuit backend, not {args.backend!r}")
+    ir = load(args.source, args.format, args.name)
+    if isinstance(ir, Circuit):
+        circuit = ir
+        n = len(circuit.inputs)
+        x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, args.samples, args.seed)
+    else:
+        from tm2nn.codec import encode
+        from tm2nn.passes.unroll import unroll
+        from tm2nn.verify.check import machine_inputs
+
+        if args.steps is None:
+            raise Tm2nnError("a machine's margin is measured on its unrolled circuit: pass --steps T")
+        n_cells = args.tape if args.tape is not None else 2 * args.steps + 1
+        circuit, layout = unroll(ir, args.steps, n_cells, origin=args.origin, max_gates=args.max_gates)
+        enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
+        from tm2nn.backends.base import Compiled
+
+        stub = Compiled("relu-circuit", None, ir, enc, enc, options={"steps": args.steps})  # type: ignore[arg-type]
+        tapes, _, _ = machine_inputs(stub, args.samples, args.seed)
+        x = np.stack([encode(enc, t) for t in tapes[: args.samples]]) > 0.5
+    rows = margin_report(circuit, x, seed=args.seed, trials=args.trials, pm_one_output=args.pm_one)
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{args.source}: per-layer parameter perturbation margin (l2 per layer), "
+              f"{len(x)} inputs", title_justify="left")
+    for col in ("corrections", "layers", "certified (lower bound)", "gradient attack (upper)",
+                "random directions (upper)"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row("on" if r["corrections"] else "off", str(r["layers"]), f"{r['certified']:.3g}",
+                  f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}")
+    Console().print(t)
+    return EXIT_OK
+
+
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
     return run_demo(args.examples)
 
 
-_VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "demo": cmd_demo}
+_VERBS = {
+    "check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile,
+    "eval": cmd_eval, "info": cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo,
+}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,254 @@
+"""The builders of Wei, Chen & Ma (2022), §3 and App. B, as network-IR ops.
+
+* :func:`gate_rows` — Proposition B.2: one gate as two ReLU layers
+  (``AND(x1,x2) = φ(x1+x2-1)``, ``OR(x1,x2) = 1 - φ(1-x1-x2)``, ``NOT(z) = 1 - z``,
+  ``ID(z) = z``; constants by a bias alone, our extension).
+* :func:`circuit_layer` — Lemma B.1: a whole circuit layer ``G_i`` as
+  ``h ↦ φ(W2 φ(W1 h + b1) + b2)`` with ``W2`` diagonal, entries in {-1, 0, 1}.
+* :func:`round_correction` — Proposition 3.4: the correction
+  ``round(z) = 3φ(z-1/3) - 3φ(z-2/3)`` elementwise, as two feedforward ReLU layers.
+* :func:`pm_one_map` — proof of Theorem 3.1: the final map ``z ↦ 2z - 1``.
+* :func:`build_net` — puts them together (Lemma 3.2, and Lemma 3.3 with corrections).
+* :func:`blocks` — reads a built net back as the parameter groups θ_i (f_i), ξ_i (ζ_i)
+  of App. D, for the margin analysis.
+
+Labels: ``in:<input>``, ``pre:<signal>`` (first ReLU layer of a gate), ``g:<signal>``
+(gate output), ``rlo:<signal>`` / ``rhi:<signal>`` (the correction's two units),
+``out:<output>`` (the net output).  Op names: ``L<i>.pre``, ``L<i>.pre.relu``,
+``L<i>.gate``, ``L<i>.gate.relu``, ``L<i>.round_a``, ``L<i>.round_a.relu``,
+``L<i>.round_b``, ``L<i>.round_b.relu``, ``out.pm1``, and the output ``y``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tm2nn.ir.circuit import Gate
+from tm2nn.nets import Affine, Net, NetIRError, Op, Port, ReLU, Slice, Space, SparseMatrix
+from tm2nn.passes.layering import LayeredCircuit
+
+# Proposition 3.4's constants, exactly as the paper gives them (not rescaled).
+ROUND_LO = 1.0 / 3.0
+ROUND_HI = 2.0 / 3.0
+ROUND_SCALE = 3.0
+
+CITE_W1 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: first layer W1 h + b1"
+CITE_W2 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: second layer W2 a + b2 (W2 diagonal, entries in {-1,0,1})"
+CITE_RA = "Wei, Chen & Ma, Prop. 3.4: round, first layer (z - 1/3, z - 2/3)"
+CITE_RB = "Wei, Chen & Ma, Prop. 3.4: round, second layer 3φ(z-1/3) - 3φ(z-2/3)"
+CITE_PM = "Wei, Chen & Ma, proof of Thm 3.1: final map z -> 2z - 1"
+
+
+def gate_rows(op: str, fanin: int) -> tuple[tuple[float, ...], float, float, float]:
+    """Proposition B.2 (and the ID/NOT cases of Lemma B.1's proof): the two-layer ReLU
+    block of one gate, as ``(w1 per input, b1, w2, b2)`` so that on binary inputs
+    ``gate(x) = φ(w2 · φ(Σ w1_k x_k + b1) + b2)``.
+
+    * ``AND``: ``φ(x1 + x2 - 1)`` — w1 = (1, 1), b1 = -1, w2 = 1, b2 = 0;
+    * ``OR``: ``1 - φ(1 - x1 - x2)`` — w1 = (-1, -1), b1 = 1, w2 = -1, b2 = 1;
+    * ``NOT``: ``1 - z`` — w1 = -1, b1 = 1, w2 = 1, b2 = 0;
+    * ``BUF`` (ID): w1 = 1, b1 = 0, w2 = 1, b2 = 0;
+    * ``CONST1``: bias only, b1 = 1, w2 = 1; ``CONST0``: everything 0 (our extension: the
+      paper's circuits have no constants; a zero row is Lemma B.1's padding row).
+
+    ``to_basis`` gives AND/OR exactly two inputs; any other fan-in ``k >= 1`` uses the
+    same formulas with ``b1 = -(k-1)`` (AND) and ``b1 = 1`` (OR), still exact on {0,1}.
+    """
+    if op == "AND":
+        if fanin < 1:
+            raise NetIRError("AND needs at least one input")
+        return (1.0,) * fanin, -float(fanin - 1), 1.0, 0.0
+    if op == "OR":
+        if fanin < 1:
+            raise NetIRError("OR needs at least one input")
+        return (-1.0,) * fanin, 1.0, -1.0, 1.0
+    if op == "NOT" and fanin == 1:
+        return (-1.0,), 1.0, 1.0, 0.0
+    if op == "BUF" and fanin == 1:
+        return (1.0,), 0.0, 1.0, 0.0
+    if op == "CONST1" and fanin == 0:
+        return (), 1.0, 1.0, 0.0
+    if op == "CONST0" and fanin == 0:
+        return (), 0.0, 0.0, 0.0
+    raise NetIRError(f"the relu-circuit layers take AND/OR/NOT/BUF/CONST0/CONST1 "
+                     f"(run passes.basis.to_basis first), got {op} with {fanin} input(s)")
+
+
+def circuit_layer(k: int, gates: list[Gate], x: str, in_names: list[str], in_space: Space,
+                  pre_labels: list[str], gate_labels: list[str]) -> list[Op]:
+    """Lemma B.1: circuit layer ``k`` (the ``gates``, reading ``in_space``) as
+    ``h ↦ φ(W2 φ(W1 h + b1) + b2)``: row ``j`` of ``W1, b1, W2, b2`` is gate ``j``'s
+    Proposition B.2 block, and ``W2`` is diagonal with entries in {-1, 0, 1}.
+    Reads value ``x``; returns the ops ``L<k>.pre``, ``L<k>.pre.relu``, ``L<k>.gate``,
+    ``L<k>.gate.relu``.  ``in_names[i]`` is the signal on input dimension ``i``; inputs a
+    gate reads twice get their weights summed."""
+    index = {s: i for i, s in enumerate(in_names)}
+    n, n_in = len(gates), len(in_names)
+    # One gate_rows call per distinct (op, fan-in); every gate's weights are a table lookup.
+    kinds: dict[tuple[str, int], int] = {}
+    kid = np.fromiter((kinds.setdefault((g.op, len(g.inputs)), len(kinds)) for g in gates),
+                      dtype=np.int64, count=n)
+    table = np.zeros((max(len(kinds), 1), 4))
+    for (op, fanin), t in kinds.items():
+        w1, table[t, 1], table[t, 2], table[t, 3] = gate_rows(op, fanin)
+        table[t, 0] = w1[0] if w1 else 0.0  # every input of a gate has the same weight
+    fan = np.fromiter((len(g.inputs) for g in gates), dtype=np.int64, count=n)
+    cols = np.fromiter((index[s] for g in gates for s in g.inputs), dtype=np.int64,
+                       count=int(fan.sum()))
+    rows = np.repeat(np.arange(n, dtype=np.int64), fan)
+    vals = table[kid, 0][rows]
+    key = rows * max(n_in, 1) + cols
+    if np.unique(key).size < key.size:  # a gate reads one signal twice: sum its weights
+        uk, inv = np.unique(key, return_inverse=True)
+        vals = np.bincount(inv, weights=vals)
+        rows, cols = uk // max(n_in, 1), uk % max(n_in, 1)
+    W1 = SparseMatrix((n, n_in), rows, cols, vals)
+    b1, w2, b2 = table[kid, 1], table[kid, 2], table[kid, 3]
+    pre_space = Space(tuple(pre_labels))
+    gate_space = Space(tuple(gate_labels))
+    p = f"L{k}"
+    return [
+        Affine(f"{p}.pre", (x,), weight=W1, bias=b1, out=pre_space, cite=CITE_W1),
+        ReLU(f"{p}.pre.relu", (f"{p}.pre",)),
+        Affine(f"{p}.gate", (f"{p}.pre.relu",), weight=SparseMatrix.diagonal(w2), bias=b2,
+               out=gate_space, cite=CITE_W2),
+        ReLU(f"{p}.gate.relu", (f"{p}.gate",)),
+    ]
+
+
+def round_correction(k: int, x: str, space: Space) -> list[Op]:
+    """Proposition 3.4: ``round(z) = 3φ(z - 1/3) - 3φ(z - 2/3)`` on every coordinate of
+    ``space`` (value ``x``), as the paper's "two feedforward ReLU layers":
+
+    * ``L<k>.round_a``: duplicate each coordinate, biases -1/3 (``rlo:``) and -2/3 (``rhi:``);
+    * ReLU;
+    * ``L<k>.round_b``: weights 3 and -3, bias 0, back to the gate labels;
+    * ReLU — harmless, since round maps into [0, 1]; it keeps every block of the net
+      in the uniform form affine → ReLU → affine → ReLU.
+    """
+    n = len(space)
+    sig = [lab.split(":", 1)[1] for lab in space.labels]
+    a_labels = [lab for s in sig for lab in (f"rlo:{s}", f"rhi:{s}")]
+    i = np.arange(n, dtype=np.int64)
+    A = SparseMatrix((2 * n, n), np.stack([2 * i, 2 * i + 1], 1).ravel(),
+                     np.repeat(i, 2), np.ones(2 * n))
+    c = np.tile([-ROUND_LO, -ROUND_HI], n)
+    B = SparseMatrix((n, 2 * n), np.repeat(i, 2), np.stack([2 * i, 2 * i + 1], 1).ravel(),
+                     np.tile([ROUND_SCALE, -ROUND_SCALE], n))
+    p = f"L{k}"
+    return [
+        Affine(f"{p}.round_a", (x,), weight=A, bias=c, out=Space(tuple(a_labels)), cite=CITE_RA),
+        ReLU(f"{p}.round_a.relu", (f"{p}.round_a",)),
+        Affine(f"{p}.round_b", (f"{p}.round_a.relu",), weight=B, bias=np.zeros(n), out=space,
+               cite=CITE_RB),
+        ReLU(f"{p}.round_b.relu", (f"{p}.round_b",)),
+    ]
+
+
+def pm_one_map(x: str, n: int, out_labels: list[str]) -> Affine:
+    """Proof of Theorem 3.1: the last linear layer ``z ↦ 2z - 1`` (0/1 -> ±1)."""
+    return Affine("out.pm1", (x,), weight=SparseMatrix.diagonal(np.full(n, 2.0)),
+                  bias=np.full(n, -1.0), out=Space(tuple(out_labels)), cite=CITE_PM)
+
+
+def _unique(labels: list[str]) -> list[str]:
+    """Make repeated labels unique by appending ``#2``, ``#3``, ... (repeated outputs)."""
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        k = seen.get(lab, 0) + 1
+        seen[lab] = k
+        out.append(lab if k == 1 else f"{lab}#{k}")
+    if len(set(out)) != len(out):  # a "#k" collided with a real name: fall back to indices
+        out = [f"{lab}#{j}" for j, lab in enumerate(labels)]
+    return out
+
+
+def build_net(lc: LayeredCircuit, *, corrections: bool = True, pm_one_output: bool = False,
+              name: str | None = None, output_names: tuple[str, ...] | None = None) -> Net:
+    """Lemma 3.2 (and Lemma 3.3 when ``corrections``): one Lemma B.1 block per circuit
+    layer, a Proposition 3.4 correction after every layer but the last, and optionally
+    the final ``2z - 1``.  The last layer's units are the outputs in declared order (a
+    repeated output gets its own unit), so no slice is needed; the output value ``y``
+    is an identity :class:`Slice` of the last op, so the net's output is called ``y``."""
+    outs = tuple(output_names) if output_names is not None else tuple(lc.outputs)
+    in_space = Space.named("in", lc.inputs)
+    nodes: list[Op] = []
+    cur, space, names = "x", in_space, list(lc.inputs)
+    q = lc.depth
+    out_labels = _unique([f"out:{o}" for o in outs])
+    for k, layer in enumerate(lc.layers, start=1):
+        if k < q:
+            gates = list(layer)
+            pre = [f"pre:{g.name}" for g in gates]
+            gl = [f"g:{g.name}" for g in gates]
+        else:  # the last layer: one unit per output position, in declared order
+            by_name = {g.name: g for g in layer}
+            gates = [by_name[s] for s in lc.outputs]
+            pre = _unique([f"pre:{g.name}" for g in gates])
+            gl = _unique([f"g:{g.name}" for g in gates]) if pm_one_output else out_labels
+        ops = circuit_layer(k, gates, cur, names, space, pre, gl)
+        nodes += ops
+        cur, space, names = ops[-1].name, ops[-2].out, [g.name for g in gates]
+        if corrections and k < q:
+            ops = round_correction(k, cur, space)
+            nodes += ops
+            cur = ops[-1].name
+    if q and pm_one_output:
+        op = pm_one_map(cur, len(space), out_labels)
+        nodes.append(op)
+        cur, space = op.name, op.out
+    nodes.append(Slice("y", (cur,), indices=tuple(range(len(space))) if outs else ()))
+    meta = {
+        "backend": "relu-circuit",
+        "construction": "Wei, Chen & Ma 2022, Lemma 3.2 / B.1 / Prop. B.2"
+                        + (" + Prop. 3.4 corrections (Lemma 3.3)" if corrections else ""),
+        "circuit_layers": str(q),
+        "corrections": str(bool(corrections)).lower(),
+        "output_values": "pm1" if pm_one_output else "01",
+    }
+    return Net(name or lc.source.name, (Port("x", in_space),), tuple(nodes), ("y",), meta)
+
+
+# -- reading a built net back as App. D's parameter groups -----------------------------------
+@dataclass(frozen=True)
+class Block:
+    """One parameter group of Theorem D.6: ``kind`` is ``"f"`` (θ_i: W1, b1, W2, b2 of
+    circuit layer ``layer``), ``"round"`` (ξ_i: the correction after layer ``layer``) or
+    ``"out"`` (the final 2z - 1).  ``affines`` are in forward order; each is followed by a
+    ReLU except ``out.pm1``."""
+
+    kind: str
+    layer: int
+    affines: tuple[Affine, ...]
+
+    @property
+    def name(self) -> str:
+        return {"f": f"f{self.layer}", "round": f"zeta{self.layer}", "out": "out"}[self.kind]
+
+
+_OP = re.compile(r"^L(\d+)\.(pre|gate|round_a|round_b)$")
+
+
+def blocks(net: Net) -> list[Block]:
+    """The parameter groups of a relu-circuit net, in forward order (see :class:`Block`)."""
+    groups: dict[tuple[str, int], list[Affine]] = {}
+    order: list[tuple[str, int]] = []
+    for op in net.nodes:
+        if not isinstance(op, Affine):
+            continue
+        if op.name == "out.pm1":
+            key = ("out", 0)
+        else:
+            m = _OP.match(op.name)
+            if m is None:
+                raise NetIRError(f"{op.name!r} is not an op of the relu-circuit construction")
+            key = ("f" if m.group(2) in ("pre", "gate") else "round", int(m.group(1)))
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(op)
+    return [Block(kind, layer, tuple(groups[(kind, layer)])) for kind, layer in order]

@@ -1,0 +1,355 @@
+"""NetIR -> ``torch.nn.Module``.
+
+:func:`to_torch` builds a :class:`NetModule` with one submodule per op, registered under
+the op's name (sanitised to an attribute name), so ``print(module)`` and
+``state_dict()`` read like the net: ``layer3_and.weight``, ``loop.body.step.bias``.
+
+Weights are buffers, or :class:`torch.nn.Parameter` for ``Affine(trainable=True)``.
+Each affine op keeps the runtime form :func:`tm2nn.emit.affine_form` chose for it
+(``module.<op>.form``), and its state_dict entries depend on the form:
+
+* ``dense``:    ``weight`` ``[n_out, n_in]``, ``bias`` ``[n_out]``;
+* ``diagonal``: ``weight`` ``[n]`` (the diagonal), ``bias`` ``[n]``;
+* ``ell``:      ``cols`` (int64) and ``weight``, both ``[k, n_out]``: output ``i`` is
+  ``sum_j weight[j, i] * x[cols[j, i]] + bias[i]`` (padding has weight 0).
+
+The net runs feature-major (``[width, batch]``) inside; :meth:`NetModule.forward` takes
+and returns ``[batch, width]``.  Each op submodule's own ``forward`` is batch-major too,
+so a submodule can be called on its own; the net calls their feature-major ``fm``
+directly, so forward hooks on submodules do not fire: use :meth:`NetModule.trace` to see
+every intermediate value.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from tm2nn.emit import affine_form
+from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Op, ReLU, Slice
+
+#: Refuse a dense weight bigger than this (it would not be a construction of this project).
+DENSE_MAX_BYTES = 4 << 30
+
+
+class AffineModule(nn.Module):
+    """``y = W x + b`` in the form chosen by :func:`tm2nn.emit.affine_form`."""
+
+    def __init__(self, op: Affine, dtype: torch.dtype) -> None:
+        super().__init__()
+        w = op.weight
+        self.op_name = op.name
+        self.form = affine_form(op)
+        self.trainable = bool(op.trainable)
+        self.cite = op.cite
+        self.n_out, self.n_in = w.shape
+        self.nnz = w.nnz
+        self.k = 0
+        rows = torch.from_numpy(w.rows)
+        cols = torch.from_numpy(w.cols)
+        vals = torch.from_numpy(w.vals).to(dtype)
+        if self.form == "dense":
+            nbytes = self.n_out * self.n_in * torch.empty(0, dtype=dtype).element_size()
+            if nbytes > DENSE_MAX_BYTES:
+                raise NetIRError(f"affine {op.name!r}: a dense {self.n_out}x{self.n_in} weight "
+                                 f"would take {nbytes / 2**30:.1f} GiB")
+            weight = torch.zeros((self.n_out, self.n_in), dtype=dtype)
+            weight[rows, cols] = vals
+        elif self.form == "diagonal":
+            weight = torch.zeros(self.n_out, dtype=dtype)
+            weight[rows] = vals
+        else:
+            ell_cols, ell_vals = w.ell()
+            self.k = ell_cols.shape[1]
+            self.register_buffer("cols", torch.from_numpy(np.ascontiguousarray(ell_cols.T)))
+            weight = torch.from_numpy(np.ascontiguousarray(ell_vals.T)).to(dtype)
+        bias = torch.from_numpy(np.array(op.bias, dtype=np.float64)).to(dtype)
+        if self.trainable:
+            self.weight = nn.Parameter(weight)
+            self.bias = nn.Parameter(bias)
+        else:
+            self.register_buffer("weight", weight)
+            self.register_buffer("bias", bias)
+
+    def extra_repr(self) -> str:
+        s = f"{self.n_in} -> {self.n_out}, form={self.form}, nnz={self.nnz}"
+        if self.form == "ell":
+            s += f", k={self.k}"
+        if self.trainable:
+            s += ", trainable=True"
+        return s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Batch-major: ``x`` is ``[batch, n_in]``."""
+        if self.form == "ell":
+            cols, w = self.cols, self.weight
+            acc = torch.addcmul(self.bias, x.index_select(1, cols[0]), w[0])
+            for j in range(1, self.k):
+                acc = acc.addcmul(x.index_select(1, cols[j]), w[j])
+            return acc
+        if self.form == "diagonal":
+            return torch.addcmul(self.bias, x, self.weight)
+        return F.linear(x, self.weight, self.bias)
+
+    def fm(self, x: torch.Tensor) -> torch.Tensor:
+        """Feature-major: ``x`` is ``[n_in, batch]``."""
+        b = self.bias.unsqueeze(1)
+        if self.form == "ell":
+            # Accumulate in place into the fresh gathered tensor: allocating large outputs
+            # costs more than the arithmetic.  Autograd-safe, since ELL weights are never
+            # trainable, index_select does not save its output, and neither mul_ nor
+            # addcmul_ needs the value they overwrite to differentiate with respect to x.
+            cols, w = self.cols, self.weight
+            acc = x.index_select(0, cols[0]).mul_(w[0].unsqueeze(1))
+            for j in range(1, self.k):
+                acc.addcmul_(x.index_select(0, cols[j]), w[j].unsqueeze(1))
+            return acc.add_(b)
+        if self.form == "diagonal":
+            return x.mul(self.weight.unsqueeze(1)).add_(b)
+        return torch.addmm(b, self.weight, x)
+
+
+class ReLUModule(nn.Module):
+    def __init__(self, op: ReLU) -> None:
+        super().__init__()
+        self.op_name = op.name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+    fm = forward
+
+
+class ConcatModule(nn.Module):
+    def __init__(self, op: Concat) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.n_inputs = len(op.inputs)
+
+    def extra_repr(self) -> str:
+        return f"n_inputs={self.n_inputs}"
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(xs, dim=-1)
+
+    def fm(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(xs, dim=0)
+
+
+class SliceModule(nn.Module):
+    def __init__(self, op: Slice) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.register_buffer("index", torch.tensor(op.indices, dtype=torch.int64), persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"n={self.index.numel()}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.index_select(1, self.index)
+
+    def fm(self, x: torch.Tensor) -> torch.Tensor:
+        return x.index_select(0, self.index)
+
+
+class LoopModule(nn.Module):
+    """Apply ``body`` ``trips`` times (weights shared between iterations)."""
+
+    def __init__(self, op: Loop, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.trips = int(op.trips)
+        self.body = NetModule(op.body, dtype)
+
+    def extra_repr(self) -> str:
+        return f"trips={self.trips}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.trips):
+            x = self.body(x)
+        return x
+
+    def fm(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.trips):
+            x = self.body._run_fm((x,))[0]
+        return x
+
+
+def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
+    if isinstance(op, Affine):
+        return AffineModule(op, dtype)
+    if isinstance(op, ReLU):
+        return ReLUModule(op)
+    if isinstance(op, Concat):
+        return ConcatModule(op)
+    if isinstance(op, Slice):
+        return SliceModule(op)
+    if isinstance(op, Loop):
+        return LoopModule(op, dtype)
+    raise NetIRError(f"the torch emitter does not know {op.kind} op {op.name!r}")
+
+
+_NOT_IDENT = re.compile(r"[^0-9A-Za-z_]")
+
+
+def _attr_name(name: str, taken: set[str], owner: nn.Module) -> str:
+    """A valid, unused attribute name for an op name (deterministic given the op order)."""
+    base = _NOT_IDENT.sub("_", name) or "_"
+    if base[0].isdigit():
+        base = "_" + base
+    if keyword.iskeyword(base):
+        base += "_"
+    cand, i = base, 1
+    while cand in taken or hasattr(owner, cand):
+        i += 1
+        cand = f"{base}_{i}"
+    taken.add(cand)
+    return cand
+
+
+class NetModule(nn.Module):
+    """A :class:`~tm2nn.nets.Net` as a torch module (see the module docstring)."""
+
+    def __init__(self, net: Net, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating point type, not {dtype}")
+        self.net = net
+        self.net_name = net.name
+        self.input_names = tuple(p.name for p in net.inputs)
+        self.input_widths = tuple(len(p.space) for p in net.inputs)
+        self.output_names = tuple(net.outputs)
+        self.output_widths = tuple(len(net.spaces[o]) for o in net.outputs)
+        self.op_attrs: dict[str, str] = {}
+        self.register_buffer("_dtype_probe", torch.empty(0, dtype=dtype), persistent=False)
+
+        outputs = set(net.outputs)
+        last_use: dict[str, int] = {}
+        for i, op in enumerate(net.nodes):
+            for v in op.inputs:
+                last_use[v] = i
+        slot = {name: i for i, name in enumerate(self.input_names)}
+        owned: set[str] = set()  # values this net allocated itself (safe to overwrite)
+        taken: set[str] = set()
+        plan = []
+        for i, op in enumerate(net.nodes):
+            mod = _emit_op(op, dtype)
+            attr = _attr_name(op.name, taken, self)
+            self.add_module(attr, mod)
+            self.op_attrs[op.name] = attr
+            slot[op.name] = len(slot)
+            ins = tuple(slot[v] for v in op.inputs)
+            relu_inplace = (isinstance(op, ReLU) and op.inputs[0] in owned
+                            and last_use[op.inputs[0]] == i and op.inputs[0] not in outputs)
+            dead = {v for v in op.inputs if last_use[v] == i and v not in outputs}
+            if op.name not in last_use and op.name not in outputs:
+                dead.add(op.name)
+            frees = tuple(sorted(slot[v] for v in dead))
+            plan.append((mod, ins, slot[op.name], frees, relu_inplace))
+            if not isinstance(op, Loop):  # a loop with 0 trips returns its input
+                owned.add(op.name)
+        self._plan = plan
+        self._n_slots = len(slot)
+        self._slots = slot
+        self._out_slots = tuple(slot[o] for o in net.outputs)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype_probe.dtype
+
+    def op(self, name: str) -> nn.Module:
+        """The submodule emitted for the op called ``name``."""
+        return getattr(self, self.op_attrs[name])
+
+    def extra_repr(self) -> str:
+        ins = ", ".join(f"{n}[{w}]" for n, w in zip(self.input_names, self.input_widths))
+        outs = ", ".join(f"{n}[{w}]" for n, w in zip(self.output_names, self.output_widths))
+        return f"name={self.net_name!r}, inputs=({ins}), outputs=({outs})"
+
+    # -- running ---------------------------------------------------------------------------
+    def _prepare(self, inputs) -> list[torch.Tensor]:
+        if len(inputs) != len(self.input_names):
+            raise TypeError(f"net {self.net_name!r} takes {len(self.input_names)} input(s) "
+                            f"{list(self.input_names)}, got {len(inputs)}")
+        xs = []
+        for name, width, x in zip(self.input_names, self.input_widths, inputs):
+            if not isinstance(x, torch.Tensor):
+                x = torch.as_tensor(x)
+            if x.dim() != 2 or x.shape[1] != width:
+                raise ValueError(f"input {name!r}: expected shape [batch, {width}], got {list(x.shape)}")
+            if not x.is_floating_point():
+                x = x.to(self.dtype)
+            xs.append(x.t().contiguous())
+        return xs
+
+    def _run_fm(self, xs, keep: bool = False) -> list[torch.Tensor]:
+        vals: list = [None] * self._n_slots
+        vals[: len(xs)] = xs
+        inplace = not keep and not torch.is_grad_enabled()
+        for mod, ins, out, frees, relu_inplace in self._plan:
+            if relu_inplace and inplace:
+                vals[out] = vals[ins[0]].relu_()
+            else:
+                vals[out] = mod.fm(*[vals[i] for i in ins])
+            if not keep:
+                for f in frees:
+                    vals[f] = None
+        if keep:
+            return vals
+        return [vals[s] for s in self._out_slots]
+
+    def forward(self, *inputs: torch.Tensor):
+        """One ``[batch, width]`` tensor per input port; returns the output tensor, or a
+        tuple in ``net.outputs`` order when the net has several outputs."""
+        outs = tuple(o.t().contiguous() for o in self._run_fm(self._prepare(inputs)))
+        return outs[0] if len(outs) == 1 else outs
+
+    def trace(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every value of the net (inputs and op outputs, by name), ``[batch, width]`` each.
+        A loop's value is the one after its last trip."""
+        vals = self._run_fm(self._prepare(inputs), keep=True)
+        return {name: vals[s].t() for name, s in self._slots.items()}
+
+
+def to_torch(net: Net, dtype: torch.dtype = torch.float32) -> NetModule:
+    """Emit ``net`` as a :class:`NetModule` whose weights have ``dtype``."""
+    return NetModule(net, dtype)
+
+
+def _module_dtype(module: nn.Module) -> torch.dtype:
+    if isinstance(module, NetModule):
+        return module.dtype
+    for t in (*module.parameters(), *module.buffers()):
+        if t.is_floating_point():
+            return t.dtype
+    return torch.float32
+
+
+def run_torch(net_or_module: Net | nn.Module, *arrays, batch_size: int = 4096):
+    """Run numpy ``[n, width]`` arrays through the module (emitted in float32 if given a
+    Net) under ``no_grad``, ``batch_size`` rows at a time.  Returns a numpy array, or a
+    tuple of them when the net has several outputs."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    module = to_torch(net_or_module) if isinstance(net_or_module, Net) else net_or_module
+    dtype = _module_dtype(module)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    arrs = [np.asarray(a) for a in arrays]
+    lengths = {a.shape[0] if a.ndim else -1 for a in arrs}
+    if len(lengths) > 1 or -1 in lengths:
+        raise ValueError(f"input arrays must be [n, width] with one n, got shapes {[a.shape for a in arrs]}")
+    n = lengths.pop() if lengths else 0
+    chunks: list[list[np.ndarray]] = []
+    with torch.no_grad():
+        for s in range(0, max(n, 1), batch_size):
+            xs = [torch.from_numpy(np.ascontiguousarray(a[s:s + batch_size], dtype=np_dtype)) for a in arrs]
+            y = module(*xs)
+            ys = (y,) if isinstance(y, torch.Tensor) else tuple(y)
+            chunks.append([t.detach().cpu().numpy() for t in ys])
+    outs = [c[0] if len(chunks) == 1 else np.concatenate(c) for c in zip(*chunks)]
+    return outs[0] if len(outs) == 1 else tuple(outs)

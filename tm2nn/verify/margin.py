@@ -1,0 +1,579 @@
+"""All-layer margin of relu-circuit nets: certified lower bounds and attacks.
+
+Wei, Chen & Ma define the parameter-space all-layer margin (eq. 2.1)
+``ρ(θ, x, y) = min ‖δ‖₂ s.t. (y - 1/2)·F(x, θ + δ) ≤ 0`` and lower-bound it through
+per-layer perturbation bounds (Theorem D.6, Lemma D.9: if every layer's parameters may
+move by ``a_i`` without changing the output, then ``ρ ≥ min_i a_i``).  We measure the
+*per-layer* version: the smallest ``ε`` such that some perturbation with
+``‖δ_B‖₂ ≤ ε`` for **every** parameter block ``B`` flips an output bit.  Blocks are App.
+D's groups: ``f_i`` = (W1, b1, W2, b2) of circuit layer i, ``ζ_i`` = the correction's
+two affine layers, and ``out`` = the final ``2z - 1``.  Perturbations are dense: every
+entry of every weight matrix and bias, the zeros of the sparse construction included.
+Since ``max_B ‖δ_B‖ ≤ ‖δ‖₂``, the per-layer margin is at most Wei's ``ρ`` (Lemma D.9).
+
+* :func:`certified_radius` — a rigorous lower bound computed from the net's actual
+  weights (derivation in docs/relu_circuit.md): with corrections, the Theorem D.6
+  argument made concrete; without, Lipschitz error propagation through all layers.
+* :func:`empirical_margin` — attacks (random directions, and a gradient attack) giving
+  upper bounds: a reported ``ε`` was seen to flip an output bit.
+* :func:`perturbed_outputs` — the net's outputs under one random perturbation of size ε.
+
+The attacks run the emitted torch module (``to_torch(net, torch.float64)``) and never
+touch the compiled net: they wrap each affine submodule's ``fm`` on a fresh module.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tm2nn.backends.base import Compiled
+from tm2nn.backends.relu_circuit.layers import ROUND_LO, Block, blocks
+from tm2nn.ir import Circuit
+from tm2nn.nets import Affine
+
+SIGMA = ROUND_LO  # Prop. 3.4's correction radius: round(z) is exact within 1/3 of a bit
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-affine constants
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Lin:
+    """Constants of one affine layer ``z = W h + b`` for the error bounds."""
+
+    name: str
+    n_out: int
+    rows: np.ndarray
+    cols: np.ndarray
+    absv: np.ndarray
+    r2: np.ndarray  # ℓ2 norm of each row of W
+    omega: float  # ‖W‖_op ≤ sqrt(max row ℓ1 · max column ℓ1) (Schur)
+    lam: float  # bound on ‖h‖₂ for the unperturbed input (binary-input runs)
+
+    def absmul(self, v: np.ndarray) -> np.ndarray:
+        """|W| v for v of shape (n_in,) or (n_in, T)."""
+        if v.ndim == 1:
+            return np.bincount(self.rows, weights=self.absv * v[self.cols], minlength=self.n_out)
+        return np.stack([self.absmul(v[:, t]) for t in range(v.shape[1])], 1) if v.shape[1] \
+            else np.zeros((self.n_out, 0))
+
+
+def _hypercube_norm(op: Affine) -> float:
+    """max over binary h of ‖φ(W h + b)‖₂ ≤ sqrt(Σ_j φ(b_j + Σ_k max(W_jk, 0))²)."""
+    w = op.weight
+    pos = np.bincount(w.rows, weights=np.maximum(w.vals, 0.0), minlength=w.shape[0])
+    return float(np.sqrt(np.sum(np.maximum(op.bias + pos, 0.0) ** 2)))
+
+
+def _lin(op: Affine, lam: float) -> _Lin:
+    w = op.weight
+    n_out, n_in = w.shape
+    absv = np.abs(w.vals)
+    row1 = np.bincount(w.rows, weights=absv, minlength=n_out)
+    col1 = np.bincount(w.cols, weights=absv, minlength=n_in)
+    r2 = np.sqrt(np.bincount(w.rows, weights=absv ** 2, minlength=n_out))
+    omega = float(np.sqrt(row1.max(initial=0.0) * col1.max(initial=0.0)))
+    return _Lin(op.name, n_out, w.rows, w.cols, absv, r2, omega, lam)
+
+
+def _block_lins(b: Block) -> list[_Lin]:
+    """The first affine of every block reads a binary vector (a circuit layer), so its
+    λ is sqrt(width); the second reads φ(W h + b) of a binary h (App. D, Condition D.4)."""
+    out = []
+    for t, op in enumerate(b.affines):
+        lam = math.sqrt(op.weight.shape[1]) if t == 0 else _hypercube_norm(b.affines[t - 1])
+        out.append(_lin(op, lam))
+    return out
+
+
+def _plan(compiled: Compiled):
+    bl = blocks(compiled.net)
+    return bl, [_block_lins(b) for b in bl]
+
+
+def _threshold(compiled: Compiled) -> float:
+    """How far an output may move before it can decode wrong: 1/2 for 0/1, 1 for ±1."""
+    return 1.0 if compiled.output_encoding.get("values") == "pm1" else 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# The chained bound (Lemmas D.7/D.8 computed numerically)
+# ---------------------------------------------------------------------------------------------
+def _val(c, K, eps):
+    """Worst case over the split of the block budget: c + eps·‖K_row‖₂ (Cauchy-Schwarz)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = c + eps * (np.sqrt((K ** 2).sum(-1)) if K.shape[-1] else 0.0)
+    return np.where(np.isnan(v), np.inf, v)
+
+
+def _propagate(lins: list[_Lin], eps: float, pc: np.ndarray, sc: float,
+               offset: float) -> tuple[np.ndarray, float]:
+    """Push error bounds through one block whose parameters move by ≤ eps (ℓ2, jointly).
+
+    The error is tracked in two forms, each valid for every split ε_1² + ε_2² ≤ ε² of
+    the block's budget over its affine layers: per coordinate ``c_j + Σ_t ε_t K_jt`` and
+    in ℓ2 ``c + Σ_t ε_t k_t``.  For layer t with input error e (w.r.t. the reference run),
+    ``(W + ΔW) h̃ + b + Δb - (W h + b) = W (h̃ - h) + [ΔW Δb][h̃; 1]``, so the new error is
+    ≤ |W| e (per coordinate), ≤ ‖W_j‖₂ ‖e‖₂ (row j), ≤ ‖W‖_op ‖e‖₂ (ℓ2), plus ε_t X_t with
+    ``X_t = sqrt((λ_t + offset_t + ‖e‖₂)² + 1) ≥ ‖[h̃; 1]‖₂``.  ReLUs are 1-Lipschitz.
+    Returns the collapsed (per-coordinate vector, ℓ2 scalar) bounds after the block.
+    """
+    T = len(lins)
+    pK = np.zeros((pc.size, T))
+    sk = np.zeros(T)
+    off = offset
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t, L in enumerate(lins):
+            e2 = float(_val(np.array(sc), sk, eps))
+            X = float(np.hypot(L.lam + off + e2, 1.0))
+            # per-coordinate candidates
+            ac, aK = L.absmul(pc), L.absmul(pK)
+            bc, bK = L.r2 * sc, np.outer(L.r2, sk)
+            aK[:, t] = X
+            bK[:, t] = X
+            ac, bc = np.nan_to_num(ac, nan=np.inf), np.nan_to_num(bc, nan=np.inf)
+            pick_a = _val(ac, aK, eps) <= _val(bc, bK, eps)
+            pc = np.where(pick_a, ac, bc)
+            pK = np.where(pick_a[:, None], aK, bK)
+            # ℓ2 candidates
+            s_a_c, s_a_k = L.omega * sc, L.omega * sk
+            s_a_k[t] = X
+            s_b_c = float(np.sqrt(np.sum(pc ** 2)))
+            s_b_k = np.sqrt((pK ** 2).sum(0))
+            if _val(np.array(s_a_c), s_a_k, eps) <= _val(np.array(s_b_c), s_b_k, eps):
+                sc, sk = float(s_a_c), s_a_k
+            else:
+                sc, sk = s_b_c, s_b_k
+            off = L.omega * off
+    return _val(pc, pK, eps), float(_val(np.array(sc), sk, eps))
+
+
+def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float):
+    """Evaluate the chained bound at ``eps``.  Returns (ok, index of the first failing
+    check or -1, per-check worst values)."""
+    width_in = bl[0].affines[0].weight.shape[1] if bl else 0
+    pc, sc = np.zeros(width_in), 0.0
+    stats = []
+    for i, (b, L) in enumerate(zip(bl, lins)):
+        if b.kind == "round":
+            # Reference run: unperturbed round on the perturbed input g̃; it returns g exactly
+            # because the previous check kept every coordinate within 1/3 (Definition D.1).
+            # So the error restarts at 0, and the reference input is sc away from g.
+            pc, sc = _propagate(L, eps, np.zeros(pc.size), 0.0, offset=sc)
+            continue
+        pc, sc = _propagate(L, eps, pc, sc, offset=0.0)
+        nxt = bl[i + 1].kind if i + 1 < len(bl) else None
+        if nxt == "round":
+            worst, limit = float(pc.max(initial=0.0)), SIGMA
+        elif nxt is None:
+            worst, limit = float(pc.max(initial=0.0)), thr
+        else:
+            continue
+        stats.append((b.name, worst, limit))
+        # round is exact on [bit - 1/3, bit + 1/3] (closed); an output must stay strictly
+        # on its side of the threshold.
+        ok = worst <= limit if nxt == "round" else worst < limit
+        if not ok:
+            return False, len(stats) - 1, stats
+    return True, -1, stats
+
+
+def _sup(passes, lo_log: float = math.log(1e-300), hi_log: float = math.log(16.0),
+         iters: int = 60) -> float:
+    """sup{ε : passes(ε)} for a monotone predicate, by bisection on log ε."""
+    if not passes(math.exp(lo_log)):
+        return 0.0
+    if passes(math.exp(hi_log)):
+        return math.exp(hi_log)
+    for _ in range(iters):
+        mid = 0.5 * (lo_log + hi_log)
+        if passes(math.exp(mid)):
+            lo_log = mid
+        else:
+            hi_log = mid
+        if hi_log - lo_log < 1e-7:
+            break
+    return math.exp(lo_log)
+
+
+# ---------------------------------------------------------------------------------------------
+# The local bound (Theorem D.6's per-layer budgets, (D.6)-(D.8), with concrete constants)
+# ---------------------------------------------------------------------------------------------
+def _sup_scalar(f, limit: float, slope0: float) -> float:
+    """sup{ε ≥ 0 : f(ε) ≤ limit} for increasing f with f(ε) ≥ slope0·ε."""
+    if limit <= 0:
+        return 0.0
+    lo, hi = 0.0, limit / slope0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) <= limit else (lo, mid)
+    return lo
+
+
+def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float):
+    """Per-group budgets (the decoupled induction of Lemmas D.7/D.8, all in ℓ2).
+
+    Hypothesis at circuit layer i: its pre-correction output is within σ_i in ℓ2 of the
+    exact bits (σ_i = 1/3 before a correction; at the last layer 1/2 for 0/1 outputs, 1/3
+    before the ±1 map).  Layer i's own perturbation may use ``share·σ_i`` of that (the
+    first layer all of it); the rest, ``(1 - share)·σ_i``, is left for the error δ_i the
+    perturbed correction ζ_(i-1) passes on, amplified by f_i's Lipschitz constant
+    Λ_i = ‖W2‖·‖W1‖, so ``δ_i = (1 - share)·σ_i / Λ_i``.
+    """
+    fs = [i for i, b in enumerate(bl) if b.kind == "f"]
+    q = len(fs)
+    has_out = any(b.kind == "out" for b in bl)
+    sig = [SIGMA] * q
+    if q:  # an output must stay strictly on its side: keep a hair below the threshold
+        sig[-1] = SIGMA if has_out else thr * (1 - 1e-9)
+    delta = [0.0] * q
+    for j in range(1, q):
+        L1, L2 = lins[fs[j]]
+        delta[j] = (1.0 - share) * sig[j] / max(L1.omega * L2.omega, 1e-300)
+    rows = []
+    for j, i in enumerate(fs):
+        L1, L2 = lins[i]
+        d = delta[j]
+        own = sig[j] * (share if j else 1.0)
+
+        def f_err(e, L1=L1, L2=L2, d=d):
+            x1 = math.hypot(L1.lam + d, 1.0)
+            x2 = math.hypot(L2.lam + L1.omega * d + e * x1, 1.0)
+            return e * math.hypot(L2.omega * x1, x2)
+
+        slope = math.hypot(L2.omega * math.hypot(L1.lam + d, 1.0), math.hypot(L2.lam, 1.0))
+        row = {"layer": bl[i].layer, "width": L1.n_out, "lambda": L1.lam,
+               "lipschitz": L1.omega * L2.omega, "eps_f": _sup_scalar(f_err, own, slope)}
+        if i + 1 < len(bl) and bl[i + 1].kind == "round":
+            A, B = lins[i + 1]
+            s_in = sig[j]
+
+            def z_err(e, A=A, B=B, s_in=s_in):
+                xa = math.hypot(A.lam + s_in, 1.0)
+                xb = math.hypot(B.lam + A.omega * s_in + e * xa, 1.0)
+                return e * math.hypot(B.omega * xa, xb)
+
+            slope = math.hypot(B.omega * math.hypot(A.lam + s_in, 1.0), math.hypot(B.lam, 1.0))
+            row["eps_zeta"] = _sup_scalar(z_err, delta[j + 1], slope)
+        rows.append(row)
+    out_eps = None
+    if has_out and q:
+        (O,) = lins[-1]
+        x_out = math.hypot(O.lam + sig[-1], 1.0)
+        out_eps = max(thr - O.omega * sig[-1], 0.0) / x_out
+    vals = [r["eps_f"] for r in rows] + [r["eps_zeta"] for r in rows if "eps_zeta" in r]
+    if out_eps is not None:
+        vals.append(out_eps)
+    return min(vals, default=math.inf), rows, out_eps
+
+
+def certified_radius(compiled: Compiled, corrections: bool | None = None) -> dict:
+    """A certified lower bound on the per-layer all-layer margin, valid on every binary
+    input: if every block's parameters move by at most ``radius`` (ℓ2, dense), no output
+    bit changes.  ``corrections`` = None analyses ``compiled`` as built; True/False
+    recompiles its source circuit with that option first.
+
+    With corrections the radius is the better of two rigorous bounds: the chained one
+    (Lemmas D.7-D.8 with the actual constants, one global bisection) and the local one
+    (Theorem D.6: per-group budgets ``eps_f`` (θ_i) and ``eps_zeta`` (ξ_i), minimised,
+    Lemma D.9).  Without corrections only the chained bound applies: errors propagate
+    through every later layer, so it shrinks with depth.
+    """
+    compiled = _as_variant(compiled, corrections)
+    corr = bool(compiled.options.get("corrections", True))
+    bl, lins = _plan(compiled)
+    thr = _threshold(compiled)
+    if not bl:
+        return {"corrections": corr, "radius": math.inf, "radius_chain": math.inf,
+                "radius_local": None, "per_group": [], "blocks": 0}
+    t0 = time.perf_counter()
+    chain = _sup(lambda e: _chain(bl, lins, e, thr)[0])
+    _, fail, stats = _chain(bl, lins, chain * 1.001 if chain > 0 else 1e-300, thr)
+    binding = stats[fail][0] if fail >= 0 and fail < len(stats) else None
+    local, rows, out_eps, share = None, [], None, None
+    if corr:
+        best = None
+        for s in np.linspace(0.1, 0.9, 9):
+            r, rw, oe = _local(bl, lins, thr, float(s))
+            if best is None or r > best[0]:
+                best = (r, rw, oe, float(s))
+        local, rows, out_eps, share = best
+    radius = max(chain, local or 0.0)
+    return {
+        "corrections": corr,
+        "pm_one_output": thr == 1.0,
+        "radius": radius,
+        "radius_chain": chain,
+        "radius_local": local,
+        "local_share": share,
+        "binding_check": binding,
+        "per_group": rows,
+        "eps_out": out_eps,
+        "blocks": len(bl),
+        "depth_layers": sum(1 for b in bl if b.kind == "f"),
+        "max_width": max(L.n_out for ls in lins for L in ls),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _as_variant(compiled: Compiled, corrections: bool | None) -> Compiled:
+    if corrections is None or bool(compiled.options.get("corrections", True)) == bool(corrections):
+        return compiled
+    if not isinstance(compiled.source, Circuit):
+        raise ValueError("can only recompile a circuit with other corrections; compile the "
+                         "variant you want and pass it")
+    from tm2nn.backends.relu_circuit import compile as relu_compile
+
+    return relu_compile(compiled.source, corrections=bool(corrections),
+                        pm_one_output=bool(compiled.options.get("pm_one_output", False)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Attacks (upper bounds)
+# ---------------------------------------------------------------------------------------------
+class _Perturbed:
+    """A fresh float64 torch module whose affine ops add a perturbation effect ``t``.
+
+    For one input, the cheapest parameter change of an affine layer with (perturbed)
+    input h̃ that adds ``t`` to its output is ``ΔW = t h̃ᵀ/(‖h̃‖²+1), Δb = t/(‖h̃‖²+1)``,
+    of norm ``‖t‖/sqrt(‖h̃‖²+1)``; every parameter change acts through such a ``t``.  So
+    ``t = ε·sqrt(‖h̃‖²+1)·a`` with ``Σ_(ℓ in block) ‖a_ℓ‖² ≤ 1`` ranges over exactly the
+    perturbations with block norm ≤ ε (per input, as in eq. 2.1).  ``mode="dense"``
+    instead applies one explicit dense (ΔW, Δb) to every input.
+    """
+
+    def __init__(self, compiled: Compiled):
+        import torch
+
+        from tm2nn.emit.torch_emit import to_torch
+
+        self.torch = torch
+        self.module = to_torch(compiled.net, torch.float64)
+        self.blocks = blocks(compiled.net)
+        self.names = [op.name for b in self.blocks for op in b.affines]
+        self.block_of = [bi for bi, b in enumerate(self.blocks) for _ in b.affines]
+        self.shapes = {op.name: op.weight.shape for b in self.blocks for op in b.affines}
+        self.mode = "aligned"
+        self.eps = None  # [R]
+        self.a: dict[str, object] = {}  # aligned: name -> [n_out, R]
+        self.dense: dict[str, tuple] = {}  # dense: name -> (ΔW, Δb)
+        for name in self.names:
+            mod = self.module.op(name)
+            mod.fm = self._wrap(name, mod.fm)
+
+    def _wrap(self, name, fm):
+        torch = self.torch
+
+        def fm_perturbed(x):
+            z = fm(x)
+            if self.mode == "dense":
+                dw, db = self.dense[name]
+                return z + (dw @ x + db[:, None])
+            scale = self.eps * torch.sqrt((x * x).sum(0) + 1.0)  # [R]
+            return z + self.a[name] * scale[None, :]
+        return fm_perturbed
+
+    def run(self, x):
+        return self.module(x)
+
+    def random_directions(self, rows: int, gen) -> dict:
+        """Uniformly random unit vectors over each block's stacked a's, one per row."""
+        torch = self.torch
+        a = {n: torch.randn((self.shapes[n][0], rows), generator=gen, dtype=torch.float64)
+             for n in self.names}
+        return self.normalise(a, project=False)
+
+    def normalise(self, a: dict, project: bool = True) -> dict:
+        """Scale each block to norm 1 (or, with ``project``, into the unit ball), per row."""
+        torch = self.torch
+        sq: dict[int, object] = {}
+        for n, bi in zip(self.names, self.block_of):
+            sq[bi] = sq.get(bi, 0.0) + (a[n] ** 2).sum(0)
+        out = {}
+        for n, bi in zip(self.names, self.block_of):
+            norm = torch.sqrt(sq[bi]).clamp_min(1e-300)
+            f = (1.0 / norm).clamp_max(1.0) if project else 1.0 / norm
+            out[n] = a[n] * f[None, :]
+        return out
+
+
+def _labels(compiled: Compiled, x: np.ndarray) -> np.ndarray:
+    """The labels G(x): the circuit interpreter's outputs (a non-circuit source falls back
+    to the unperturbed net's decoded outputs)."""
+    from tm2nn.interp import eval_circuit
+
+    if isinstance(compiled.source, Circuit):
+        return eval_circuit(compiled.source, x.astype(bool))
+    import torch
+
+    from tm2nn.emit.torch_emit import run_torch, to_torch
+
+    y = run_torch(to_torch(compiled.net, torch.float64), x.astype(np.float64))
+    return y > compiled.output_encoding.get("threshold", 0.5)
+
+
+def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, seed: int = 0,
+                      kind: str = "aligned") -> np.ndarray:
+    """Outputs (float64, [n, n_out]) after perturbing every block by exactly ``eps``:
+
+    * ``kind="aligned"``: a random direction per input, the rank-one form of
+      :class:`_Perturbed` (the strongest random directions);
+    * ``kind="dense"``: one dense Gaussian (ΔW, Δb) per block, the same for every input
+      (a genuine θ + δ; only for small nets).
+    """
+    import torch
+
+    P = _Perturbed(compiled)
+    x = torch.as_tensor(np.asarray(inputs, dtype=np.float64))
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "dense":
+        total = sum(m * (n + 1) for m, n in P.shapes.values())
+        if total > 50_000_000:
+            raise ValueError(f"a dense perturbation would have {total} entries")
+        raw = {n: (torch.randn(P.shapes[n], generator=gen, dtype=torch.float64),
+                   torch.randn(P.shapes[n][0], generator=gen, dtype=torch.float64))
+               for n in P.names}
+        sq: dict[int, float] = {}
+        for n, bi in zip(P.names, P.block_of):
+            sq[bi] = sq.get(bi, 0.0) + float((raw[n][0] ** 2).sum() + (raw[n][1] ** 2).sum())
+        P.mode = "dense"
+        P.dense = {n: (raw[n][0] * eps / math.sqrt(sq[bi]), raw[n][1] * eps / math.sqrt(sq[bi]))
+                   for n, bi in zip(P.names, P.block_of)}
+    elif kind == "aligned":
+        P.a = P.random_directions(x.shape[0], gen)
+        P.eps = torch.full((x.shape[0],), float(eps), dtype=torch.float64)
+    else:
+        raise ValueError(f"unknown perturbation kind {kind!r}")
+    with torch.no_grad():
+        return P.run(x).numpy()
+
+
+def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
+                     method: str = "random", steps: int = 150, max_eps: float = 8.0,
+                     eps0: float | None = None) -> dict:
+    """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
+    the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
+    some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
+    ``max_eps``).
+
+    * ``method="random"``: ``trials`` random directions per input (rank-one, aligned with
+      each layer's input; see :class:`_Perturbed`), bisection on ε along each direction;
+    * ``method="gradient"``: ``trials`` random starts per input, then ``steps`` projected
+      gradient steps on the directions that maximise the wrong-side amount of the worst
+      output bit, with ε shrunk after each step that flips and grown after each that
+      does not (a decoupled direction/norm attack), starting from ``eps0`` (default
+      ``max_eps/8``); the smallest flipping ε is kept.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
+    try:
+        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    x_np = np.asarray(inputs)
+    want = torch.as_tensor(_labels(compiled, x_np))
+    thr = float(compiled.output_encoding.get("threshold", 0.5))
+    P = _Perturbed(compiled)
+    if not P.names or want.shape[1] == 0:
+        return {"method": method, "eps": math.inf, "input": None, "seconds": 0.0}
+    rows = x_np.shape[0] * trials
+    x = torch.as_tensor(np.repeat(x_np.astype(np.float64), trials, axis=0))
+    w = want.repeat_interleave(trials, 0)
+    sign = w.to(torch.float64) * 2 - 1
+    gen = torch.Generator().manual_seed(seed)
+
+    def flipped(y):
+        return ((y > thr) != w).any(1)
+
+    best = torch.full((rows,), math.inf, dtype=torch.float64)
+    if method == "random":
+        P.a = P.random_directions(rows, gen)
+        with torch.no_grad():
+            P.eps = torch.zeros(rows, dtype=torch.float64)
+            unperturbed_wrong = flipped(P.run(x))
+            best[unperturbed_wrong] = 0.0
+            hi = torch.full((rows,), float(max_eps), dtype=torch.float64)
+            P.eps = hi
+            ok_hi = flipped(P.run(x)) & ~unperturbed_wrong
+            lo = hi * 1e-6
+            for _ in range(24):
+                mid = torch.sqrt(lo * hi)
+                P.eps = mid
+                f = flipped(P.run(x))
+                hi = torch.where(f, mid, hi)
+                lo = torch.where(f, lo, mid)
+            best = torch.where(ok_hi, hi, best)
+    elif method == "gradient":
+        a = P.random_directions(rows, gen)
+        start = float(eps0) if eps0 and math.isfinite(eps0) else float(max_eps) / 8
+        eps = torch.full((rows,), min(start, max_eps), dtype=torch.float64)
+        with torch.no_grad():
+            P.a, P.eps = a, torch.zeros(rows, dtype=torch.float64)
+            best[flipped(P.run(x))] = 0.0
+        for step in range(steps):
+            gamma = 0.02 + 0.18 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
+            leaves = {n: v.detach().requires_grad_(True) for n, v in a.items()}
+            P.a, P.eps = leaves, eps
+            y = P.run(x)
+            margin = sign * (y - thr)  # > 0: right side
+            with torch.no_grad():
+                f = flipped(y)
+                best = torch.where(f, torch.minimum(best, eps), best)
+            loss = (0.05 * torch.logsumexp(-margin / 0.05, dim=1)).sum()
+            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+            with torch.no_grad():
+                g = {n: (gr if gr is not None else torch.zeros_like(leaves[n]))
+                     for n, gr in zip(leaves, grads)}
+                g = P.normalise(g, project=False)
+                a = P.normalise({n: leaves[n] + 0.2 * g[n] for n in leaves}, project=True)
+                eps = torch.where(f, eps * (1 - gamma), eps * (1 + gamma)).clamp(max=max_eps)
+        with torch.no_grad():  # the final iterate
+            P.a, P.eps = a, eps
+            f = flipped(P.run(x))
+            best = torch.where(f, torch.minimum(best, eps), best)
+    else:
+        raise ValueError(f"unknown method {method!r}")
+    per_input = best.view(x_np.shape[0], trials).min(1).values
+    i = int(torch.argmin(per_input))
+    e = float(per_input[i])
+    return {
+        "method": method,
+        "eps": e,
+        "input": "".join("1" if v else "0" for v in x_np[i].astype(bool)) if math.isfinite(e) else None,
+        "per_input": per_input.numpy(),
+        "trials": trials,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
+                  steps: int = 150, pm_one_output: bool = False) -> list[dict]:
+    """Certified radius and both attacks, with and without corrections."""
+    from tm2nn.backends.relu_circuit import compile as relu_compile
+
+    out = []
+    for corr in (True, False):
+        comp = relu_compile(circuit, corrections=corr, pm_one_output=pm_one_output)
+        cert = certified_radius(comp)
+        rnd = empirical_margin(comp, inputs, seed=seed, trials=trials, method="random")
+        grd = empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4),
+                               method="gradient", steps=steps, eps0=rnd["eps"])
+        out.append({"circuit": circuit.name, "corrections": corr,
+                    "layers": comp.options["layers"], "width": comp.options["width"],
+                    "certified": cert["radius"], "certified_chain": cert["radius_chain"],
+                    "certified_local": cert["radius_local"],
+                    "eps_random": rnd["eps"], "eps_gradient": grd["eps"],
+                    "seconds": cert["seconds"] + rnd["seconds"] + grd["seconds"]})
+    return out
