@@ -77,14 +77,14 @@ from lark import Lark, Token
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.lark import PostLex
 
-import tm2nn
 from tm2nn.errors import Loc, Tm2nnError
 from tm2nn.ir.circuit import Circuit, Gate
 from tm2nn.source import SourceText
+from tm2nn.syntax.grammar import grammar_path, lalr_parser
 
 KIND = "circuit"
 
-GRAMMAR_PATH = Path(tm2nn.__file__).resolve().parent.parent / "grammars" / "circuit.lark"
+GRAMMAR_PATH = grammar_path("circuit.lark")
 
 #: Gate calls the language knows; the value is the IR op.
 CALLS = {op: op for op in ("AND", "OR", "NOT", "XOR", "NAND", "NOR", "XNOR", "BUF")}
@@ -292,22 +292,8 @@ class _Lines(PostLex):
             yield Token("_NL", "", last.end_pos, last.end_line, last.end_column)
 
 
-_PARSER: Lark | None = None
-
-
 def _parser() -> Lark:
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = Lark(
-            GRAMMAR_PATH.read_text(encoding="utf-8"),
-            parser="lalr",
-            lexer="contextual",
-            propagate_positions=True,
-            postlex=_Lines(),
-            transformer=_Builder(),
-            maybe_placeholders=False,
-        )
-    return _PARSER
+    return lalr_parser("circuit.lark", lexer="contextual", postlex=_Lines(), transformer=_Builder())
 
 
 # --------------------------------------------------------------------------- errors

@@ -67,19 +67,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-import tm2nn
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import GRID_MOVES, LINE_MOVES, GridMachine, Machine, Rule
 from tm2nn.source import SourceText
+from tm2nn.syntax.grammar import grammar_path, lalr_parser
 
 KIND = "machine"
 
-GRAMMAR_PATH = Path(tm2nn.__file__).resolve().parent.parent / "grammars" / "tm.lark"
+GRAMMAR_PATH = grammar_path("tm.lark")
 
 _NAME_RE = re.compile(r"[\w][\w\-.]*")
 _SPECIAL = set("#*{}':")
@@ -89,19 +88,8 @@ _KEYS = ("alphabet", "blank", "states", "start", "accept", "reject", "halt", "ta
 _SINGLE = ("blank", "start", "tape", "convention")
 _OUTCOME_KEYS = ("accept", "reject", "halt")
 
-_lark_parser: Lark | None = None
-
-
 def _lark() -> Lark:
-    global _lark_parser
-    if _lark_parser is None:
-        _lark_parser = Lark(
-            GRAMMAR_PATH.read_text(encoding="utf-8"),
-            parser="lalr",
-            propagate_positions=True,
-            maybe_placeholders=False,
-        )
-    return _lark_parser
+    return lalr_parser("tm.lark")
 
 
 # ---------------------------------------------------------------------------------------
