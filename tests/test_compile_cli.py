@@ -139,3 +139,24 @@ def test_verify_c17_exhaustive_cli(capsys):
     code, o, _ = run_cli(capsys, "verify", CORPUS / "circuits" / "iscas85" / "c17.bench", "--json")
     rep = json.loads(o)
     assert code == 0 and rep["ok"] and rep["n_inputs"] == 32
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.strategies import machines  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_machines_compile_and_verify(data):
+    """Random small machines, unrolled and compiled to a relu net, match the interpreter
+    in torch and onnxruntime on random inputs."""
+    m = data.draw(machines(grid=False, max_states=3, max_symbols=3))
+    steps = data.draw(st.integers(1, 6))
+    xs = data.draw(st.lists(st.text(alphabet=st.sampled_from(m.alphabet), max_size=steps + 1),
+                            min_size=1, max_size=4))
+    compiled = tm2nn_compile(m, steps=steps)
+    rep = verify_compiled(compiled, inputs=xs, use_onnx=True)
+    assert rep.ok, rep.first
+    assert rep.out_of_window == 0  # the default window 2T+1 holds every run of T steps
