@@ -160,3 +160,14 @@ def test_random_machines_compile_and_verify(data):
     rep = verify_compiled(compiled, inputs=xs, use_onnx=True)
     assert rep.ok, rep.first
     assert rep.out_of_window == 0  # the default window 2T+1 holds every run of T steps
+
+
+def test_margin_cli_reports_both_variants(capsys):
+    code, o, _ = run_cli(capsys, "margin", EXAMPLES / "full_adder.circ", "--trials", "2", "--json")
+    rows = json.loads(o)
+    assert code == 0 and [r["corrections"] for r in rows] == [True, False]
+    for r in rows:
+        assert 0 < r["certified"] <= r["eps_gradient"] and r["certified"] <= r["eps_random"]
+    assert rows[0]["certified"] > rows[1]["certified"]  # the corrections buy margin
+    code, _, err = run_cli(capsys, "margin", EXAMPLES / "bb3.tm")
+    assert code == 2 and "--steps" in err

@@ -430,10 +430,7 @@ def cmd_margin(args) -> int:
         n_cells = args.tape if args.tape is not None else 2 * args.steps + 1
         circuit, layout = unroll(ir, args.steps, n_cells, origin=args.origin, max_gates=args.max_gates)
         enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
-        from tm2nn.backends.base import Compiled
-
-        stub = Compiled("relu-circuit", None, ir, enc, enc, options={"steps": args.steps})  # type: ignore[arg-type]
-        tapes, _, _ = machine_inputs(stub, args.samples, args.seed)
+        tapes, _, _ = machine_inputs(enc["layout"], args.samples, args.seed)
         x = np.stack([encode(enc, t) for t in tapes[: args.samples]]) > 0.5
     rows = margin_report(circuit, x, seed=args.seed, trials=args.trials, pm_one_output=args.pm_one)
     if args.json:

@@ -128,11 +128,11 @@ def _verify_circuit(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
     return rep
 
 
-def machine_inputs(compiled: Compiled, samples: int, seed: int | None):
-    """Tapes to verify an unrolled machine on: all that fit, or a random sample."""
+def machine_inputs(layout: dict, samples: int, seed: int | None):
+    """Tapes for an unrolled machine (its layout JSON): all that fit, or a random sample."""
     from tm2nn.passes.unroll import UnrollLayout
 
-    lay = UnrollLayout.from_json(compiled.input_encoding["layout"])
+    lay = UnrollLayout.from_json(layout)
     alphabet = list(lay.alphabet)
     room = lay.tape - lay.origin  # cells from the start cell to the window's right end
     total, length = 0, 0
@@ -161,7 +161,7 @@ def _verify_unrolled(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
     if inputs is not None:
         xs, mode = list(inputs), "given"
     else:
-        xs, mode, seed = machine_inputs(compiled, samples, seed)
+        xs, mode, seed = machine_inputs(compiled.input_encoding["layout"], samples, seed)
     x = np.stack([encode(compiled.input_encoding, s) for s in xs])
     lay = compiled.input_encoding["layout"]
     want = []
