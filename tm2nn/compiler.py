@@ -126,8 +126,8 @@ def save(compiled: Compiled, out: str | Path, source_sha256: str) -> Path:
 
         import torch
 
-        from tm2nn.cli import write_atomic
         from tm2nn.emit.torch_emit import to_torch
+        from tm2nn.fileio import write_atomic
 
         buf = io.BytesIO()
         torch.save({"module": to_torch(compiled.net), "metadata": meta}, buf)
