@@ -34,8 +34,9 @@ class Op:
         if self.arity is not None and len(self.inputs) != self.arity:
             raise NetIRError(f"{self.kind} {self.name!r} takes {self.arity} input(s), got {len(self.inputs)}")
 
-    def out_space(self, ins: list[Space]) -> Space:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def out_space(self, ins: list[Space]) -> Space:
+        """Validate the input spaces and return the output's; every concrete op overrides this."""
+        raise NetIRError(f"op kind {self.kind!r} ({type(self).__name__}) does not define its output space")
 
     def tensors(self) -> dict[str, np.ndarray | SparseMatrix]:
         """The op's weights, by name (for size reports, pictures and the emitters)."""
