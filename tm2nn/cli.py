@@ -388,7 +388,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_margin(args) -> int:
-    import numpy as np
 
     from tm2nn.interp import exhaustive_inputs, random_inputs
     from tm2nn.ir import Circuit
@@ -403,17 +402,14 @@ def cmd_margin(args) -> int:
         n = len(circuit.inputs)
         x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, args.samples, args.seed)
     else:
-        from tm2nn.codec import encode
-        from tm2nn.passes.unroll import unroll
+        from tm2nn.codec import encode_many
+        from tm2nn.compiler import unroll_machine
         from tm2nn.verify.check import machine_inputs
 
-        if args.steps is None:
-            raise Tm2nnError("a machine's margin is measured on its unrolled circuit: pass --steps T")
-        n_cells = args.tape if args.tape is not None else 2 * args.steps + 1
-        circuit, layout = unroll(ir, args.steps, n_cells, origin=args.origin, max_gates=args.max_gates)
+        circuit, layout = unroll_machine(ir, args.steps, args.tape, args.origin, args.max_gates)
         enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
         tapes, _, _ = machine_inputs(enc["layout"], args.samples, args.seed)
-        x = np.stack([encode(enc, t) for t in tapes[: args.samples]]) > 0.5
+        x = encode_many(enc, tapes[: args.samples]) > 0.5
     rows = margin_report(circuit, x, seed=args.seed, trials=args.trials, pm_one_output=args.pm_one)
     if args.json:
         print(json.dumps(rows))

@@ -13,22 +13,34 @@ import numpy as np
 from tm2nn.errors import Tm2nnError
 
 
-def encode(enc: dict, text: str) -> np.ndarray:
-    """One input string -> float32 input vector."""
+def _codec(enc: dict):
+    """(encode one string, decode one bit vector) for an encoding, built once per call site."""
     kind = enc.get("kind")
     if kind == "bits":
         from tm2nn.api import parse_bits
 
-        return parse_bits(text, len(enc["names"])).astype(np.float32)
+        n = len(enc["names"])
+        return (lambda text: parse_bits(text, n),
+                lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
     if kind == "unrolled_tm":
         from tm2nn.passes.unroll import UnrollLayout
 
-        return UnrollLayout.from_json(enc["layout"]).encode(text).astype(np.float32)
-    raise Tm2nnError(f"this model uses the input encoding {kind!r}, which this tm2nn cannot encode")
+        layout = UnrollLayout.from_json(enc["layout"])  # parsed once, not per input
+        return layout.encode, layout.decode
+    raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
+
+
+def encode(enc: dict, text: str) -> np.ndarray:
+    """One input string -> float32 input vector."""
+    return encode_many(enc, [text])[0]
 
 
 def encode_many(enc: dict, texts: list[str]) -> np.ndarray:
-    return np.stack([encode(enc, t) for t in texts]) if texts else np.zeros((0, 0), np.float32)
+    """Input strings -> float32 matrix, one row per string."""
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+    enc_one, _ = _codec(enc)
+    return np.stack([np.asarray(enc_one(t), dtype=np.float32) for t in texts])
 
 
 def output_bits(enc: dict, y: np.ndarray) -> np.ndarray:
@@ -38,12 +50,10 @@ def output_bits(enc: dict, y: np.ndarray) -> np.ndarray:
 
 def decode(enc: dict, y: np.ndarray) -> dict:
     """One output vector -> report."""
-    kind = enc.get("kind")
-    bits = output_bits(enc, y)
-    if kind == "bits":
-        return {"outputs": "".join("1" if b else "0" for b in bits)}
-    if kind == "unrolled_tm":
-        from tm2nn.passes.unroll import UnrollLayout
+    return decode_many(enc, np.asarray(y)[None, :])[0]
 
-        return UnrollLayout.from_json(enc["layout"]).decode(bits)
-    raise Tm2nnError(f"this model uses the output encoding {kind!r}, which this tm2nn cannot decode")
+
+def decode_many(enc: dict, y: np.ndarray) -> list[dict]:
+    """Output matrix -> one report per row."""
+    _, dec_one = _codec(enc)
+    return [dec_one(bits) for bits in output_bits(enc, y)]

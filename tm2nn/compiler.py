@@ -55,7 +55,9 @@ def compile(
     raise Tm2nnError(f"backend {backend!r} cannot compile {type(ir).__name__}")  # pragma: no cover
 
 
-def _compile_unrolled(mod, m: Machine, steps, tape, origin, max_gates, corrections, pm_one_output) -> Compiled:
+def unroll_machine(m: Machine, steps, tape=None, origin=None, max_gates: int = DEFAULT_MAX_GATES):
+    """TM -> circuit for the relu-circuit backend: ``steps`` is required, the window
+    defaults to 2T+1 cells (every run of T steps fits).  Returns (circuit, layout)."""
     from tm2nn.passes.unroll import unroll
 
     if isinstance(m, GridMachine):
@@ -63,7 +65,11 @@ def _compile_unrolled(mod, m: Machine, steps, tape, origin, max_gates, correctio
     if steps is None:
         raise Tm2nnError("compiling a machine to a circuit needs a step bound: pass --steps T")
     n = tape if tape is not None else 2 * steps + 1
-    circuit, layout = unroll(m, steps, n, origin=origin, max_gates=max_gates)
+    return unroll(m, steps, n, origin=origin, max_gates=max_gates)
+
+
+def _compile_unrolled(mod, m: Machine, steps, tape, origin, max_gates, corrections, pm_one_output) -> Compiled:
+    circuit, layout = unroll_machine(m, steps, tape, origin, max_gates)
     inner = mod.compile(circuit, corrections=corrections, pm_one_output=pm_one_output)
     threshold = inner.output_encoding.get("threshold", 0.5)
     return Compiled(
@@ -73,7 +79,7 @@ def _compile_unrolled(mod, m: Machine, steps, tape, origin, max_gates, correctio
         input_encoding={"kind": "unrolled_tm", "layout": layout.to_json()},
         output_encoding={"kind": "unrolled_tm", "layout": layout.to_json(), "threshold": threshold},
         bounds=inner.bounds,
-        options=dict(inner.options, steps=steps, tape=n, origin=layout.origin, circuit_gates=len(circuit.gates)),
+        options=dict(inner.options, steps=steps, tape=layout.tape, origin=layout.origin, circuit_gates=len(circuit.gates)),
     )
 
 

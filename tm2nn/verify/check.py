@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.codec import decode, encode, output_bits
+from tm2nn.codec import decode_many, encode_many, output_bits
 from tm2nn.ir import Circuit
 
 EXHAUSTIVE_LIMIT = 1 << 16
@@ -162,7 +162,7 @@ def _verify_unrolled(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
         xs, mode = list(inputs), "given"
     else:
         xs, mode, seed = machine_inputs(compiled.input_encoding["layout"], samples, seed)
-    x = np.stack([encode(compiled.input_encoding, s) for s in xs])
+    x = encode_many(compiled.input_encoding, xs)
     lay = compiled.input_encoding["layout"]
     want = []
     for s in xs:
@@ -177,8 +177,7 @@ def _verify_unrolled(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
         y = run(x)
         rep.max_deviation[name] = _deviation(enc, y)
         bad = 0
-        for s, yi, w in zip(xs, y, want):
-            got = decode(enc, yi)
+        for s, got, w in zip(xs, decode_many(enc, y), want):
             if w.get("overflow"):  # outside the window: the net must say so, nothing more
                 diff = [] if got.get("overflow") else ["overflow"]
             else:
