@@ -41,6 +41,14 @@ def _add_compile_options(p: argparse.ArgumentParser, corrections_flag: bool = Tr
     if corrections_flag:
         p.add_argument("--no-corrections", action="store_true", help="omit the round() correction layers (Prop. 3.4)")
     p.add_argument("--pm-one", action="store_true", help="final map z -> 2z-1: outputs in {-1, +1}")
+    _add_attention_options(p)
+
+
+def _add_attention_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--attention", choices=["hardmax", "softmax"], default="hardmax",
+                   help="transformer: hard-max attention (ties averaged, as in the paper) or softmax")
+    p.add_argument("--beta", type=float, default=10.0,
+                   help="transformer: softmax inverse temperature (default 10)")
 
 
 def _compile_from_args(args):
@@ -50,6 +58,7 @@ def _compile_from_args(args):
         args.source, args.backend, format=args.format, name=args.name, steps=args.steps,
         tape=args.tape, origin=args.origin, max_gates=args.max_gates,
         corrections=not getattr(args, "no_corrections", False), pm_one_output=args.pm_one,
+        attention=args.attention, beta=args.beta,
     )
 
 
@@ -72,7 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "or input bits (circuits). Default: the input the file documents, else empty")
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after N steps (default 10,000,000); not halting by then exits 1")
-    p.add_argument("--backend", default="interp", help="execution backend (default: interp)")
+    p.add_argument("--backend", default="interp",
+                   help="execution backend: interp (default) or transformer (compiled with "
+                   "T = --max-steps, default 1000, and decoded with its key/value cache)")
+    p.add_argument("--engine", choices=["torch", "onnxruntime"], default="torch",
+                   help="transformer: run the torch module or the ONNX model")
+    p.add_argument("--no-corrections", action="store_true", help="transformer: omit the round() corrections")
+    _add_attention_options(p)
     p.add_argument("--json", action="store_true", help="print the run report as one JSON line")
     p.add_argument("--trace", action="store_true", help="also print every step")
 
@@ -108,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=10_000, help="random inputs when not exhaustive")
     p.add_argument("--seed", type=int, help="seed for random inputs (printed when chosen)")
     p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
+    p.add_argument("--find-beta", action="store_true",
+                   help="transformer: search the smallest softmax beta with 0 mismatches (torch)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("margin", help="robustness to per-layer perturbations (all-layer margin)")
@@ -174,12 +191,14 @@ def cmd_run(args) -> int:
     from tm2nn.ir import Circuit
     from tm2nn.syntax import load
 
-    if args.backend != "interp":
-        raise Tm2nnError(f"unknown backend {args.backend!r} (available: interp)")
+    if args.backend not in ("interp", "transformer"):
+        raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer)")
     obj = load(args.source, args.format, args.name)
     text = args.input
     if text is None:
         text = default_input(args.source, args.format, args.name) or ""
+    if args.backend == "transformer":
+        return _run_transformer(args, obj, text)
     if isinstance(obj, Circuit):
         report = run_circuit(obj, text)
         print(json.dumps(report) if args.json else report["outputs"])
@@ -201,6 +220,34 @@ def cmd_run(args) -> int:
                       f"read {row['read']!r} write {row['write']!r}")
         _print_report(report)
     return EXIT_OK if result.halted else EXIT_FAIL
+
+
+TRANSFORMER_DEFAULT_STEPS = 1000
+
+
+def _run_transformer(args, m, text: str) -> int:
+    """``run --backend transformer``: compile with T = --max-steps, decode incrementally."""
+    from tm2nn.backends.transformer import compile as compile_transformer
+    from tm2nn.ir import Circuit
+    from tm2nn.ir.machine import check_input
+    from tm2nn.verify.trace import run_compiled
+
+    if isinstance(m, Circuit):
+        raise Tm2nnError("the transformer backend runs machines, not circuits")
+    check_input(m, text)
+    steps = TRANSFORMER_DEFAULT_STEPS if args.max_steps is None else args.max_steps
+    compiled = compile_transformer(m, steps=steps, attention=args.attention, beta=args.beta,
+                                   corrections=not args.no_corrections)
+    total = compiled.options["decoder_steps"]
+    engine = "torch" if args.engine == "torch" else "onnx"
+    report = _with_progress(
+        lambda cb: run_compiled(compiled, text, engine, progress=(lambda i, n: cb(i)) if cb else None),
+        total=total, quiet=args.json or engine != "torch", label=f"decoding {m.name}")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_report(report)
+    return EXIT_OK if report["halted"] else EXIT_FAIL
 
 
 def _trace_rows(result) -> list[dict]:
@@ -364,6 +411,8 @@ def cmd_info(args) -> int:
 def cmd_verify(args) -> int:
     from tm2nn.verify import verify_compiled
 
+    if args.find_beta:
+        return _find_beta(args)
     compiled = _compile_from_args(args)
     rep = verify_compiled(compiled, inputs=args.input, samples=args.samples, seed=args.seed,
                           use_onnx=not args.no_onnx)
@@ -383,8 +432,29 @@ def cmd_verify(args) -> int:
               "within T steps; the net flags them as overflow (use a larger --tape to cover them)")
     if rep.first is not None:
         f = rep.first
-        print(f"first divergence ({f.engine}): input {f.input!r}, {f.field}: expected {f.expected!r}, got {f.got!r}")
+        at = f" step {f.step}," if f.step is not None else ""
+        print(f"first divergence ({f.engine}): input {f.input!r},{at} {f.field}: expected {f.expected!r}, got {f.got!r}")
     return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def _find_beta(args) -> int:
+    """``verify --find-beta``: the smallest softmax β with 0 mismatches (torch)."""
+    from tm2nn.verify.beta import find_beta
+
+    if args.backend != "transformer":
+        raise Tm2nnError("--find-beta applies to --backend transformer")
+    res = find_beta(lambda beta: _compile_from_args(argparse.Namespace(**{**vars(args), "attention": "softmax", "beta": beta})),
+                    inputs=args.input, samples=args.samples, seed=args.seed)
+    if args.json:
+        print(json.dumps(res))
+    elif res["beta"] is None:
+        print(f"no beta up to {res['tried'][-1][0]:g} gave 0 mismatches")
+    else:
+        print(f"smallest beta with 0 mismatches: {res['beta']:.4g} "
+              f"({res['n_inputs']:,} {res['mode']} inputs; next lower tried: {res['below']:.4g})")
+        for beta, bad in res["tried"]:
+            print(f"  beta {beta:<10.4g} {bad} mismatching inputs")
+    return EXIT_OK if res["beta"] is not None else EXIT_FAIL
 
 
 def cmd_margin(args) -> int:

@@ -16,7 +16,7 @@ from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, GridMachine, Machine
 
-BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit"}
+BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer"}
 DEFAULT_MAX_GATES = 5_000_000
 
 
@@ -38,16 +38,26 @@ def compile(
     max_gates: int = DEFAULT_MAX_GATES,
     corrections: bool = True,
     pm_one_output: bool = False,
+    attention: str = "hardmax",
+    beta: float = 10.0,
 ) -> Compiled:
     """Compile a source (a path, a Machine or a Circuit) with ``backend``.
 
     Machines go to the relu-circuit backend through TM -> circuit unrolling, which needs
-    ``steps`` (T) and takes ``tape`` (N cells, default 2T+1) and ``origin``.
+    ``steps`` (T) and takes ``tape`` (N cells, default 2T+1) and ``origin``.  The
+    transformer backend takes line machines, ``steps`` (T), ``attention`` (hardmax or
+    softmax) and ``beta`` (the softmax inverse temperature).
     """
     from tm2nn.syntax import load
 
     ir = source if isinstance(source, (Machine, Circuit)) else load(source, format, name)
     mod = backend_module(backend)
+    if backend == "transformer":
+        if isinstance(ir, Circuit):
+            raise Tm2nnError("the transformer backend compiles machines, not circuits (try --backend relu-circuit)")
+        if pm_one_output:
+            raise Tm2nnError("--pm-one applies to the relu-circuit backend only")
+        return mod.compile(ir, steps=steps, attention=attention, beta=beta, corrections=corrections)
     if backend == "relu-circuit":
         if isinstance(ir, Circuit):
             return mod.compile(ir, corrections=corrections, pm_one_output=pm_one_output)

@@ -2,23 +2,59 @@
 
 The model is one self-contained file: float32 weights are initializers, a ``Loop`` op is
 an ONNX ``Loop`` (its body weights are outer-scope initializers, so the model does not
-grow with the trip count).  Inputs and outputs are ``[batch, width]`` float32, named after
-the net's input ports and outputs.
+grow with the trip count), and so is a ``Decode`` op's step loop.
 
-Inside, values are feature-major ``[width, batch]`` (one ``Transpose`` per input and per
-output), because onnxruntime gathers contiguous rows (``Gather`` axis 0) about nine times
-faster than columns.  The value computed by op ``X`` is named ``X`` (``X/fm`` when ``X`` is
-also a graph output, whose batch-major copy takes the name ``X``); its nodes are named
-``X`` or ``X/<step>``, its initializers ``X.weight``, ``X.bias``, ``X.cols.<j>``, ...; a
-loop body's values, nodes and initializers are prefixed with ``<loop>/``.  Affine forms:
+Graph inputs and outputs are named after the net's input ports and outputs and are
+batch-major, by value kind: a ``vector`` is ``[batch, width]`` float32, a ``sequence``
+``[batch, length, width]`` float32 and ``tokens`` ``[batch, length]`` int64.
+
+Inside, values are feature-major: a vector is ``[width, batch]`` and a sequence
+``[length, width, batch]`` (one ``Transpose`` per input and per output), because
+onnxruntime gathers contiguous rows (``Gather`` axis 0) about nine times faster than
+columns; token ids stay ``[batch, length]`` (only ``Embed`` reads them).  The value
+computed by op ``X`` is named ``X`` (``X/fm`` when ``X`` is also a graph output, whose
+batch-major copy takes the name ``X``); its nodes are named ``X`` or ``X/<step>``, its
+initializers ``X.weight``, ``X.bias``, ``X.cols.<j>``, ...; a loop body's values, nodes
+and initializers are prefixed with ``<loop>/``, a decoder's with ``<decode>/prologue/``
+and ``<decode>/body/``.  Affine forms:
 
 * ``diagonal``: ``Mul(x, d[:, None])`` then ``Add(bias)``;
 * ``ell``:      per slot ``j``: ``Gather(x, X.cols.j, axis=0)``, ``Mul(X.weight.j)``,
   summed with ``Add``, then ``Add(bias)``;
 * ``dense``:    ``MatMul(W, x)`` then ``Add(bias)``.
 
-The bias ``Add`` is left out when the bias is zero.  Emission is deterministic: the same
-Net gives byte-identical ``SerializeToString()``.
+The bias ``Add`` is left out when the bias is zero.
+
+``Attention`` ``X``: the query, key and value maps are affine maps in the same three
+forms (initializers ``X.wq``/``X.bq``, ``X.wk``/``X.bk``, ``X.wv``/``X.bv``; an ELL map
+``X.wq`` has ``X.wq.cols.<j>`` and ``X.wq.<j>``), applied to a sequence ``[L, w, B]``
+with ``Gather`` axis 1 or a broadcast ``MatMul``.  Values are computed only on the rows
+``op.value_rows()`` (``dv`` of them; ``X.wv``, ``X.bv`` and ``X.null_value`` hold those
+rows only).  Scores are ``ReduceSum(K * q)`` ``[L, B]``, with the null key's score
+``MatMul(X.null_key, q)`` concatenated in front; ``hardmax`` takes
+``Equal(score, ReduceMax(score))`` (exact, ties averaged by dividing by the count),
+``softmax`` a ``Softmax`` over axis 0 of ``beta * score``.  The weighted values
+``[dv, B]`` are added to ``h``'s rows with ``GatherND`` / ``Add`` / ``ScatterND``
+(indices ``X.rows`` ``[dv, 1]``; a plain ``Add`` when the rows are all of ``h``), so the
+output costs ``O(width)`` and no ``[width, dv]`` matrix is stored.  A self-attention
+outside a decoder body attends over its own current input only (a history of length 1).
+
+``Embed`` ``X``: ``Slice`` the tokens to ``max_len``, ``Gather`` rows of ``X.table``, add
+the first ``L`` rows of ``X.positions`` and transpose to ``[L, w, B]``.
+
+``Decode`` ``X``: the prologue runs on ``Expand(X.init)``; then one ONNX ``Loop``
+``X`` with trip count ``X.steps`` whose body adds ``X.positions[iter]`` to the carried
+``o`` and runs the body net.  The loop carries ``o`` and, per self-attention op ``A`` of
+the body (in op order), a key cache ``[n, dk, B]`` and a value cache ``[n, dv, B]``
+that grow by one ``Concat`` per step (onnxruntime accepts loop-carried values whose
+first dimension grows), starting empty (``ConstantOfShape``).  The taps are the loop's
+scan output, with ``tap_0`` concatenated in front: ``[steps + 1, tap_w, B]``.  The keys
+and values of the body's cross-attention over the decoder memory are computed once,
+before the loop.  Nothing in the model depends on ``steps`` but the trip count and the
+``X.positions`` table.  :func:`to_onnx_step` emits one body step on its own, for callers
+that drive the decoding themselves.
+
+Emission is deterministic: the same Net gives byte-identical ``SerializeToString()``.
 """
 
 from __future__ import annotations
@@ -26,7 +62,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -34,13 +72,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn import __version__
 from tm2nn.emit import affine_form
-from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Op, ReLU, Slice
+from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Op, ReLU, Slice, SparseMatrix
+from tm2nn.nets.ops import Attention, Decode, Embed
 
 DEFAULT_OPSET = 18
 MIN_OPSET = 13
 #: protobuf cannot serialise a message of 2 GiB or more.
 PROTO_MAX_BYTES = (2 << 30) - 1
 BATCH = "batch"
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 class _Names:
@@ -72,59 +112,117 @@ def _fm_info(name: str, width: int) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [width, BATCH])
 
 
+def _matrix_form(w: SparseMatrix) -> str:
+    """:func:`affine_form` of a (never trainable) weight matrix that is not an Affine op's."""
+    return affine_form(SimpleNamespace(weight=w, trainable=False))  # type: ignore[arg-type]
+
+
+def _value_map(op: Attention) -> tuple[np.ndarray, SparseMatrix, np.ndarray, np.ndarray]:
+    """``(rows, wv, bv, null_value)`` restricted to ``op.value_rows()``."""
+    rows = op.value_rows()
+    remap = np.full(op.wv.shape[0], -1, dtype=np.int64)
+    remap[rows] = np.arange(rows.size)
+    w = op.wv
+    wv = SparseMatrix((rows.size, w.shape[1]), remap[w.rows], w.cols, w.vals)
+    return rows, wv, op.bv[rows], op.null_value[rows]
+
+
+def self_attention_caches(decode: Decode) -> dict[str, tuple[int, int]]:
+    """``{name: (dk, dv)}`` for each self-attention op of ``decode``'s body, in op order:
+    the widths of its key and value cache in :func:`to_onnx_step` (``dv`` is the number of
+    ``value_rows()``).  An empty cache is ``np.zeros((batch, 0, dk))`` / ``(batch, 0, dv)``."""
+    return {a.name: (a.key_width, int(a.value_rows().size))
+            for a in decode.body.nodes if isinstance(a, Attention) and a.is_self}
+
+
+@dataclass
+class _DecodeCtx:
+    """What a decoder body's attention ops see: the cache inputs of each self-attention
+    (``caches[name] = (k, v)``), the cache outputs they produce (``new_caches``), and the
+    precomputed keys/values of cross-attention ops (``cross[name] = (K, V)``)."""
+
+    caches: dict[str, tuple[str, str]] = field(default_factory=dict)
+    new_caches: dict[str, tuple[str, str]] = field(default_factory=dict)
+    cross: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
 class _Emitter:
-    def __init__(self) -> None:
+    def __init__(self, opset: int = DEFAULT_OPSET) -> None:
+        self.opset = opset
         self.values = _Names()  # values and initializers share one namespace
         self.nodes = _Names()
         self.initializers: list[onnx.TensorProto] = []
+        self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
 
     def init(self, name: str, array: np.ndarray) -> str:
         name = self.values.fresh(name)
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def steps(self, out: list, base: str, final: str, steps: list, doc: str = "") -> None:
+    def ints(self, base: str, *values: int) -> str:
+        """An int64 vector initializer ``<base>.const.<values>`` (one per op and value)."""
+        key = (base, tuple(int(v) for v in values))
+        if key not in self._consts:
+            label = "_".join("end" if v == _INT64_MAX else str(v) for v in key[1])
+            self._consts[key] = self.init(f"{base}.const.{label}", np.array(key[1], dtype=np.int64))
+        return self._consts[key]
+
+    def steps(self, out: list, base: str, final: str | None, steps: list, doc: str = "",
+              bare: bool = True) -> dict[str, str]:
         """Append ``steps`` ``(step, op_type, inputs, attrs)`` as nodes; ``inputs`` may name
-        an earlier step as ``"@step"``.  The last step writes ``final``."""
+        an earlier step as ``"@step"``.  The last step writes ``final`` (unless None); the
+        others write ``<base>/<step>``.  Nodes are named ``<base>/<step>``, or ``<base>``
+        for a single step when ``bare``.  Returns the value of each step."""
         produced: dict[str, str] = {}
         for i, (step, op_type, inputs, attrs) in enumerate(steps):
             last = i == len(steps) - 1
-            value = final if last else self.values.fresh(f"{base}/{step}")
-            node_name = self.nodes.fresh(base if len(steps) == 1 else f"{base}/{step}")
+            value = final if last and final is not None else self.values.fresh(f"{base}/{step}")
+            node_name = self.nodes.fresh(base if len(steps) == 1 and bare else f"{base}/{step}")
             ins = [produced[x[1:]] if x.startswith("@") else x for x in inputs]
             node = helper.make_node(op_type, ins, [value], name=node_name, **attrs)
             if doc:
                 node.doc_string = doc
             out.append(node)
             produced[step] = value
+        return produced
+
+    def reduce(self, step: str, op_type: str, x: str, base: str, axis: int, keepdims: int) -> tuple:
+        """A ``Reduce*`` step over one axis (axes are an input from opset 18, or 13 for ReduceSum)."""
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return (step, op_type, [x, self.ints(base, axis)], {"keepdims": keepdims})
+        return (step, op_type, [x], {"axes": [axis], "keepdims": keepdims})
 
     # -- ops -------------------------------------------------------------------------------
-    def affine(self, op: Affine, out: list, x: str, base: str, final: str) -> None:
-        w = op.weight
-        form = affine_form(op)
+    def matrix_steps(self, w: SparseMatrix, bias: np.ndarray, x: str, base: str, form: str,
+                     names: tuple[str, str, str] = ("weight", "cols", "bias"), step: str = "",
+                     axis: int = 0) -> list:
+        """Steps computing ``W x + b`` along ``axis`` of ``x`` (0 for a vector ``[n, B]``, 1
+        for a sequence ``[L, n, B]``).  ``names`` are the initializer suffixes of the
+        weight, the ELL columns and the bias; ``step`` prefixes the step names."""
+        wname, cname, bname = names
         steps: list = []
         if form == "diagonal":
             d = np.zeros(w.shape[0])
             d[w.rows] = w.vals
-            steps.append(("mul", "Mul", [x, self.init(f"{base}.weight", _f32(d[:, None]))], {}))
-            last = "@mul"
+            steps.append((f"{step}mul", "Mul", [x, self.init(f"{base}.{wname}", _f32(d[:, None]))], {}))
         elif form == "ell":
             cols, vals = w.ell()
             for j in range(cols.shape[1]):
-                c = self.init(f"{base}.cols.{j}", np.ascontiguousarray(cols[:, j], dtype=np.int64))
-                v = self.init(f"{base}.weight.{j}", _f32(vals[:, j, None]))
-                steps.append((f"gather.{j}", "Gather", [x, c], {"axis": 0}))
-                steps.append((f"mul.{j}", "Mul", [f"@gather.{j}", v], {}))
+                c = self.init(f"{base}.{cname}.{j}", np.ascontiguousarray(cols[:, j], dtype=np.int64))
+                v = self.init(f"{base}.{wname}.{j}", _f32(vals[:, j, None]))
+                steps.append((f"{step}gather.{j}", "Gather", [x, c], {"axis": axis}))
+                steps.append((f"{step}mul.{j}", "Mul", [f"@{step}gather.{j}", v], {}))
                 if j:
-                    prev = "@mul.0" if j == 1 else f"@sum.{j - 1}"
-                    steps.append((f"sum.{j}", "Add", [prev, f"@mul.{j}"], {}))
-            last = "@" + steps[-1][0]
+                    prev = f"@{step}mul.0" if j == 1 else f"@{step}sum.{j - 1}"
+                    steps.append((f"{step}sum.{j}", "Add", [prev, f"@{step}mul.{j}"], {}))
         else:
-            steps.append(("matmul", "MatMul", [self.init(f"{base}.weight", _f32(w.dense())), x], {}))
-            last = "@matmul"
-        if np.any(op.bias != 0):
-            steps.append(("bias", "Add", [last, self.init(f"{base}.bias", _f32(op.bias[:, None]))], {}))
-        self.steps(out, base, final, steps, op.cite)
+            steps.append((f"{step}matmul", "MatMul", [self.init(f"{base}.{wname}", _f32(w.dense())), x], {}))
+        if np.any(bias != 0):
+            steps.append((f"{step}bias", "Add", ["@" + steps[-1][0], self.init(f"{base}.{bname}", _f32(bias[:, None]))], {}))
+        return steps
+
+    def affine(self, op: Affine, out: list, x: str, base: str, final: str) -> None:
+        self.steps(out, base, final, self.matrix_steps(op.weight, op.bias, x, base, affine_form(op)), op.cite)
 
     def loop(self, op: Loop, out: list, x: str, base: str, final: str) -> None:
         body = op.body
@@ -151,7 +249,186 @@ class _Emitter:
         node = helper.make_node("Loop", [trips, "", x], [final], name=self.nodes.fresh(base), body=graph)
         out.append(node)
 
-    def op(self, op: Op, out: list, env: dict[str, str], base: str, final: str) -> None:
+    def memory_kv(self, op: Attention, out: list, mem: str, base: str) -> tuple[str, str]:
+        """Keys ``[L, dk, B]`` and values ``[L, dv, B]`` of a cross-attention's memory."""
+        _, wv, bv, _ = _value_map(op)
+        ks = self.matrix_steps(op.wk, op.bk, mem, base, _matrix_form(op.wk), ("wk", "wk.cols", "bk"), "k.", axis=1)
+        vs = self.matrix_steps(wv, bv, mem, base, _matrix_form(wv), ("wv", "wv.cols", "bv"), "v.", axis=1)
+        got = self.steps(out, base, None, ks + vs, op.cite, bare=False)
+        return got[ks[-1][0]], got[vs[-1][0]]
+
+    def attention(self, op: Attention, out: list, env: dict[str, str], base: str, final: str,
+                  ctx: _DecodeCtx | None) -> None:
+        h = env[op.inputs[0]]
+        width = op.wv.shape[0]
+        rows, wv, bv, nv = _value_map(op)
+        dv = rows.size
+        cached = ctx is not None and op.is_self and op.name in ctx.caches
+        if dv == 0 and not cached:  # no value can change anything
+            self.steps(out, base, final, [("identity", "Identity", [h], {})], op.cite)
+            return
+        s: list = []
+        if op.is_self:  # the memory is h's history: this step's key/value, after any cache
+            zero = self.ints(base, 0)
+            s += self.matrix_steps(op.wk, op.bk, h, base, _matrix_form(op.wk), ("wk", "wk.cols", "bk"), "k.")
+            s.append(("k", "Unsqueeze", ["@" + s[-1][0], zero], {}))
+            s += self.matrix_steps(wv, bv, h, base, _matrix_form(wv), ("wv", "wv.cols", "bv"), "v.")
+            s.append(("v", "Unsqueeze", ["@" + s[-1][0], zero], {}))
+            keys, vals = "@k", "@v"
+            if cached:
+                k_in, v_in = ctx.caches[op.name]
+                s.append(("k.cache", "Concat", [k_in, "@k"], {"axis": 0}))
+                s.append(("v.cache", "Concat", [v_in, "@v"], {"axis": 0}))
+                keys, vals = "@k.cache", "@v.cache"
+        elif ctx is not None and op.name in ctx.cross:
+            keys, vals = ctx.cross[op.name]
+        else:
+            keys, vals = self.memory_kv(op, out, env[op.inputs[1]], base)
+        if dv == 0:
+            s.append(("identity", "Identity", [h], {}))
+        else:
+            s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+            q = "@" + s[-1][0]
+            s.append(("scores.mul", "Mul", [keys, q], {}))
+            s.append(self.reduce("scores", "ReduceSum", "@scores.mul", base, 1, 0))                 # [L, B]
+            s.append(("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}))
+            s.append(("logits", "Concat", ["@null_score", "@scores"], {"axis": 0}))                 # [1 + L, B]
+            if op.mode == "hardmax":
+                s.append(self.reduce("max", "ReduceMax", "@logits", base, 0, 1))
+                s.append(("argmax", "Equal", ["@logits", "@max"], {}))
+                s.append(("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}))
+                s.append(self.reduce("count", "ReduceSum", "@mask", base, 0, 1))
+                s.append(("weights", "Div", ["@mask", "@count"], {}))
+            else:
+                logits = "@logits"
+                if op.beta != 1:
+                    s.append(("scaled", "Mul", ["@logits", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}))
+                    logits = "@scaled"
+                s.append(("weights", "Softmax", [logits], {"axis": 0}))
+            zero, one = self.ints(base, 0), self.ints(base, 1)
+            s.append(("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), zero], {}))
+            s.append(("item_weights.unsqueeze", "Unsqueeze", ["@item_weights", one], {}))  # [L, 1, B]
+            s.append(("mix.mul", "Mul", [vals, "@item_weights.unsqueeze"], {}))
+            s.append(self.reduce("mix", "ReduceSum", "@mix.mul", base, 0, 0))                     # [dv, B]
+            delta = "@mix"
+            if np.any(nv != 0):
+                s.append(("null_weight", "Slice", ["@weights", zero, one, zero], {}))
+                s.append(("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight"], {}))
+                s.append(("delta", "Add", ["@mix", "@null_mix"], {}))
+                delta = "@delta"
+            if dv == width:  # value_rows() is sorted, so these are all of h's rows in order
+                s.append(("residual", "Add", [h, delta], {}))
+            else:
+                idx = self.init(f"{base}.rows", rows[:, None].astype(np.int64))
+                s.append(("rows", "GatherND", [h, idx], {}))
+                s.append(("rows.add", "Add", ["@rows", delta], {}))
+                s.append(("scatter", "ScatterND", [h, idx, "@rows.add"], {}))
+        got = self.steps(out, base, final, s, op.cite, bare=False)
+        if cached:
+            ctx.new_caches[op.name] = (got["k.cache"], got["v.cache"])
+
+    def embed(self, op: Embed, out: list, tokens: str, base: str, final: str) -> None:
+        zero, one = self.ints(base, 0), self.ints(base, 1)
+        table = self.init(f"{base}.table", _f32(op.table))
+        positions = self.init(f"{base}.positions", _f32(op.positions))
+        self.steps(out, base, final, [
+            ("truncate", "Slice", [tokens, zero, self.ints(base, op.max_len), one], {}),   # [B, L]
+            ("shape", "Shape", ["@truncate"], {}),
+            ("length", "Gather", ["@shape", one], {"axis": 0}),
+            ("positions", "Slice", [positions, zero, "@length", zero], {}),               # [L, w]
+            ("lookup", "Gather", [table, "@truncate"], {"axis": 0}),                        # [B, L, w]
+            ("add", "Add", ["@lookup", "@positions"], {}),
+            ("transpose", "Transpose", ["@add"], {"perm": [1, 2, 0]}),                      # [L, w, B]
+        ], op.cite, bare=False)
+
+    def body_graph_outputs(self, nodes: list, base: str, values: list[str]) -> list[str]:
+        """``values`` as distinct values made by ``nodes`` (an ``Identity`` where not)."""
+        made = {o for n in nodes for o in n.output}
+        got: list[str] = []
+        for v in values:
+            if v not in made or v in got:
+                v = self.steps(nodes, f"{base}/identity", None, [("identity", "Identity", [v], {})])["identity"]
+            got.append(v)
+        return got
+
+    def decode(self, op: Decode, out: list, mem: str, base: str, final: str) -> None:
+        pro, body = op.prologue, op.body
+        for part, net in (("prologue", pro), ("body", body)):
+            if any(net.kinds[o] != "vector" for o in net.outputs):
+                raise NetIRError(f"decode {op.name!r}: the {part}'s outputs (o, tap) must be vectors")
+        w0, w = len(pro.inputs[0].space), len(body.inputs[0].space)
+        tap_w = len(body.spaces[body.outputs[1]])
+        got = self.steps(out, base, None, [
+            ("shape", "Shape", [mem], {}),
+            ("batch", "Gather", ["@shape", self.ints(base, 2)], {"axis": 0}),
+            ("x0.shape", "Concat", [self.ints(base, w0), "@batch"], {"axis": 0}),
+            ("x0", "Expand", [self.init(f"{base}.init", _f32(op.init[:, None])), "@x0.shape"], {}),
+        ], op.cite, bare=False)
+        batch = got["batch"]
+        penv = self.net_ops(pro, out, {pro.inputs[0].name: got["x0"], pro.inputs[1].name: mem},
+                            prefix=f"{base}/prologue/")
+        o0, tap0 = penv[pro.outputs[0]], penv[pro.outputs[1]]
+        if op.steps == 0:
+            self.steps(out, base, final, [("taps", "Unsqueeze", [tap0, self.ints(base, 0)], {})], bare=False)
+            return
+        first = self.steps(out, base, None, [("tap0", "Unsqueeze", [tap0, self.ints(base, 0)], {})],
+                           bare=False)["tap0"]
+        bprefix = f"{base}/body/"
+        ctx = _DecodeCtx()
+        for a in body.nodes:  # cross-attention over the decoder memory: keys/values once
+            if isinstance(a, Attention) and not a.is_self and a.inputs[1] == body.inputs[1].name \
+                    and a.value_rows().size:
+                ctx.cross[a.name] = self.memory_kv(a, out, mem, bprefix + a.name)
+        caches = self_attention_caches(op)
+        empty: list[str] = []
+        for name, (dk, dv) in caches.items():
+            for kv, d in (("k", dk), ("v", dv)):
+                empty.append(self.steps(out, f"{base}/cache.{name}.{kv}", None, [
+                    ("shape", "Concat", [self.ints(base, 0, d), batch], {"axis": 0}),
+                    ("empty", "ConstantOfShape", ["@shape"],
+                     {"value": helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])}),
+                ], bare=False)["empty"])
+        # the loop body
+        it = self.values.fresh(f"{base}/iter")
+        cond_in = self.values.fresh(f"{base}/cond_in")
+        cond_out = self.values.fresh(f"{base}/cond_out")
+        o_prev = self.values.fresh(f"{base}/o")
+        cache_in: list[onnx.ValueInfoProto] = []
+        for name, (dk, dv) in caches.items():
+            k_in, v_in = self.values.fresh(f"{base}/cache.{name}.k"), self.values.fresh(f"{base}/cache.{name}.v")
+            ctx.caches[name] = (k_in, v_in)
+            cache_in += [helper.make_tensor_value_info(k_in, TensorProto.FLOAT, [None, dk, BATCH]),
+                         helper.make_tensor_value_info(v_in, TensorProto.FLOAT, [None, dv, BATCH])]
+        nodes: list = []
+        self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
+        positions = self.init(f"{base}.positions", _f32(op.positions[:, :, None]))
+        x = self.steps(nodes, base, None, [
+            ("position", "Gather", [positions, it], {"axis": 0}),   # [w, 1]
+            ("x", "Add", [o_prev, "@position"], {}),
+        ], bare=False)["x"]
+        benv = self.net_ops(body, nodes, {body.inputs[0].name: x, body.inputs[1].name: mem},
+                            prefix=bprefix, ctx=ctx)
+        new = [v for name in caches for v in ctx.new_caches[name]]
+        o, tap, *new = self.body_graph_outputs(nodes, base, [benv[body.outputs[0]], benv[body.outputs[1]], *new])
+        dims = [d for dk_dv in caches.values() for d in dk_dv]
+        cache_out = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [None, d, BATCH]) for v, d in zip(new, dims)]
+        graph = helper.make_graph(
+            nodes, f"{base}/body",
+            [helper.make_tensor_value_info(it, TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
+             _fm_info(o_prev, w), *cache_in],
+            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(o, w), *cache_out,
+             _fm_info(tap, tap_w)])
+        trips = self.init(f"{base}.steps", np.array(op.steps, dtype=np.int64))
+        finals = [self.values.fresh(f"{base}/o.final")]
+        finals += [self.values.fresh(f"{base}/cache.{name}.{kv}.final") for name in caches for kv in "kv"]
+        taps = self.values.fresh(f"{base}/taps")
+        out.append(helper.make_node("Loop", [trips, "", o0, *empty], [*finals, taps],
+                                    name=self.nodes.fresh(base), body=graph))
+        self.steps(out, base, final, [("concat", "Concat", [first, taps], {"axis": 0})], bare=False)
+
+    def op(self, op: Op, out: list, env: dict[str, str], base: str, final: str,
+           ctx: _DecodeCtx | None = None) -> None:
         ins = [env[i] for i in op.inputs]
         if isinstance(op, Affine):
             self.affine(op, out, ins[0], base, final)
@@ -164,18 +441,35 @@ class _Emitter:
             self.steps(out, base, final, [("gather", "Gather", [ins[0], idx], {"axis": 0})])
         elif isinstance(op, Loop):
             self.loop(op, out, ins[0], base, final)
+        elif isinstance(op, Attention):
+            self.attention(op, out, env, base, final, ctx)
+        elif isinstance(op, Embed):
+            self.embed(op, out, ins[0], base, final)
+        elif isinstance(op, Decode):
+            self.decode(op, out, ins[0], base, final)
         else:
             raise NetIRError(f"the ONNX emitter does not know {op.kind} op {op.name!r}")
 
     def net_ops(self, net: Net, out: list, env: dict[str, str], prefix: str = "",
-                finals: dict[str, str] | None = None) -> dict[str, str]:
+                finals: dict[str, str] | None = None, ctx: _DecodeCtx | None = None) -> dict[str, str]:
+        """Emit ``net``'s ops; ``ctx`` is given for a decoder body (its self-attention
+        caches).  Nets nested in ``net``'s ops get no ``ctx``."""
         env = dict(env)
         for op in net.nodes:
             base = prefix + op.name
             final = finals[op.name] if finals else self.values.fresh(base)
-            self.op(op, out, env, base, final)
+            self.op(op, out, env, base, final, ctx)
             env[op.name] = final
         return env
+
+
+def _matrix_bytes(w: SparseMatrix, form: str) -> int:
+    n_out, n_in = w.shape
+    if form == "dense":
+        return 4 * n_out * n_in
+    if form == "ell":
+        return 12 * n_out * max(1, w.max_row_nnz)
+    return 4 * n_out
 
 
 def _weight_bytes(net: Net) -> int:
@@ -194,12 +488,24 @@ def _weight_bytes(net: Net) -> int:
             total += 8 * len(op.indices)
         elif isinstance(op, Loop):
             total += _weight_bytes(op.body)
+        elif isinstance(op, Attention):
+            _, wv, _, _ = _value_map(op)
+            for w in (op.wq, op.wk, wv):
+                total += _matrix_bytes(w, _matrix_form(w)) + 4 * w.shape[0]  # + the bias
+            total += 4 * op.key_width + 12 * wv.shape[0]  # null key, null value, rows
+        elif isinstance(op, Embed):
+            total += 4 * (op.table.size + op.positions.size)
+        elif isinstance(op, Decode):
+            total += 4 * (op.init.size + op.positions.size)
+            total += _weight_bytes(op.prologue) + _weight_bytes(op.body)
     return total
 
 
-def _props(net: Net, metadata: dict | None) -> dict[str, str]:
+def _props(net: Net, metadata: dict | None, extra: dict | None = None) -> dict[str, str]:
     props = {**net.metadata, **(metadata or {})}
     props.setdefault("tm2nn.version", __version__)
+    for k, v in (extra or {}).items():
+        props.setdefault(k, v)
     out = {}
     for k, v in props.items():
         if not isinstance(k, str):
@@ -208,21 +514,42 @@ def _props(net: Net, metadata: dict | None) -> dict[str, str]:
     return out
 
 
+def _check_opset(opset: int) -> None:
+    if opset < MIN_OPSET:
+        raise ValueError(f"opset must be at least {MIN_OPSET}, got {opset}")
+
+
+def _model(graph: onnx.GraphProto, opset: int, doc: str, props: dict[str, str]) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="tm2nn",
+                              producer_version=__version__,
+                              ir_version=helper.find_min_ir_version_for(opsets))
+    model.doc_string = doc
+    for k in sorted(props):
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, props[k]
+    return model
+
+
+#: Feature-major -> batch-major permutation by value kind (tokens are never transposed).
+_TO_BATCH_MAJOR = {"vector": [1, 0], "sequence": [2, 0, 1]}
+_TO_FEATURE_MAJOR = {"vector": [1, 0], "sequence": [1, 2, 0]}
+
+
 def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """Emit ``net`` as a self-contained ONNX model (see the module docstring).
 
     ``metadata`` (after ``net.metadata``, and ``tm2nn.version`` unless given) goes into
     ``metadata_props`` sorted by key; a value that is not a string is stored as JSON.
     """
-    if opset < MIN_OPSET:
-        raise ValueError(f"opset must be at least {MIN_OPSET}, got {opset}")
+    _check_opset(opset)
     if len(set(net.outputs)) != len(net.outputs):
         raise NetIRError(f"net {net.name!r}: ONNX graph outputs must be distinct, got {list(net.outputs)}")
     size = _weight_bytes(net)
     if size > PROTO_MAX_BYTES:
         raise NetIRError(f"net {net.name!r}: the weights would take {size / 2**30:.2f} GiB, "
                          "more than one ONNX file can hold (2 GiB)")
-    em = _Emitter()
+    em = _Emitter(opset)
     inputs = {p.name for p in net.inputs}
     for p in net.inputs:
         em.values.reserve(p.name)
@@ -240,29 +567,102 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
     nodes: list = []
     env: dict[str, str] = {}
     for p in net.inputs:
+        if p.kind == "tokens":
+            env[p.name] = p.name
+            continue
         env[p.name] = em.values.fresh(f"{p.name}/fm")
         em.steps(nodes, f"{p.name}/transpose", env[p.name],
-                 [("transpose", "Transpose", [p.name], {"perm": [1, 0]})])
+                 [("transpose", "Transpose", [p.name], {"perm": _TO_FEATURE_MAJOR[p.kind]})])
     env = em.net_ops(net, nodes, env, finals=finals)
     for o in net.outputs:
         if o not in inputs:
-            em.steps(nodes, f"{o}/transpose", o, [("transpose", "Transpose", [env[o]], {"perm": [1, 0]})])
+            em.steps(nodes, f"{o}/transpose", o,
+                     [("transpose", "Transpose", [env[o]], {"perm": _TO_BATCH_MAJOR[net.kinds[o]]})])
+
+    ports = {p.name: p for p in net.inputs}
 
     def io(name: str) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, len(net.spaces[name])])
+        kind, width = net.kinds[name], len(net.spaces[name])
+        if kind == "vector":
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, width])
+        if name in ports:
+            length: str | int | None = f"{name}.length"
+        else:
+            op = net.node(name)
+            length = op.steps + 1 if isinstance(op, Decode) else None
+        if kind == "tokens":
+            return helper.make_tensor_value_info(name, TensorProto.INT64, [BATCH, length])
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, length, width])
 
     graph = helper.make_graph(nodes, net.name or "net", [io(p.name) for p in net.inputs],
                               [io(o) for o in net.outputs], initializer=em.initializers)
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="tm2nn",
-                              producer_version=__version__,
-                              ir_version=helper.find_min_ir_version_for(opsets))
-    model.doc_string = net.name
-    props = _props(net, metadata)
-    for k in sorted(props):
-        entry = model.metadata_props.add()
-        entry.key, entry.value = k, props[k]
-    return model
+    return _model(graph, opset, net.name, _props(net, metadata))
+
+
+def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
+                 opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+    """One step of ``decode``'s body as a model, for callers that drive the decoding
+    (and keep the key/value caches) themselves.
+
+    Inputs, in this order (all float32, batch-major):
+
+    * ``x`` ``[batch, w]``: the body input ``o_{i-1} + positions[i - 1]`` (the caller adds
+      the position; ``o_0`` comes from the prologue, e.g. the ``Decode`` of a net with
+      ``steps=0``);
+    * ``memory`` ``[batch, L, w_mem]``: the decoder memory (the encoder outputs);
+    * per self-attention op ``A`` of the body, in op order (:func:`self_attention_caches`
+      gives their ``(dk, dv)``): ``cache.<A>.k`` ``[batch, n, dk]`` and ``cache.<A>.v``
+      ``[batch, n, dv]``, the keys and values of steps ``1 .. i-1`` (``n = i - 1``; empty
+      on the first step).
+
+    Outputs: ``o`` ``[batch, w]``, ``tap`` ``[batch, tap_w]`` and, per self-attention op,
+    ``cache.<A>.k.out`` ``[batch, n + 1, dk]`` and ``cache.<A>.v.out`` ``[batch, n + 1, dv]``
+    (the input caches with this step's key and value appended), to feed to the next step.
+    A cached key is ``wk h + bk`` and a cached value ``(wv h + bv)[value_rows()]`` for the
+    op's input ``h`` at that step.  ``metadata_props`` holds ``tm2nn.decode.caches`` (the
+    JSON ``{A: [dk, dv]}``) and ``tm2nn.decode.steps`` besides ``metadata``.  Values inside
+    are named after the body's ops (without a prefix).
+    """
+    _check_opset(opset)
+    body = decode.body
+    size = _weight_bytes(body)
+    if size > PROTO_MAX_BYTES:
+        raise NetIRError(f"decode {decode.name!r}: the weights would take {size / 2**30:.2f} GiB, "
+                         "more than one ONNX file can hold (2 GiB)")
+    if any(body.kinds[o] != "vector" for o in body.outputs):
+        raise NetIRError(f"decode {decode.name!r}: the body's outputs (o, tap) must be vectors")
+    caches = self_attention_caches(decode)
+    em = _Emitter(opset)
+    names = ["x", "memory"] + [f"cache.{a}.{kv}" for a in caches for kv in "kv"]
+    outs = ["o", "tap"] + [f"cache.{a}.{kv}.out" for a in caches for kv in "kv"]
+    for n in names + outs:
+        em.values.reserve(n)
+    nodes: list = []
+    fm = {}
+    for n, kind in zip(names, ["vector", "sequence"] + ["sequence"] * (2 * len(caches))):
+        fm[n] = em.values.fresh(f"{n}/fm")
+        em.steps(nodes, f"{n}/transpose", fm[n], [("transpose", "Transpose", [n], {"perm": _TO_FEATURE_MAJOR[kind]})])
+    ctx = _DecodeCtx(caches={a: (fm[f"cache.{a}.k"], fm[f"cache.{a}.v"]) for a in caches})
+    env = em.net_ops(body, nodes, {body.inputs[0].name: fm["x"], body.inputs[1].name: fm["memory"]}, ctx=ctx)
+    results = [env[body.outputs[0]], env[body.outputs[1]]] + [v for a in caches for v in ctx.new_caches[a]]
+    for n, v, kind in zip(outs, results, ["vector", "vector"] + ["sequence"] * (2 * len(caches))):
+        em.steps(nodes, f"{n}/transpose", n, [("transpose", "Transpose", [v], {"perm": _TO_BATCH_MAJOR[kind]})])
+
+    w, tap_w = len(body.inputs[0].space), len(body.spaces[body.outputs[1]])
+    w_mem = len(body.inputs[1].space)
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("x", f, [BATCH, w]),
+           helper.make_tensor_value_info("memory", f, [BATCH, "memory.length", w_mem])]
+    outputs = [helper.make_tensor_value_info("o", f, [BATCH, w]),
+               helper.make_tensor_value_info("tap", f, [BATCH, tap_w])]
+    for a, (dk, dv) in caches.items():
+        ins += [helper.make_tensor_value_info(f"cache.{a}.k", f, [BATCH, "cache.length", dk]),
+                helper.make_tensor_value_info(f"cache.{a}.v", f, [BATCH, "cache.length", dv])]
+        outputs += [helper.make_tensor_value_info(f"cache.{a}.k.out", f, [BATCH, "cache.length.out", dk]),
+                    helper.make_tensor_value_info(f"cache.{a}.v.out", f, [BATCH, "cache.length.out", dv])]
+    graph = helper.make_graph(nodes, f"{decode.name}/step", ins, outputs, initializer=em.initializers)
+    extra = {"tm2nn.decode.caches": {a: list(c) for a, c in caches.items()}, "tm2nn.decode.steps": str(decode.steps)}
+    return _model(graph, opset, f"{decode.name}/step", _props(body, metadata, extra))
 
 
 # -- files, running, metadata -------------------------------------------------------------
@@ -309,9 +709,11 @@ def onnx_metadata(model_or_path) -> dict[str, str]:
 
 
 def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
-    """Run numpy ``[n, width]`` arrays (one per graph input, in order) through onnxruntime
-    on the CPU, ``batch_size`` rows at a time.  Returns a float32 array, or a tuple of
-    them when the model has several outputs."""
+    """Run numpy arrays (one per graph input, in order, batch first: ``[n, width]``,
+    ``[n, length, width]`` or token ids ``[n, length]``) through onnxruntime on the CPU,
+    ``batch_size`` rows at a time.  Each array is cast to its input's type (float32, or
+    int64 for token ids).  Returns a float32 array, or a tuple of them when the model has
+    several outputs."""
     import onnxruntime as ort
 
     if batch_size < 1:
@@ -327,10 +729,11 @@ def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
     names = [i.name for i in sess.get_inputs()]
     if len(arrays) != len(names):
         raise TypeError(f"the model takes {len(names)} input(s) {names}, got {len(arrays)}")
-    arrs = [np.asarray(a, dtype=np.float32) for a in arrays]
+    types = [np.int64 if i.type == "tensor(int64)" else np.float32 for i in sess.get_inputs()]
+    arrs = [np.asarray(a, dtype=t) for a, t in zip(arrays, types)]
     lengths = {a.shape[0] if a.ndim else -1 for a in arrs}
     if len(lengths) > 1 or -1 in lengths:
-        raise ValueError(f"input arrays must be [n, width] with one n, got shapes {[a.shape for a in arrs]}")
+        raise ValueError(f"input arrays must be [n, ...] with one n, got shapes {[a.shape for a in arrs]}")
     n = lengths.pop() if lengths else 0
     chunks = []
     for s in range(0, max(n, 1), batch_size):

@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tm2nn.emit import affine_form
-from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Op, ReLU, Slice
+from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Loop, Net, NetIRError, Op, ReLU, Slice
 
 #: Refuse a dense weight bigger than this (it would not be a construction of this project).
 DENSE_MAX_BYTES = 4 << 30
@@ -180,6 +180,180 @@ class LoopModule(nn.Module):
         return x
 
 
+def _dense(m, dtype: torch.dtype) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(m.dense() if hasattr(m, "dense") else m)).to(dtype)
+
+
+class _Cache:
+    """The key/value cache of one self-attention op during a decode: preallocated
+    ``[capacity, d, batch]`` buffers, so appending step ``i`` is O(1) and attending is
+    O(i) (ARCHITECTURE.md: earlier steps' representations never change)."""
+
+    def __init__(self, capacity: int, dk: int, dv: int, batch: int, dtype, device) -> None:
+        self.k = torch.empty((capacity, dk, batch), dtype=dtype, device=device)
+        self.v = torch.empty((capacity, dv, batch), dtype=dtype, device=device)
+        self.n = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.n >= self.k.shape[0]:  # grow (only when driven past the planned length)
+            self.k = torch.cat([self.k, torch.empty_like(self.k)])
+            self.v = torch.cat([self.v, torch.empty_like(self.v)])
+        self.k[self.n] = k
+        self.v[self.n] = v
+        self.n += 1
+        return self.k[: self.n], self.v[: self.n]
+
+
+class AttentionModule(nn.Module):
+    """Hard-max (ties averaged) or softmax attention with a null key/value (see
+    :class:`tm2nn.nets.Attention`).  Values are computed only on ``value_rows``."""
+
+    def __init__(self, op: Attention, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.cite = op.cite
+        self.mode = op.mode
+        self.beta = float(op.beta)
+        self.is_self = op.is_self
+        rows = op.value_rows()
+        self.dk, self.dv = op.key_width, int(rows.size)
+        self.register_buffer("wq", _dense(op.wq, dtype))
+        self.register_buffer("bq", _dense(op.bq, dtype))
+        self.register_buffer("wk", _dense(op.wk, dtype))
+        self.register_buffer("bk", _dense(op.bk, dtype))
+        self.register_buffer("wv", _dense(op.wv.dense()[rows], dtype))
+        self.register_buffer("bv", _dense(op.bv[rows], dtype))
+        self.register_buffer("null_key", _dense(op.null_key, dtype))
+        self.register_buffer("null_value", _dense(op.null_value[rows], dtype))
+        self.register_buffer("rows", torch.from_numpy(rows))
+
+    def extra_repr(self) -> str:
+        kind = "self" if self.is_self else "cross"
+        beta = f", beta={self.beta:g}" if self.mode == "softmax" else ""
+        return f"{kind}, mode={self.mode}{beta}, dk={self.dk}, dv={self.dv}"
+
+    def keys_values(self, mem: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[L, w, B]`` memory -> keys ``[L, dk, B]`` and values ``[L, dv, B]``."""
+        k = torch.einsum("dw,lwb->ldb", self.wk, mem) + self.bk[None, :, None]
+        v = torch.einsum("dw,lwb->ldb", self.wv, mem) + self.bv[None, :, None]
+        return k, v
+
+    def attend(self, h: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        q = torch.addmm(self.bq[:, None], self.wq, h)                 # [dk, B]
+        s = torch.einsum("ldb,db->lb", keys, q)                      # [L, B]
+        s0 = (self.null_key[:, None] * q).sum(0, keepdim=True)       # [1, B]
+        if self.mode == "hardmax":
+            top = torch.maximum(s.amax(0, keepdim=True), s0) if s.shape[0] else s0
+            a, a0 = (s == top).to(h.dtype), (s0 == top).to(h.dtype)
+            a, a0 = a / (a.sum(0) + a0), a0 / (a.sum(0) + a0)
+        else:
+            p = torch.softmax(self.beta * torch.cat([s0, s]), dim=0)
+            a0, a = p[:1], p[1:]
+        out_v = torch.einsum("lb,ldb->db", a, vals) + a0 * self.null_value[:, None]
+        return h.index_add(0, self.rows, out_v)
+
+    def fm(self, h: torch.Tensor, mem: torch.Tensor | None = None, ctx: dict | None = None) -> torch.Tensor:
+        if not self.is_self:
+            kv = ctx.get(self.op_name) if ctx is not None else None
+            if kv is None or kv[0] is not mem:
+                kv = (mem, *self.keys_values(mem))
+                if ctx is not None:
+                    ctx[self.op_name] = kv
+            return self.attend(h, kv[1], kv[2])
+        k, v = self.keys_values(h[None])
+        cache = ctx.get(self.op_name) if ctx is not None else None
+        if cache is None:
+            return self.attend(h, k, v)
+        keys, vals = cache.append(k[0], v[0])
+        return self.attend(h, keys, vals)
+
+    def forward(self, h: torch.Tensor, mem: torch.Tensor | None = None) -> torch.Tensor:
+        """Batch-major: ``h`` ``[B, w]``, ``mem`` ``[B, L, w]`` (cross-attention)."""
+        m = None if mem is None else mem.permute(1, 2, 0)
+        return self.fm(h.t(), m).t()
+
+
+class EmbedModule(nn.Module):
+    """Encoder embedding: token ids ``[B, L]`` -> ``E[:, x_k] + β(k)``."""
+
+    def __init__(self, op: Embed, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.cite = op.cite
+        self.max_len = op.max_len
+        self.register_buffer("table", _dense(op.table, dtype))
+        self.register_buffer("positions", _dense(op.positions, dtype))
+
+    def extra_repr(self) -> str:
+        return f"tokens={self.table.shape[0]}, width={self.table.shape[1]}, max_len={self.max_len}"
+
+    def fm(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens[:, : self.max_len]
+        e = self.table[tokens] + self.positions[: tokens.shape[1]][None]    # [B, L, w]
+        return e.permute(1, 2, 0).contiguous()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.fm(tokens).permute(2, 0, 1)
+
+
+class DecodeModule(nn.Module):
+    """The decoder loop (see :class:`tm2nn.nets.Decode`), incremental: one key/value
+    :class:`_Cache` per self-attention op, so step ``i`` costs O(i)."""
+
+    def __init__(self, op: Decode, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.cite = op.cite
+        self.steps = int(op.steps)
+        self.prologue = NetModule(op.prologue, dtype)
+        self.body = NetModule(op.body, dtype)
+        self.register_buffer("init", _dense(op.init, dtype))
+        self.register_buffer("positions", _dense(op.positions, dtype))
+        self.self_attention = [(a.name, a.key_width, int(a.value_rows().size))
+                               for a in op.body.nodes if isinstance(a, Attention) and a.is_self]
+        self.tap_width = len(op.body.spaces[op.body.outputs[1]])
+        #: ``progress(i, steps)``, called about 100 times per decode (for progress bars).
+        self.progress = None
+
+    def extra_repr(self) -> str:
+        return f"steps={self.steps}, self_attention={len(self.self_attention)}"
+
+    def new_context(self, batch: int, capacity: int | None = None) -> dict:
+        """Empty caches for a decode of ``capacity`` steps (default: ``steps``)."""
+        cap = max(1, self.steps if capacity is None else capacity)
+        dev = self.init.device
+        return {name: _Cache(cap, dk, dv, batch, self.init.dtype, dev)
+                for name, dk, dv in self.self_attention}
+
+    def start(self, mem: torch.Tensor, ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(o_0, tap_0)``: the prologue on the initial decoder input."""
+        x = self.init[:, None].expand(-1, mem.shape[2]).contiguous()
+        o, tap = self.prologue._run_fm((x, mem), ctx={})
+        return o, tap
+
+    def step(self, i: int, o: torch.Tensor, mem: torch.Tensor, ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(o_i, tap_i) = body(o_{i-1} + β(i), memory)``, appending to the caches in ``ctx``."""
+        x = o + self.positions[i - 1][:, None]
+        return tuple(self.body._run_fm((x, mem), ctx=ctx))
+
+    def fm(self, mem: torch.Tensor, progress=None) -> torch.Tensor:
+        progress = progress or self.progress
+        batch = mem.shape[2]
+        ctx = self.new_context(batch)
+        taps = torch.empty((self.steps + 1, self.tap_width, batch), dtype=self.init.dtype, device=mem.device)
+        o, taps[0] = self.start(mem, ctx)
+        every = max(1, self.steps // 100)
+        for i in range(1, self.steps + 1):
+            o, taps[i] = self.step(i, o, mem, ctx)
+            if progress is not None and (i % every == 0 or i == self.steps):
+                progress(i, self.steps)
+        return taps
+
+    def forward(self, mem: torch.Tensor) -> torch.Tensor:
+        """Batch-major: ``mem`` ``[B, L, w]`` -> taps ``[B, steps + 1, tap_w]``."""
+        return self.fm(mem.permute(1, 2, 0)).permute(2, 0, 1)
+
+
 def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
     if isinstance(op, Affine):
         return AffineModule(op, dtype)
@@ -191,6 +365,12 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
         return SliceModule(op)
     if isinstance(op, Loop):
         return LoopModule(op, dtype)
+    if isinstance(op, Attention):
+        return AttentionModule(op, dtype)
+    if isinstance(op, Embed):
+        return EmbedModule(op, dtype)
+    if isinstance(op, Decode):
+        return DecodeModule(op, dtype)
     raise NetIRError(f"the torch emitter does not know {op.kind} op {op.name!r}")
 
 
@@ -223,6 +403,8 @@ class NetModule(nn.Module):
         self.net_name = net.name
         self.input_names = tuple(p.name for p in net.inputs)
         self.input_widths = tuple(len(p.space) for p in net.inputs)
+        self.input_kinds = tuple(p.kind for p in net.inputs)
+        self.output_kinds = tuple(net.kinds[o] for o in net.outputs)
         self.output_names = tuple(net.outputs)
         self.output_widths = tuple(len(net.spaces[o]) for o in net.outputs)
         self.op_attrs: dict[str, str] = {}
@@ -244,13 +426,14 @@ class NetModule(nn.Module):
             self.op_attrs[op.name] = attr
             slot[op.name] = len(slot)
             ins = tuple(slot[v] for v in op.inputs)
+            wants_ctx = isinstance(op, Attention)
             relu_inplace = (isinstance(op, ReLU) and op.inputs[0] in owned
                             and last_use[op.inputs[0]] == i and op.inputs[0] not in outputs)
             dead = {v for v in op.inputs if last_use[v] == i and v not in outputs}
             if op.name not in last_use and op.name not in outputs:
                 dead.add(op.name)
             frees = tuple(sorted(slot[v] for v in dead))
-            plan.append((mod, ins, slot[op.name], frees, relu_inplace))
+            plan.append((mod, ins, slot[op.name], frees, relu_inplace, wants_ctx))
             if not isinstance(op, Loop):  # a loop with 0 trips returns its input
                 owned.add(op.name)
         self._plan = plan
@@ -277,9 +460,21 @@ class NetModule(nn.Module):
             raise TypeError(f"net {self.net_name!r} takes {len(self.input_names)} input(s) "
                             f"{list(self.input_names)}, got {len(inputs)}")
         xs = []
-        for name, width, x in zip(self.input_names, self.input_widths, inputs):
+        for name, width, kind, x in zip(self.input_names, self.input_widths, self.input_kinds, inputs):
             if not isinstance(x, torch.Tensor):
                 x = torch.as_tensor(x)
+            if kind == "tokens":
+                if x.dim() != 2 or x.is_floating_point():
+                    raise ValueError(f"input {name!r}: expected integer token ids [batch, length], got {x.dtype} {list(x.shape)}")
+                if x.numel() and (int(x.min()) < 0 or int(x.max()) >= width):
+                    raise ValueError(f"input {name!r}: token ids must lie in [0, {width})")
+                xs.append(x.to(torch.int64))
+                continue
+            if kind == "sequence":
+                if x.dim() != 3 or x.shape[2] != width:
+                    raise ValueError(f"input {name!r}: expected shape [batch, length, {width}], got {list(x.shape)}")
+                xs.append(x.to(self.dtype).permute(1, 2, 0).contiguous())
+                continue
             if x.dim() != 2 or x.shape[1] != width:
                 raise ValueError(f"input {name!r}: expected shape [batch, {width}], got {list(x.shape)}")
             if not x.is_floating_point():
@@ -287,13 +482,16 @@ class NetModule(nn.Module):
             xs.append(x.t().contiguous())
         return xs
 
-    def _run_fm(self, xs, keep: bool = False) -> list[torch.Tensor]:
+    def _run_fm(self, xs, keep: bool = False, ctx: dict | None = None) -> list[torch.Tensor]:
+        """Run feature-major values; ``ctx`` holds the attention caches of a decode."""
         vals: list = [None] * self._n_slots
         vals[: len(xs)] = xs
         inplace = not keep and not torch.is_grad_enabled()
-        for mod, ins, out, frees, relu_inplace in self._plan:
+        for mod, ins, out, frees, relu_inplace, wants_ctx in self._plan:
             if relu_inplace and inplace:
                 vals[out] = vals[ins[0]].relu_()
+            elif wants_ctx:
+                vals[out] = mod.fm(*[vals[i] for i in ins], ctx=ctx)
             else:
                 vals[out] = mod.fm(*[vals[i] for i in ins])
             if not keep:
@@ -306,14 +504,21 @@ class NetModule(nn.Module):
     def forward(self, *inputs: torch.Tensor):
         """One ``[batch, width]`` tensor per input port; returns the output tensor, or a
         tuple in ``net.outputs`` order when the net has several outputs."""
-        outs = tuple(o.t().contiguous() for o in self._run_fm(self._prepare(inputs)))
+        outs = tuple(_batch_major(o) for o in self._run_fm(self._prepare(inputs)))
         return outs[0] if len(outs) == 1 else outs
 
     def trace(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every value of the net (inputs and op outputs, by name), ``[batch, width]`` each.
         A loop's value is the one after its last trip."""
         vals = self._run_fm(self._prepare(inputs), keep=True)
-        return {name: vals[s].t() for name, s in self._slots.items()}
+        return {name: _batch_major(vals[s]) for name, s in self._slots.items()}
+
+
+def _batch_major(x: torch.Tensor) -> torch.Tensor:
+    """Feature-major ``[w, B]`` / ``[L, w, B]`` -> ``[B, w]`` / ``[B, L, w]`` (tokens stay)."""
+    if x.dtype == torch.int64:
+        return x
+    return x.t().contiguous() if x.dim() == 2 else x.permute(2, 0, 1).contiguous()
 
 
 def to_torch(net: Net, dtype: torch.dtype = torch.float32) -> NetModule:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.ops import Affine, Loop, NetIRError, Op, Port, ReLU
+from tm2nn.nets.ops import Affine, Attention, Decode, Embed, Loop, NetIRError, Op, Port, ReLU
 from tm2nn.nets.space import Space
 
 
@@ -30,23 +30,32 @@ class Net:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "outputs", tuple(self.outputs))
         spaces: dict[str, Space] = {}
+        kinds: dict[str, str] = {}
         for p in self.inputs:
             if p.name in spaces:
                 raise NetIRError(f"net {self.name!r}: input {p.name!r} declared twice")
             spaces[p.name] = p.space
+            kinds[p.name] = p.kind
         for op in self.nodes:
             if op.name in spaces:
                 raise NetIRError(f"net {self.name!r}: value {op.name!r} defined twice")
             missing = [i for i in op.inputs if i not in spaces]
             if missing:
                 raise NetIRError(f"net {self.name!r}: {op.kind} {op.name!r} reads undefined {missing[0]!r}")
+            want = op.in_kinds()
+            got = tuple(kinds[i] for i in op.inputs)
+            if got != want:
+                raise NetIRError(f"net {self.name!r}: {op.kind} {op.name!r} reads {list(got)}, expects {list(want)}")
             spaces[op.name] = op.out_space([spaces[i] for i in op.inputs])
+            kinds[op.name] = op.out_kind
         for o in self.outputs:
             if o not in spaces:
                 raise NetIRError(f"net {self.name!r}: output {o!r} is not defined")
         object.__setattr__(self, "spaces", spaces)
+        object.__setattr__(self, "kinds", kinds)
 
     spaces: dict[str, Space] = field(default=None, init=False, repr=False)  # type: ignore[assignment]
+    kinds: dict[str, str] = field(default=None, init=False, repr=False)  # type: ignore[assignment]
 
     def node(self, name: str) -> Op:
         for op in self.nodes:
@@ -55,49 +64,77 @@ class Net:
         raise KeyError(name)
 
     # -- reports --------------------------------------------------------------------------
-    def affine_layers(self) -> list[Affine]:
-        """Every affine op, loop bodies included once (their weights are shared)."""
-        out: list[Affine] = []
+    def subnets(self) -> list["Net"]:
+        """Nets nested in this one's ops (loop bodies, decoder prologue and body)."""
+        out: list[Net] = []
         for op in self.nodes:
-            if isinstance(op, Affine):
-                out.append(op)
-            elif isinstance(op, Loop):
-                out.extend(op.body.affine_layers())
+            if isinstance(op, Loop):
+                out.append(op.body)
+            elif isinstance(op, Decode):
+                out += [op.prologue, op.body]
         return out
 
+    def all_ops(self) -> list[Op]:
+        """Every op, nested nets included once (their weights are shared between trips)."""
+        out: list[Op] = list(self.nodes)
+        for sub in self.subnets():
+            out += sub.all_ops()
+        return out
+
+    def affine_layers(self) -> list[Affine]:
+        """Every affine op, loop and decoder bodies included once."""
+        return [op for op in self.all_ops() if isinstance(op, Affine)]
+
+    def attention_layers(self) -> list[Attention]:
+        return [op for op in self.all_ops() if isinstance(op, Attention)]
+
     def depth(self) -> dict[str, int]:
-        """Longest path in affine layers and in ReLU layers (a loop counts ``trips`` times)."""
-        d_aff: dict[str, int] = {p.name: 0 for p in self.inputs}
-        d_relu: dict[str, int] = {p.name: 0 for p in self.inputs}
+        """Longest path in affine, ReLU and attention layers (a loop counts ``trips``
+        times, a decoder its prologue plus ``steps`` bodies)."""
+        keys = ("affine", "relu", "attention")
+        d: dict[str, dict[str, int]] = {p.name: dict.fromkeys(keys, 0) for p in self.inputs}
         for op in self.nodes:
-            a = max((d_aff[i] for i in op.inputs), default=0)
-            r = max((d_relu[i] for i in op.inputs), default=0)
+            cur = {k: max((d[i][k] for i in op.inputs), default=0) for k in keys}
             if isinstance(op, Affine):
-                a += 1
+                cur["affine"] += 1
             elif isinstance(op, ReLU):
-                r += 1
+                cur["relu"] += 1
+            elif isinstance(op, Attention):
+                cur["attention"] += 1
             elif isinstance(op, Loop):
                 inner = op.body.depth()
-                a += op.trips * inner["affine"]
-                r += op.trips * inner["relu"]
-            d_aff[op.name], d_relu[op.name] = a, r
-        return {"affine": max(d_aff[o] for o in self.outputs), "relu": max(d_relu[o] for o in self.outputs)}
+                for k in keys:
+                    cur[k] += op.trips * inner[k]
+            elif isinstance(op, Decode):
+                pro, body = op.prologue.depth(), op.body.depth()
+                for k in keys:
+                    cur[k] += pro[k] + op.steps * body[k]
+            d[op.name] = cur
+        return {k: max(d[o][k] for o in self.outputs) for k in keys}
 
     def info(self) -> dict:
-        """Widths, depth, parameter counts, l1 norm, distinct weight values."""
+        """Widths, depth, parameter counts, l1 norm, distinct weight values (every op's
+        tensors: affine weights, attention Q/K/V and null key/value, embeddings)."""
         layers = self.affine_layers()
         values: list[np.ndarray] = []
         dense = nonzero = 0
         l1 = 0.0
-        for op in layers:
-            w: SparseMatrix = op.weight
-            dense += w.shape[0] * w.shape[1] + w.shape[0]
-            nonzero += w.nnz + int(np.count_nonzero(op.bias))
-            l1 += w.l1() + float(np.abs(op.bias).sum())
-            values += [w.vals, op.bias[op.bias != 0]]
+        for op in self.all_ops():
+            for t in op.tensors().values():
+                if isinstance(t, SparseMatrix):
+                    dense += t.shape[0] * t.shape[1]
+                    nonzero += t.nnz
+                    l1 += t.l1()
+                    values.append(t.vals)
+                else:
+                    a = np.asarray(t, dtype=np.float64).ravel()
+                    dense += a.size
+                    nonzero += int(np.count_nonzero(a))
+                    l1 += float(np.abs(a).sum())
+                    values.append(a[a != 0])
         allv = np.concatenate(values) if values else np.zeros(0)
         widths = [len(op.out) for op in layers]
-        return {
+        out = {
             "inputs": {p.name: len(p.space) for p in self.inputs},
             "outputs": {o: len(self.spaces[o]) for o in self.outputs},
             "affine_layers": len(layers),
@@ -109,3 +146,7 @@ class Net:
             "l1_norm": l1,
             "distinct_weight_values": int(np.unique(allv).size),
         }
+        att = self.attention_layers()
+        if att:
+            out["attention_layers"] = len(att)
+        return out

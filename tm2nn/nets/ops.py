@@ -42,6 +42,13 @@ class Op:
         """The op's weights, by name (for size reports, pictures and the emitters)."""
         return {}
 
+    #: The kind of value the op produces (see :data:`KINDS`).
+    out_kind: ClassVar[str] = "vector"
+
+    def in_kinds(self) -> tuple[str, ...]:
+        """The kinds of value the op reads, one per input (default: all vectors)."""
+        return ("vector",) * len(self.inputs)
+
 
 @dataclass(frozen=True, eq=False)
 class Affine(Op):
@@ -132,8 +139,218 @@ class Loop(Op):
         return ins[0]
 
 
+#: Value kinds.  A ``vector`` is one labelled vector per batch row; a ``sequence`` is a
+#: variable-length list of them (the encoder outputs, the decoder's per-step taps);
+#: ``tokens`` are integer ids per position (the transformer's input tape).
+KINDS = ("vector", "sequence", "tokens")
+
+
 @dataclass(frozen=True)
 class Port:
+    """A net input.  For ``tokens`` ports the space labels the token ids (one label per
+    symbol, in id order)."""
+
     name: str
     space: Space
     meta: dict = field(default_factory=dict, compare=False)
+    kind: str = "vector"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise NetIRError(f"port {self.name!r}: unknown kind {self.kind!r}")
+
+
+def _as_f64(a, shape: tuple[int, ...], what: str) -> np.ndarray:
+    a = np.zeros(shape) if a is None else np.asarray(a, dtype=np.float64)
+    if a.shape != shape:
+        raise NetIRError(f"{what}: expected shape {shape}, got {a.shape}")
+    return a
+
+
+ATTENTION_MODES = ("hardmax", "softmax")
+
+
+@dataclass(frozen=True, eq=False)
+class Attention(Op):
+    """Attention with a null key/value (Wei, Chen & Ma §4.1):
+
+        Attn(h', (h_1..h_i)) = h' + Σ_j a_j v_j,  τ_j = Q(h')ᵀK(h_j),  τ_0 = Q(h')ᵀK_0
+
+    with ``v_0 = V_0`` and ``v_j = V(h_j)``.  ``hardmax`` attends uniformly to
+    ``J = argmax_j τ_j`` (ties averaged, as in the paper); ``softmax`` uses
+    ``a = softmax(beta · τ)``.
+
+    ``inputs = (h,)`` is decoder *self*-attention: inside a :class:`Decode` body the
+    memory is the history of ``h`` itself at steps 1..i (the current step included),
+    kept in a key/value cache.  ``inputs = (h, memory)`` attends over a ``sequence``
+    value (encoder–decoder attention).  ``Q, K, V`` are affine; ``V`` maps the memory's
+    space into ``h``'s, so the output keeps ``h``'s labels (a residual add).
+    """
+
+    wq: SparseMatrix = None  # type: ignore[assignment]
+    bq: np.ndarray = None  # type: ignore[assignment]
+    wk: SparseMatrix = None  # type: ignore[assignment]
+    bk: np.ndarray = None  # type: ignore[assignment]
+    wv: SparseMatrix = None  # type: ignore[assignment]
+    bv: np.ndarray = None  # type: ignore[assignment]
+    null_key: np.ndarray = None  # type: ignore[assignment]
+    null_value: np.ndarray = None  # type: ignore[assignment]
+    mode: str = "hardmax"
+    beta: float = 1.0
+    cite: str = ""
+    kind: ClassVar[str] = "attention"
+    arity: ClassVar[int | None] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if len(self.inputs) not in (1, 2):
+            raise NetIRError(f"attention {self.name!r} takes (h,) or (h, memory)")
+        dk = self.wq.shape[0]
+        if self.wk.shape[0] != dk:
+            raise NetIRError(f"attention {self.name!r}: query and key widths differ")
+        object.__setattr__(self, "bq", _as_f64(self.bq, (dk,), f"attention {self.name!r} bq"))
+        object.__setattr__(self, "bk", _as_f64(self.bk, (dk,), f"attention {self.name!r} bk"))
+        object.__setattr__(self, "null_key", _as_f64(self.null_key, (dk,), f"attention {self.name!r} null_key"))
+        n = self.wv.shape[0]
+        object.__setattr__(self, "bv", _as_f64(self.bv, (n,), f"attention {self.name!r} bv"))
+        object.__setattr__(self, "null_value", _as_f64(self.null_value, (n,), f"attention {self.name!r} null_value"))
+        if self.mode not in ATTENTION_MODES:
+            raise NetIRError(f"attention {self.name!r}: mode must be one of {ATTENTION_MODES}")
+        if not (np.isfinite(self.beta) and self.beta > 0):
+            raise NetIRError(f"attention {self.name!r}: beta must be a positive number")
+
+    @property
+    def is_self(self) -> bool:
+        return len(self.inputs) == 1
+
+    @property
+    def key_width(self) -> int:
+        return self.wq.shape[0]
+
+    def value_rows(self) -> np.ndarray:
+        """The output dimensions a value can change (the rest pass through unchanged);
+        the emitters cache and average only these."""
+        rows = set(self.wv.rows.tolist())
+        rows |= set(np.flatnonzero(self.bv).tolist()) | set(np.flatnonzero(self.null_value).tolist())
+        return np.array(sorted(rows), dtype=np.int64)
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return ("vector",) if self.is_self else ("vector", "sequence")
+
+    def out_space(self, ins: list[Space]) -> Space:
+        h = ins[0]
+        mem = h if self.is_self else ins[1]
+        if self.wq.shape[1] != len(h):
+            raise NetIRError(f"attention {self.name!r}: query weight has {self.wq.shape[1]} columns, h has {len(h)} dims")
+        if self.wk.shape[1] != len(mem) or self.wv.shape[1] != len(mem):
+            raise NetIRError(f"attention {self.name!r}: key/value weights do not read the memory's {len(mem)} dims")
+        if self.wv.shape[0] != len(h):
+            raise NetIRError(f"attention {self.name!r}: values must land in h's {len(h)} dims")
+        return h
+
+    def tensors(self):
+        return {"wq": self.wq, "bq": self.bq, "wk": self.wk, "bk": self.bk, "wv": self.wv,
+                "bv": self.bv, "null_key": self.null_key, "null_value": self.null_value}
+
+
+@dataclass(frozen=True, eq=False)
+class Embed(Op):
+    """Encoder: token ids -> a ``sequence``, ``Enc_k(x) = E[:, x_k] + β(k)`` (Wei, Chen &
+    Ma §4.1).  ``table`` is ``[n_tokens, width]`` (row ``a`` = ``E[:, a]``), ``positions``
+    is ``[max_len, width]`` (row ``k`` = ``β(k)``); tokens past ``max_len`` are dropped
+    (a compiled machine can never reach those cells)."""
+
+    table: np.ndarray = None  # type: ignore[assignment]
+    positions: np.ndarray = None  # type: ignore[assignment]
+    out: Space = None  # type: ignore[assignment]
+    cite: str = ""
+    kind: ClassVar[str] = "embed"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "table", np.asarray(self.table, dtype=np.float64))
+        object.__setattr__(self, "positions", np.asarray(self.positions, dtype=np.float64))
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return ("tokens",)
+
+    out_kind: ClassVar[str] = "sequence"
+
+    @property
+    def max_len(self) -> int:
+        return self.positions.shape[0]
+
+    def out_space(self, ins: list[Space]) -> Space:
+        w = len(self.out)
+        if self.table.shape != (len(ins[0]), w):
+            raise NetIRError(f"embed {self.name!r}: table must be [{len(ins[0])} tokens, {w}]")
+        if self.positions.ndim != 2 or self.positions.shape[1] != w or self.positions.shape[0] < 1:
+            raise NetIRError(f"embed {self.name!r}: positions must be [max_len >= 1, {w}]")
+        return self.out
+
+    def tensors(self):
+        return {"table": self.table, "positions": self.positions}
+
+
+@dataclass(frozen=True, eq=False)
+class Decode(Op):
+    """The decoder loop of Wei, Chen & Ma §4.1, with a key/value cache per self-attention.
+
+    ``inputs = (memory,)``, a ``sequence`` (the encoder outputs).  With ``init`` = the
+    initial decoder input and ``β(i)`` = ``positions[i - 1]``::
+
+        (o_0, tap_0) = prologue(init, memory)
+        (o_i, tap_i) = body(o_{i-1} + β(i), memory)      for i = 1 .. steps
+
+    ``prologue`` and ``body`` are nets with inputs ``(x: vector, memory: sequence)`` and
+    outputs ``(o, tap)``; ``o`` lives in ``x``'s space.  The op's value is the
+    ``sequence`` ``tap_0 .. tap_steps``.  The body's self-attention ops attend over
+    their own input's history, so step ``i`` costs O(i) and earlier steps are never
+    recomputed; the prologue may not use self-attention.
+    """
+
+    prologue: "Net" = None  # type: ignore[assignment]
+    body: "Net" = None  # type: ignore[assignment]
+    init: np.ndarray = None  # type: ignore[assignment]
+    positions: np.ndarray = None  # type: ignore[assignment]
+    steps: int = 0
+    cite: str = ""
+    kind: ClassVar[str] = "decode"
+    out_kind: ClassVar[str] = "sequence"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "init", np.asarray(self.init, dtype=np.float64))
+        object.__setattr__(self, "positions", np.asarray(self.positions, dtype=np.float64))
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return ("sequence",)
+
+    def out_space(self, ins: list[Space]) -> Space:
+        tap = None
+        for part, net in (("prologue", self.prologue), ("body", self.body)):
+            kinds = tuple(p.kind for p in net.inputs)
+            if kinds != ("vector", "sequence") or len(net.outputs) != 2:
+                raise NetIRError(f"decode {self.name!r}: the {part} must map (x: vector, memory: sequence) to (o, tap)")
+            x, mem = net.inputs
+            if mem.space != ins[0]:
+                raise NetIRError(f"decode {self.name!r}: the {part}'s memory space differs from the input's")
+            if net.spaces[net.outputs[0]] != self.body.inputs[0].space:
+                raise NetIRError(f"decode {self.name!r}: the {part}'s output o must live in the body input's space")
+            t = net.spaces[net.outputs[1]]
+            if tap is not None and t != tap:
+                raise NetIRError(f"decode {self.name!r}: prologue and body taps differ")
+            tap = t
+        if any(isinstance(op, Attention) and op.is_self for op in self.prologue.nodes):
+            raise NetIRError(f"decode {self.name!r}: the prologue cannot use self-attention (it has no history)")
+        w = len(self.body.inputs[0].space)
+        if self.init.shape != (len(self.prologue.inputs[0].space),):
+            raise NetIRError(f"decode {self.name!r}: init must have the prologue input's width")
+        if self.positions.shape != (self.steps, w):
+            raise NetIRError(f"decode {self.name!r}: positions must be [steps, {w}]")
+        if self.steps < 0:
+            raise NetIRError(f"decode {self.name!r}: negative step count")
+        return tap
+
+    def tensors(self):
+        return {"init": self.init, "positions": self.positions}

@@ -35,6 +35,7 @@ class Mismatch:
     field: str
     expected: object
     got: object
+    step: int | None = None  # machines verified step by step: the first divergent step
 
 
 @dataclass
@@ -90,6 +91,10 @@ def verify_compiled(
     seed: int | None = None,
     use_onnx: bool = True,
 ) -> VerifyReport:
+    if compiled.output_encoding.get("kind") == "transformer_trace":
+        from tm2nn.verify.trace import verify_trace
+
+        return verify_trace(compiled, inputs, samples, seed, use_onnx)
     if isinstance(compiled.source, Circuit):
         return _verify_circuit(compiled, inputs, samples, seed, use_onnx)
     return _verify_unrolled(compiled, inputs, samples, seed, use_onnx)

@@ -119,7 +119,7 @@ def circuit_layer(k: int, gates: list[Gate], x: str, in_names: list[str], in_spa
     ]
 
 
-def round_correction(k: int, x: str, space: Space) -> list[Op]:
+def round_correction(k: int, x: str, space: Space, prefix: str | None = None) -> list[Op]:
     """Proposition 3.4: ``round(z) = 3φ(z - 1/3) - 3φ(z - 2/3)`` on every coordinate of
     ``space`` (value ``x``), as the paper's "two feedforward ReLU layers":
 
@@ -128,9 +128,13 @@ def round_correction(k: int, x: str, space: Space) -> list[Op]:
     * ``L<k>.round_b``: weights 3 and -3, bias 0, back to the gate labels;
     * ReLU — harmless, since round maps into [0, 1]; it keeps every block of the net
       in the uniform form affine → ReLU → affine → ReLU.
+
+    Ops are named ``<prefix>.round_a`` ... (``prefix`` defaults to ``L<k>``).
     """
     n = len(space)
-    sig = [lab.split(":", 1)[1] for lab in space.labels]
+    sig = [lab.split(":", 1)[-1] for lab in space.labels]
+    if len(set(sig)) < n:  # short names collide across groups: keep the whole label
+        sig = list(space.labels)
     a_labels = [lab for s in sig for lab in (f"rlo:{s}", f"rhi:{s}")]
     i = np.arange(n, dtype=np.int64)
     A = SparseMatrix((2 * n, n), np.stack([2 * i, 2 * i + 1], 1).ravel(),
@@ -138,7 +142,7 @@ def round_correction(k: int, x: str, space: Space) -> list[Op]:
     c = np.tile([-ROUND_LO, -ROUND_HI], n)
     B = SparseMatrix((n, 2 * n), np.repeat(i, 2), np.stack([2 * i, 2 * i + 1], 1).ravel(),
                      np.tile([ROUND_SCALE, -ROUND_SCALE], n))
-    p = f"L{k}"
+    p = f"L{k}" if prefix is None else prefix
     return [
         Affine(f"{p}.round_a", (x,), weight=A, bias=c, out=Space(tuple(a_labels)), cite=CITE_RA),
         ReLU(f"{p}.round_a.relu", (f"{p}.round_a",)),

@@ -1,0 +1,80 @@
+"""transformer: Turing machines as the encoder–decoder transformer of Wei, Chen & Ma
+(2022), §4.1 and App. C — binary positional encodings, hard-max (or softmax) attention
+with null key/value, and a binary search over past steps (Claims C.4–C.6).
+
+``compile(m, steps=T)`` removes stay moves (:mod:`tm2nn.passes.stay`), lays the hidden
+vector out as in App. C.1 (:mod:`.layout`) and builds the net (:mod:`.build`): input
+``tape`` = token ids of the input symbols, output ``trace`` = one tap per decoder step
+0..T', decoded by :mod:`.decoding`.  See docs/transformer.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tm2nn.backends.base import Compiled
+from tm2nn.backends.transformer.build import build
+from tm2nn.backends.transformer.layout import Layout
+from tm2nn.errors import Tm2nnError
+from tm2nn.ir import GridMachine, Machine
+
+__all__ = ["compile", "MAX_POSITION_ENTRIES"]
+
+#: Refuse a model whose positional tables (2T+1 rows of width w) exceed this many entries.
+MAX_POSITION_ENTRIES = 50_000_000
+
+
+def estimate(m: Machine, steps: int) -> dict:
+    """Sizes of the compiled model, computed before building it."""
+    from tm2nn.passes.stay import remove_stays
+
+    low = remove_stays(m)
+    t = low.lowered_steps(steps)
+    lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
+    return {"decoder_steps": t, "width": lay.width, "w_pos": lay.w_pos,
+            "position_entries": (2 * t + 1) * lay.width}
+
+
+def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float = 10.0,
+            corrections: bool = True) -> Compiled:
+    from tm2nn.passes.stay import remove_stays
+
+    if isinstance(m, GridMachine):
+        raise Tm2nnError("the transformer backend compiles line-tape machines; this is a grid machine "
+                         "(try --backend rcnn)")
+    if steps is None or steps < 1:
+        raise Tm2nnError("the transformer backend needs a step bound T >= 1: pass --steps T (or --max-steps)")
+    if attention not in ("hardmax", "softmax"):
+        raise Tm2nnError(f"--attention must be hardmax or softmax, got {attention!r}")
+    if not (math.isfinite(beta) and beta > 0):
+        raise Tm2nnError(f"--beta must be a positive number, got {beta}")
+    est = estimate(m, steps)
+    if est["position_entries"] > MAX_POSITION_ENTRIES:
+        raise Tm2nnError(
+            f"refusing to compile: T = {steps} needs {est['decoder_steps']} decoder steps of width "
+            f"{est['width']}, positional tables of {est['position_entries']:,} entries "
+            f"(about {est['position_entries'] * 4 / 2**20:,.0f} MiB in float32; limit "
+            f"{MAX_POSITION_ENTRIES:,}); pass a smaller --steps")
+    low = remove_stays(m)
+    t = est["decoder_steps"]
+    lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
+    net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections)
+    no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
+    enc = {"kind": "transformer_trace", "layout": lay.to_json(), "lowering": low.to_json(),
+           "halting": dict(m.halting), "no_rule": no_rule,
+           "missing_rule_counts_step": m.missing_rule_counts_step, "source_steps": int(steps)}
+    from tm2nn.backends.transformer.bounds import size_report
+
+    return Compiled(
+        backend="transformer",
+        net=net,
+        source=m,
+        input_encoding={"kind": "tokens", "alphabet": list(m.alphabet), "blank": m.blank,
+                        "max_len": t + 1},
+        output_encoding=enc,
+        bounds=size_report(m, lay, net),
+        options={"steps": int(steps), "decoder_steps": t, "attention": attention,
+                 "beta": float(beta) if attention == "softmax" else None,
+                 "corrections": bool(corrections), "width": lay.width, "w_pos": lay.w_pos,
+                 "offset": lay.offset, "stay_aux_states": len(low.aux)},
+    )

@@ -1,0 +1,114 @@
+"""Assemble the transformer of Wei, Chen & Ma §4.1 / App. C for one machine.
+
+Encoder (§4.1): ``Enc_k(x) = E[:, x_k] + β(k)`` with ``E[:, a] = 1_{sym1:a}`` and
+``β(k)^{pos1} = Bin(k + offset)`` (C.1; ``offset`` is our two-way tape origin).
+
+Decoder step i (the proof of Theorem 4.1, steps 1–5), on ``o_{i-1} + β(i)`` with
+``β(i)^{pos1} = Bin(i)``::
+
+    Lemma C.1 (transition) → Lemma C.2 (head) → Claims C.4, C.5 ×w_pos, C.6 (binary
+    search) → Lemma C.7 (input cell) → Lemma C.8 (choose the symbol)  =  o_i  (C.2)
+
+with a Prop. 3.4 ``round`` correction after each group when ``corrections`` (the proof's
+last paragraph: "we insert correction functions between every group of constructed
+layers").
+
+The initial decoder input: the paper takes h_0 as a trained parameter encoding the
+start configuration, but a_0 (the symbol under the head at step 0) depends on the
+input.  So ``o_0`` is computed by a *prologue*: Lemmas C.7 and C.8 applied to the
+vector ``h_0 = (st = z_start, pos3 = Bin(offset))`` with no past writes.  The prologue
+has no self-attention and adds one read; everything else is the paper's layer stack.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tm2nn.backends.relu_circuit.layers import round_correction
+from tm2nn.backends.transformer.binary_search import binary_search
+from tm2nn.backends.transformer.head import head_move
+from tm2nn.backends.transformer.layout import Layout, symbol_label
+from tm2nn.backends.transformer.read import combine, read_input
+from tm2nn.backends.transformer.transition import transition
+from tm2nn.ir.machine import Machine
+from tm2nn.nets import Concat, Decode, Embed, Net, Op, Port, Slice, Space
+
+CITE_ENC = "Wei, Chen & Ma §4.1 and (C.1): Enc_k(x) = E[:, x_k] + beta(k), beta(k)^pos1 = Bin(k)"
+CITE_DEC = "Wei, Chen & Ma §4.1: decoder, h_{i+1}^(0) = o_i + beta(i+1), beta(i)^pos1 = Bin(i)"
+
+
+def _corrector(lay: Layout, enabled: bool):
+    def corr(ops: list[Op], value: str, prefix: str) -> str:
+        if not enabled:
+            return value
+        ops += round_correction(0, value, lay.space, prefix=f"{prefix}.round")
+        return f"{prefix}.round.round_b.relu"
+    return corr
+
+
+def _tap(lay: Layout, o: str, writes: str, prefix: str) -> tuple[list[Op], str]:
+    """tap_i = (st, sym1, pos2 of o_i; sym2 = the symbol step i wrote at l_{i-1})."""
+    head = np.concatenate([lay.idx("st"), lay.idx("sym1"), lay.idx("pos2")])
+    return [Slice(f"{prefix}.tap.o", (o,), indices=tuple(int(i) for i in head)),
+            Slice(f"{prefix}.tap.write", (writes,), indices=tuple(int(i) for i in lay.idx("sym2"))),
+            Concat(f"{prefix}.tap", (f"{prefix}.tap.o", f"{prefix}.tap.write"))], f"{prefix}.tap"
+
+
+def build(m: Machine, lay: Layout, *, mode: str = "hardmax", beta: float = 1.0,
+          corrections: bool = True) -> Net:
+    """The whole model: tokens ``tape`` -> the per-step taps ``trace`` (see layout)."""
+    h = lay.space
+    corr = _corrector(lay, corrections)
+    ports = (Port("x", h), Port("memory", h, kind="sequence"))
+
+    # Decoder step (the body).
+    ops: list[Op] = []
+    t_ops, cur = transition(lay, m, "x", "S.c1")
+    ops += t_ops
+    cur = corr(ops, cur, "S.c1")
+    h_ops, cur = head_move(lay, cur, "S.c2")
+    ops += h_ops
+    cur = corr(ops, cur, "S.c2")
+    after_head = cur
+    b_ops, cur = binary_search(lay, cur, "S", mode=mode, beta=beta, corrections=corr)
+    ops += b_ops
+    cur = corr(ops, cur, "S.c6")
+    r_ops, cur = read_input(lay, cur, "memory", "S", mode=mode, beta=beta)
+    ops += r_ops
+    c_ops, cur = combine(lay, cur, "S")
+    ops += c_ops
+    o = corr(ops, cur, "S.c8")
+    tap_ops, tap = _tap(lay, o, after_head, "S")
+    body = Net("step", ports, tuple(ops + tap_ops), (o, tap))
+
+    # Prologue: o_0 from h_0 by Lemmas C.7 and C.8.
+    pops: list[Op] = []
+    r_ops, cur = read_input(lay, "x", "memory", "P", mode=mode, beta=beta)
+    pops += r_ops
+    c_ops, cur = combine(lay, cur, "P")
+    pops += c_ops
+    o0 = corr(pops, cur, "P.c8")
+    tap_ops, tap0 = _tap(lay, o0, "x", "P")
+    prologue = Net("prologue", ports, tuple(pops + tap_ops), (o0, tap0))
+
+    init = lay.vector(st=lay.one_hot("st", m.start), pos3=lay.bin(lay.offset))
+    positions = np.zeros((lay.steps, lay.width))
+    p1 = lay.idx("pos1")
+    for i in range(1, lay.steps + 1):
+        positions[i - 1, p1] = lay.bin(i)
+
+    syms = [symbol_label(a) for a in lay.alphabet]
+    table = np.zeros((len(syms), lay.width))
+    for a, s in enumerate(syms):
+        table[a, h.index(f"sym1:{s}")] = 1.0
+    max_len = lay.steps + 1  # cells 0..T are the only ones a run of T steps can read
+    enc_pos = np.zeros((max_len, lay.width))
+    for k in range(max_len):
+        enc_pos[k, p1] = lay.bin(k + lay.offset)
+    tokens = Port("tape", Space.named("tok", syms), kind="tokens")
+    nodes = (
+        Embed("encoder", ("tape",), table=table, positions=enc_pos, out=h, cite=CITE_ENC),
+        Decode("trace", ("encoder",), prologue=prologue, body=body, init=init, positions=positions,
+               steps=lay.steps, cite=CITE_DEC),
+    )
+    return Net(m.name, (tokens,), nodes, ("trace",))

@@ -1,0 +1,182 @@
+"""Step-by-step verification of a compiled machine (the transformer backend).
+
+The model's taps are decoded (:mod:`tm2nn.backends.transformer.decoding`) into the
+configuration after every source step 0..T — state, head position and the symbol
+under the head — and compared with the interpreter's trace, step by step; then the
+final run report field by field.  The first divergence names the input, the step, the
+field and both values.  Runs in torch and, unless told not to, in onnxruntime.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+
+import numpy as np
+
+from tm2nn.backends.base import Compiled
+from tm2nn.verify.check import REPORT_FIELDS, Mismatch, VerifyReport
+
+#: Exhaustive verification covers every tape up to this many cells (when few enough).
+EXHAUSTIVE_CELLS = 8
+#: ... and at most this many tapes (each decodes T steps).
+EXHAUSTIVE_TAPES = 4096
+BATCH = 512
+
+
+def encode_tokens(enc: dict, texts: list[str]) -> np.ndarray:
+    """Input strings -> ``[n, L]`` int64 token ids, padded on the right with the blank
+    (a blank cell is what the tape holds there anyway)."""
+    from tm2nn.errors import Tm2nnError
+
+    index = {a: i for i, a in enumerate(enc["alphabet"])}
+    blank = index[enc["blank"]]
+    width = max([1, *(len(t) for t in texts)])
+    out = np.full((len(texts), width), blank, dtype=np.int64)
+    for r, t in enumerate(texts):
+        for c, ch in enumerate(t):
+            if ch not in index:
+                raise Tm2nnError(f"symbol {ch!r} is not in the alphabet "
+                                 f"({' '.join(repr(a) for a in enc['alphabet'])})",
+                                 file="--input", line=1, col=c + 1, snippet=t)
+            out[r, c] = index[ch]
+    return out
+
+
+def torch_runner(net_or_module, progress=None):
+    """``tokens [n, L] -> taps [n, T+1, tap_w]`` with the torch module (float32, no_grad)."""
+    import torch
+
+    from tm2nn.emit.torch_emit import NetModule, to_torch
+
+    mod = net_or_module if isinstance(net_or_module, NetModule) else to_torch(net_or_module)
+    decoders = [m for m in mod.modules() if type(m).__name__ == "DecodeModule"]
+
+    def run(tokens: np.ndarray) -> np.ndarray:
+        outs = []
+        with torch.no_grad():
+            for s in range(0, tokens.shape[0], BATCH):
+                if progress is not None:
+                    for d in decoders:
+                        d.progress = progress
+                try:
+                    outs.append(mod(torch.from_numpy(tokens[s:s + BATCH])).numpy())
+                finally:
+                    for d in decoders:
+                        d.progress = None
+        return np.concatenate(outs)
+    return run
+
+
+def onnx_runner(model_bytes: bytes):
+    """Same contract as :func:`torch_runner`, in onnxruntime."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+
+    def run(tokens: np.ndarray) -> np.ndarray:
+        return np.concatenate([sess.run(None, {name: tokens[s:s + BATCH]})[0]
+                               for s in range(0, tokens.shape[0], BATCH)])
+    return run
+
+
+def machine_tapes(alphabet, max_cells: int, samples: int, seed: int | None):
+    """Every tape up to ``max_cells`` cells when there are at most EXHAUSTIVE_TAPES of
+    them, else ``samples`` random tapes (seed returned so it can be printed)."""
+    alphabet = list(alphabet)
+    total, n = 0, 0
+    for n in range(max_cells + 1):
+        total += len(alphabet) ** n
+        if total > EXHAUSTIVE_TAPES:
+            break
+    else:
+        return ["".join(p) for k in range(max_cells + 1) for p in itertools.product(alphabet, repeat=k)], \
+            "exhaustive", None
+    seed = secrets.randbits(32) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    xs = []
+    for _ in range(samples):
+        k = int(rng.integers(0, max_cells + 1))
+        xs.append("".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=k)))
+    return xs, "random", seed
+
+
+def first_divergence(m, decoded, text: str, steps: int) -> tuple[int | None, str, object, object] | None:
+    """Compare one decoded run with the interpreter, step by step, then the report.
+    Returns ``(step, field, expected, got)`` for the first difference, or None."""
+    from tm2nn.interp import configurations, run_machine
+
+    if decoded.bad is not None:
+        return decoded.bad[0], "encoding", "one-hot groups", decoded.bad[1]
+    run = run_machine(m, text, steps, trace=True)
+    last = None
+    for k, q, head, cells in configurations(run):
+        last = (q, head, cells.get(head, m.blank))
+        got = (decoded.state[k], int(decoded.head[k]), decoded.symbol[k])
+        for f, want, have in zip(("state", "head", "symbol under head"), last, got):
+            if want != have:
+                return k, f, want, have
+    # After a halt the decoder must keep emitting the halting configuration.
+    for k in range(run.steps + 1, len(decoded.state)):
+        got = (decoded.state[k], int(decoded.head[k]), decoded.symbol[k])
+        for f, want, have in zip(("state", "head", "symbol under head"), last, got):
+            if want != have:
+                return k, f, want, have
+    want = run.report()
+    for f in REPORT_FIELDS:
+        if decoded.report.get(f) != want[f]:
+            return None, f, want[f], decoded.report.get(f)
+    return None
+
+
+def verify_trace(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool,
+                 progress=None) -> VerifyReport:
+    from tm2nn.backends.transformer.decoding import TraceDecoder
+
+    m = compiled.source
+    enc_in, enc_out = compiled.input_encoding, compiled.output_encoding
+    steps = int(enc_out["source_steps"])
+    if inputs is not None:
+        xs, mode = list(inputs), "given"
+    else:
+        xs, mode, seed = machine_tapes(m.alphabet, min(EXHAUSTIVE_CELLS, steps + 1), samples, seed)
+    tokens = encode_tokens(enc_in, xs)
+    dec = TraceDecoder(enc_out)
+    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
+    engines = [("torch", torch_runner(compiled.net, progress))]
+    if use_onnx:
+        from tm2nn.compiler import metadata
+        from tm2nn.emit.onnx_emit import to_onnx
+
+        blob = to_onnx(compiled.net, metadata(compiled, "verify")).SerializeToString()
+        engines.append(("onnxruntime", onnx_runner(blob)))
+    for name, run in engines:
+        taps = run(tokens)
+        rep.max_deviation[name] = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
+        bad = 0
+        for text, t in zip(xs, taps):
+            d = first_divergence(m, dec.decode(t, text), text, steps)
+            if d is not None:
+                bad += 1
+                if rep.first is None:
+                    rep.first = Mismatch(name, text, d[1], d[2], d[3], step=d[0])
+        rep.engines[name] = bad
+    return rep
+
+
+def run_compiled(compiled: Compiled, text: str, engine: str = "torch", progress=None) -> dict:
+    """Run one input through a compiled transformer and return the source run report."""
+    from tm2nn.backends.transformer.decoding import TraceDecoder
+
+    tokens = encode_tokens(compiled.input_encoding, [text])
+    if engine == "torch":
+        taps = torch_runner(compiled.net, progress)(tokens)
+    else:
+        from tm2nn.compiler import metadata
+        from tm2nn.emit.onnx_emit import to_onnx
+
+        taps = onnx_runner(to_onnx(compiled.net, metadata(compiled, "run")).SerializeToString())(tokens)
+    return TraceDecoder(compiled.output_encoding).decode(taps[0], text).report
