@@ -2,6 +2,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # pytest-xdist runs 2 workers on 2 cores: intra-op threads would oversubscribe them
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover
+    pass
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 EXAMPLES = ROOT / "examples"
@@ -12,3 +19,17 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip("../shared/corpus is absent")
     return CORPUS
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """``run_cli(*argv)`` -> (code, out, err) of the CLI run in-process."""
+    from types import SimpleNamespace
+
+    from tm2nn.cli import main
+
+    def run(*argv):
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return SimpleNamespace(code=code, out=out, err=err)
+    return run

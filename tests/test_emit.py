@@ -189,7 +189,7 @@ def ring(n: int, k: int, vals=(1 / 3, -1.0, 0.5)) -> SparseMatrix:
 
 def mixed_net(trips: int = 3) -> Net:
     """All three affine forms, a trainable affine, a loop, a slice and a concat."""
-    n = 20
+    n = 200
     body = Net("body", (Port("s", sp("t", 4)),),
                (Affine("step", ("s",), weight=SparseMatrix.diagonal([0.5, -1 / 3, 1, 0.25]),
                        bias=np.array([1.0, 0, -0.5, 0.25]), out=sp("t", 4)),
@@ -234,16 +234,18 @@ def one_affine(w: SparseMatrix, trainable=False) -> Net:
 
 @pytest.mark.parametrize("w, trainable, form, onnx_ops", [
     (SparseMatrix.diagonal([1 / 3, -2, 0.5, 0, 4]), False, "diagonal", {"Mul", "Add"}),
-    (ring(40, 2), False, "ell", {"Gather", "Mul", "Add"}),
-    (ring(100, ELL_MAX_K), False, "ell", {"Gather", "Mul", "Add"}),
+    (ring(200, 2), False, "ell", {"Gather", "Mul", "Add"}),
+    (ring(40, 2), False, "dense", {"MatMul", "Add"}),  # small: one matmul beats gathers
+    (ring(200, ELL_MAX_K), False, "ell", {"Gather", "Mul", "Add"}),
     (SparseMatrix.from_dense([[1, -1 / 3, 0], [0.5, 2, -1]]), False, "dense", {"MatMul", "Add"}),
-    (ring(100, ELL_MAX_K + 1), False, "dense", {"MatMul", "Add"}),  # too many per row
-    (ring(8, 2), False, "dense", {"MatMul", "Add"}),  # k / n_in = 0.25: too dense
+    (ring(200, ELL_MAX_K + 1), False, "dense", {"MatMul", "Add"}),  # too many per row
+    (SparseMatrix.from_entries((1000, 40), [(i, (i + j) % 40, 1.0) for i in range(1000) for j in range(10)]),
+     False, "dense", {"MatMul", "Add"}),  # k / n_in = 0.25: too dense
     (ring(40, 2), True, "dense", {"MatMul", "Add"}),  # trainable: dense parameter
     (SparseMatrix.diagonal([1.0, 2.0]), True, "dense", {"MatMul", "Add"}),
 ])
 def test_affine_forms(w, trainable, form, onnx_ops):
-    assert 2 / 8 >= ELL_MAX_DENSITY  # the "too dense" case above relies on this
+    assert 10 / 40 >= ELL_MAX_DENSITY  # the "too dense" case above relies on this
     net = one_affine(w, trainable)
     op = net.nodes[0]
     assert affine_form(op) == form
@@ -267,7 +269,7 @@ def test_module_names_and_state_dict_keys():
             "mix.weight", "mix.bias", "loop.body.step.weight", "loop.body.step.bias",
             "head.weight", "head.bias"} == keys
     assert module.op("layer3:and") is module.layer3_and
-    assert "(layer3_and): AffineModule(20 -> 20, form=ell" in repr(module)
+    assert "(layer3_and): AffineModule(200 -> 200, form=ell" in repr(module)
 
 
 def test_awkward_op_names_are_sanitised_deterministically():
@@ -399,8 +401,8 @@ def test_forward_checks_inputs():
     with pytest.raises(TypeError):
         module()
     with pytest.raises(ValueError, match="expected shape"):
-        module(torch.zeros(3, 19))
-    y = module(torch.zeros(3, 20, dtype=torch.int64))  # integers are cast
+        module(torch.zeros(3, 199))
+    y = module(torch.zeros(3, 200, dtype=torch.int64))  # integers are cast
     assert y[0].dtype == torch.float32
 
 
@@ -422,9 +424,9 @@ def test_run_torch_and_run_onnx_batch_and_accept_empty_batches():
     for bs in (1, 5, 23, 4096):
         assert_close(run_torch(net, *arrays, batch_size=bs), want, 1e-5, 10)
         assert_close(run_onnx(to_onnx(net), *arrays, batch_size=bs), want, 1e-5, 10)
-    empty = np.zeros((0, 20))
-    assert [y.shape for y in run_torch(net, empty)] == [(0, 22), (0, 4)]
-    assert [y.shape for y in run_onnx(to_onnx(net), empty)] == [(0, 22), (0, 4)]
+    empty = np.zeros((0, 200))
+    assert [y.shape for y in run_torch(net, empty)] == [(0, 202), (0, 4)]
+    assert [y.shape for y in run_onnx(to_onnx(net), empty)] == [(0, 202), (0, 4)]
 
 
 # -- ONNX ---------------------------------------------------------------------------------

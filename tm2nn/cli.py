@@ -340,6 +340,10 @@ def load_model(path: str):
             raise Tm2nnError(f"{p}: not a readable ONNX model ({type(e).__name__})") from None
         blob = p.read_bytes()
         runner = lambda x: run_onnx(blob, x)  # noqa: E731
+        if _takes_tokens(meta):
+            from tm2nn.verify.trace import onnx_runner
+
+            runner = onnx_runner(blob)
     elif p.suffix == ".pt":
         import torch
 
@@ -351,11 +355,19 @@ def load_model(path: str):
         except Exception as e:
             raise Tm2nnError(f"{p}: not a model saved by tm2nn ({type(e).__name__})") from None
         runner = lambda x: run_torch(module, x)  # noqa: E731
+        if _takes_tokens(meta):
+            from tm2nn.verify.trace import torch_runner
+
+            runner = torch_runner(module)
     else:
         raise Tm2nnError(f"{p.name}: a model file ends in .onnx or .pt")
     if "tm2nn.input_encoding" not in meta:
         raise Tm2nnError(f"{p}: no tm2nn metadata (was it written by tm2nn compile?)")
     return runner, meta
+
+
+def _takes_tokens(meta: dict) -> bool:
+    return json.loads(meta.get("tm2nn.input_encoding", "{}")).get("kind") == "tokens"
 
 
 def cmd_eval(args) -> int:
@@ -364,8 +376,14 @@ def cmd_eval(args) -> int:
     runner, meta = load_model(args.model)
     enc_in = json.loads(meta["tm2nn.input_encoding"])
     enc_out = json.loads(meta["tm2nn.output_encoding"])
-    x = encode(enc_in, args.input)[None, :]
-    report = decode(enc_out, runner(x)[0])
+    if enc_in.get("kind") == "tokens":  # a transformer: token ids in, per-step taps out
+        from tm2nn.backends.transformer.decoding import TraceDecoder
+        from tm2nn.verify.trace import encode_tokens
+
+        report = TraceDecoder(enc_out).decode(runner(encode_tokens(enc_in, [args.input]))[0], args.input).report
+    else:
+        x = encode(enc_in, args.input)[None, :]
+        report = decode(enc_out, runner(x)[0])
     if args.json:
         print(json.dumps(report))
     elif "outputs" in report:

@@ -26,6 +26,10 @@ ELL_MAX_K = 16
 #: ... provided the padded row density ``k / n_in`` is below this.
 ELL_MAX_DENSITY = 0.25
 
+#: A matrix with at most this many entries (dense) is a matmul whatever its sparsity: one
+#: op beats ``k`` gathers when the matrix is small (the transformer's per-step layers).
+SMALL_DENSE = 1 << 15
+
 FORMS = ("diagonal", "ell", "dense")
 
 
@@ -35,6 +39,7 @@ def affine_form(op: "Affine") -> str:
     * trainable ops are ``dense`` (the parameter is the dense W, so autograd gives the
       gradient with respect to every weight);
     * a square matrix with entries only on its diagonal is ``diagonal`` (``x * d + b``);
+    * a matrix of at most :data:`SMALL_DENSE` entries is ``dense``;
     * rows with at most :data:`ELL_MAX_K` nonzeros and padded density below
       :data:`ELL_MAX_DENSITY` are ``ell`` (gather ``k`` columns per row);
     * everything else is ``dense`` (a matmul).
@@ -47,6 +52,8 @@ def affine_form(op: "Affine") -> str:
         return "dense"
     if w.is_diagonal:
         return "diagonal"
+    if n_out * n_in <= SMALL_DENSE:
+        return "dense"
     k = max(1, w.max_row_nnz)
     if k <= ELL_MAX_K and k / n_in < ELL_MAX_DENSITY:
         return "ell"
@@ -58,12 +65,14 @@ _LAZY = {
     "run_torch": "tm2nn.emit.torch_emit",
     "NetModule": "tm2nn.emit.torch_emit",
     "to_onnx": "tm2nn.emit.onnx_emit",
+    "to_onnx_step": "tm2nn.emit.onnx_emit",
+    "self_attention_caches": "tm2nn.emit.onnx_emit",
     "save_onnx": "tm2nn.emit.onnx_emit",
     "run_onnx": "tm2nn.emit.onnx_emit",
     "onnx_metadata": "tm2nn.emit.onnx_emit",
 }
 
-__all__ = ["affine_form", "FORMS", "ELL_MAX_K", "ELL_MAX_DENSITY", *_LAZY]
+__all__ = ["affine_form", "FORMS", "SMALL_DENSE", "ELL_MAX_K", "ELL_MAX_DENSITY", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -28,7 +28,8 @@ The bias ``Add`` is left out when the bias is zero.
 ``Attention`` ``X``: the query, key and value maps are affine maps in the same three
 forms (initializers ``X.wq``/``X.bq``, ``X.wk``/``X.bk``, ``X.wv``/``X.bv``; an ELL map
 ``X.wq`` has ``X.wq.cols.<j>`` and ``X.wq.<j>``), applied to a sequence ``[L, w, B]``
-with ``Gather`` axis 1 or a broadcast ``MatMul``.  Values are computed only on the rows
+with ``Gather`` axis 1 or an ``Einsum`` (onnxruntime's broadcasting ``MatMul`` rejects
+an empty sequence).  Values are computed only on the rows
 ``op.value_rows()`` (``dv`` of them; ``X.wv``, ``X.bv`` and ``X.null_value`` hold those
 rows only).  Scores are ``ReduceSum(K * q)`` ``[L, B]``, with the null key's score
 ``MatMul(X.null_key, q)`` concatenated in front; ``hardmax`` takes
@@ -197,8 +198,9 @@ class _Emitter:
                      names: tuple[str, str, str] = ("weight", "cols", "bias"), step: str = "",
                      axis: int = 0) -> list:
         """Steps computing ``W x + b`` along ``axis`` of ``x`` (0 for a vector ``[n, B]``, 1
-        for a sequence ``[L, n, B]``).  ``names`` are the initializer suffixes of the
-        weight, the ELL columns and the bias; ``step`` prefixes the step names."""
+        for a sequence ``[L, n, B]``, where a dense ``W`` is an ``Einsum``).  ``names`` are
+        the initializer suffixes of the weight, the ELL columns and the bias; ``step``
+        prefixes the step names."""
         wname, cname, bname = names
         steps: list = []
         if form == "diagonal":
@@ -215,8 +217,11 @@ class _Emitter:
                 if j:
                     prev = f"@{step}mul.0" if j == 1 else f"@{step}sum.{j - 1}"
                     steps.append((f"{step}sum.{j}", "Add", [prev, f"@{step}mul.{j}"], {}))
-        else:
+        elif axis == 0:
             steps.append((f"{step}matmul", "MatMul", [self.init(f"{base}.{wname}", _f32(w.dense())), x], {}))
+        else:  # onnxruntime's broadcasting MatMul fails on an empty sequence; Einsum does not
+            steps.append((f"{step}einsum", "Einsum", [self.init(f"{base}.{wname}", _f32(w.dense())), x],
+                          {"equation": "nw,lwb->lnb"}))
         if np.any(bias != 0):
             steps.append((f"{step}bias", "Add", ["@" + steps[-1][0], self.init(f"{base}.{bname}", _f32(bias[:, None]))], {}))
         return steps
@@ -338,7 +343,7 @@ class _Emitter:
             ("positions", "Slice", [positions, zero, "@length", zero], {}),               # [L, w]
             ("lookup", "Gather", [table, "@truncate"], {"axis": 0}),                        # [B, L, w]
             ("add", "Add", ["@lookup", "@positions"], {}),
-            ("transpose", "Transpose", ["@add"], {"perm": [1, 2, 0]}),                      # [L, w, B]
+            ("feature_major", "Transpose", ["@add"], {"perm": [1, 2, 0]}),                  # [L, w, B]
         ], op.cite, bare=False)
 
     def body_graph_outputs(self, nodes: list, base: str, values: list[str]) -> list[str]:

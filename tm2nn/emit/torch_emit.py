@@ -186,27 +186,33 @@ def _dense(m, dtype: torch.dtype) -> torch.Tensor:
 
 class _Cache:
     """The key/value cache of one self-attention op during a decode: preallocated
-    ``[capacity, d, batch]`` buffers, so appending step ``i`` is O(1) and attending is
-    O(i) (ARCHITECTURE.md: earlier steps' representations never change)."""
+    ``[batch, capacity + 1, d]`` buffers whose slot 0 holds the null key/value, so
+    appending step ``i`` is O(1) and attending is O(i) (ARCHITECTURE.md: earlier steps'
+    representations never change)."""
 
-    def __init__(self, capacity: int, dk: int, dv: int, batch: int, dtype, device) -> None:
-        self.k = torch.empty((capacity, dk, batch), dtype=dtype, device=device)
-        self.v = torch.empty((capacity, dv, batch), dtype=dtype, device=device)
-        self.n = 0
+    def __init__(self, mod: "AttentionModule", capacity: int, batch: int) -> None:
+        dt, dev = mod.wq.dtype, mod.wq.device
+        self.k = torch.empty((batch, capacity + 1, mod.dk), dtype=dt, device=dev)
+        self.v = torch.empty((batch, capacity + 1, mod.dv), dtype=dt, device=dev)
+        self.k[:, 0] = mod.null_key
+        self.v[:, 0] = mod.null_value
+        self.n = 1
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.n >= self.k.shape[0]:  # grow (only when driven past the planned length)
-            self.k = torch.cat([self.k, torch.empty_like(self.k)])
-            self.v = torch.cat([self.v, torch.empty_like(self.v)])
-        self.k[self.n] = k
-        self.v[self.n] = v
+        """``k`` ``[B, dk]``, ``v`` ``[B, dv]``; returns the keys and values so far."""
+        if self.n >= self.k.shape[1]:  # grow (only when driven past the planned length)
+            self.k = torch.cat([self.k, torch.empty_like(self.k)], 1)
+            self.v = torch.cat([self.v, torch.empty_like(self.v)], 1)
+        self.k[:, self.n] = k
+        self.v[:, self.n] = v
         self.n += 1
-        return self.k[: self.n], self.v[: self.n]
+        return self.k[:, : self.n], self.v[:, : self.n]
 
 
 class AttentionModule(nn.Module):
     """Hard-max (ties averaged) or softmax attention with a null key/value (see
-    :class:`tm2nn.nets.Attention`).  Values are computed only on ``value_rows``."""
+    :class:`tm2nn.nets.Attention`).  Values are computed only on ``value_rows``; keys
+    and values are batch-major ``[B, 1 + L, d]`` with the null in slot 0."""
 
     def __init__(self, op: Attention, dtype: torch.dtype) -> None:
         super().__init__()
@@ -226,6 +232,9 @@ class AttentionModule(nn.Module):
         self.register_buffer("null_key", _dense(op.null_key, dtype))
         self.register_buffer("null_value", _dense(op.null_value[rows], dtype))
         self.register_buffer("rows", torch.from_numpy(rows))
+        if self.is_self:  # one matmul for Q, K and V of the current vector (not persistent)
+            self.register_buffer("w_qkv", torch.cat([self.wq, self.wk, self.wv]), persistent=False)
+            self.register_buffer("b_qkv", torch.cat([self.bq, self.bk, self.bv])[:, None], persistent=False)
 
     def extra_repr(self) -> str:
         kind = "self" if self.is_self else "cross"
@@ -233,24 +242,27 @@ class AttentionModule(nn.Module):
         return f"{kind}, mode={self.mode}{beta}, dk={self.dk}, dv={self.dv}"
 
     def keys_values(self, mem: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[L, w, B]`` memory -> keys ``[L, dk, B]`` and values ``[L, dv, B]``."""
-        k = torch.einsum("dw,lwb->ldb", self.wk, mem) + self.bk[None, :, None]
-        v = torch.einsum("dw,lwb->ldb", self.wv, mem) + self.bv[None, :, None]
+        """``[L, w, B]`` memory -> keys ``[B, 1 + L, dk]`` and values ``[B, 1 + L, dv]``
+        (slot 0: the null key/value)."""
+        m = mem.permute(2, 0, 1)                                     # [B, L, w]
+        k = torch.matmul(m, self.wk.t()) + self.bk
+        v = torch.matmul(m, self.wv.t()) + self.bv
+        b = m.shape[0]
+        k = torch.cat([self.null_key.expand(b, 1, -1), k], 1)
+        v = torch.cat([self.null_value.expand(b, 1, -1), v], 1)
         return k, v
 
-    def attend(self, h: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
-        q = torch.addmm(self.bq[:, None], self.wq, h)                 # [dk, B]
-        s = torch.einsum("ldb,db->lb", keys, q)                      # [L, B]
-        s0 = (self.null_key[:, None] * q).sum(0, keepdim=True)       # [1, B]
+    def attend(self, h: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        """``q`` ``[dk, B]`` against ``keys`` ``[B, n, dk]``; returns ``h`` plus the
+        attended values on ``rows``."""
+        s = torch.bmm(keys, q.t().unsqueeze(2))                       # [B, n, 1]
         if self.mode == "hardmax":
-            top = torch.maximum(s.amax(0, keepdim=True), s0) if s.shape[0] else s0
-            a, a0 = (s == top).to(h.dtype), (s0 == top).to(h.dtype)
-            a, a0 = a / (a.sum(0) + a0), a0 / (a.sum(0) + a0)
+            a = (s == s.amax(1, keepdim=True)).to(h.dtype)
+            a = a / a.sum(1, keepdim=True)
         else:
-            p = torch.softmax(self.beta * torch.cat([s0, s]), dim=0)
-            a0, a = p[:1], p[1:]
-        out_v = torch.einsum("lb,ldb->db", a, vals) + a0 * self.null_value[:, None]
-        return h.index_add(0, self.rows, out_v)
+            a = torch.softmax(self.beta * s, dim=1)
+        out_v = torch.bmm(a.transpose(1, 2), vals)[:, 0]             # [B, dv]
+        return h.index_add(0, self.rows, out_v.t())
 
     def fm(self, h: torch.Tensor, mem: torch.Tensor | None = None, ctx: dict | None = None) -> torch.Tensor:
         if not self.is_self:
@@ -259,13 +271,17 @@ class AttentionModule(nn.Module):
                 kv = (mem, *self.keys_values(mem))
                 if ctx is not None:
                     ctx[self.op_name] = kv
-            return self.attend(h, kv[1], kv[2])
-        k, v = self.keys_values(h[None])
+            return self.attend(h, torch.addmm(self.bq[:, None], self.wq, h), kv[1], kv[2])
+        qkv = torch.addmm(self.b_qkv, self.w_qkv, h)                  # [dk + dk + dv, B]
+        q, k, v = qkv[: self.dk], qkv[self.dk: 2 * self.dk], qkv[2 * self.dk:]
         cache = ctx.get(self.op_name) if ctx is not None else None
-        if cache is None:
-            return self.attend(h, k, v)
-        keys, vals = cache.append(k[0], v[0])
-        return self.attend(h, keys, vals)
+        if cache is None:  # no history: the memory is the current vector alone
+            b = h.shape[1]
+            keys = torch.stack([self.null_key.expand(b, -1), k.t()], 1)
+            vals = torch.stack([self.null_value.expand(b, -1), v.t()], 1)
+            return self.attend(h, q, keys, vals)
+        keys, vals = cache.append(k.t(), v.t())
+        return self.attend(h, q, keys, vals)
 
     def forward(self, h: torch.Tensor, mem: torch.Tensor | None = None) -> torch.Tensor:
         """Batch-major: ``h`` ``[B, w]``, ``mem`` ``[B, L, w]`` (cross-attention)."""
@@ -309,8 +325,7 @@ class DecodeModule(nn.Module):
         self.body = NetModule(op.body, dtype)
         self.register_buffer("init", _dense(op.init, dtype))
         self.register_buffer("positions", _dense(op.positions, dtype))
-        self.self_attention = [(a.name, a.key_width, int(a.value_rows().size))
-                               for a in op.body.nodes if isinstance(a, Attention) and a.is_self]
+        self.self_attention = [a.name for a in op.body.nodes if isinstance(a, Attention) and a.is_self]
         self.tap_width = len(op.body.spaces[op.body.outputs[1]])
         #: ``progress(i, steps)``, called about 100 times per decode (for progress bars).
         self.progress = None
@@ -321,9 +336,7 @@ class DecodeModule(nn.Module):
     def new_context(self, batch: int, capacity: int | None = None) -> dict:
         """Empty caches for a decode of ``capacity`` steps (default: ``steps``)."""
         cap = max(1, self.steps if capacity is None else capacity)
-        dev = self.init.device
-        return {name: _Cache(cap, dk, dv, batch, self.init.dtype, dev)
-                for name, dk, dv in self.self_attention}
+        return {name: _Cache(self.body.op(name), cap, batch) for name in self.self_attention}
 
     def start(self, mem: torch.Tensor, ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """``(o_0, tap_0)``: the prologue on the initial decoder input."""

@@ -54,6 +54,10 @@ def torch_runner(net_or_module, progress=None):
 
     def run(tokens: np.ndarray) -> np.ndarray:
         outs = []
+        threads = torch.get_num_threads()
+        # A decode step is a chain of tiny ops: extra intra-op threads only add
+        # synchronisation (and oversubscribe a shared machine).
+        torch.set_num_threads(1)
         with torch.no_grad():
             for s in range(0, tokens.shape[0], BATCH):
                 if progress is not None:
@@ -64,6 +68,7 @@ def torch_runner(net_or_module, progress=None):
                 finally:
                     for d in decoders:
                         d.progress = None
+        torch.set_num_threads(threads)
         return np.concatenate(outs)
     return run
 

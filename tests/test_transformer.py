@@ -1,0 +1,180 @@
+"""The transformer backend (Wei, Chen & Ma §4 / App. C): step-by-step agreement with the
+interpreter, stays and halting, softmax, refusals, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import CORPUS, EXAMPLES
+from tests.strategies import machines
+from tm2nn.backends.transformer import compile as compile_tf
+from tm2nn.backends.transformer.layout import Layout
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp import run_machine
+from tm2nn.ir import GridMachine
+from tm2nn.nets import Attention, Decode
+from tm2nn.syntax import load, load_all
+from tm2nn.verify.trace import run_compiled, verify_trace
+
+LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
+
+
+def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    return [""] + ["".join(rng.choice(m.alphabet) for _ in range(rng.randint(1, max_len))) for _ in range(n)]
+
+
+def ok(c, inputs, use_onnx=False):
+    rep = verify_trace(c, inputs, 0, None, use_onnx)
+    assert rep.first is None, rep.first
+    assert rep.ok and rep.n_inputs == len(inputs)
+    return rep
+
+
+@pytest.mark.parametrize("path", LINE_EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_interpreter_every_step(path):
+    m = load(path)
+    c = compile_tf(m, steps=120)
+    ok(c, tapes(m, 25))
+
+
+def test_layout_width_is_the_papers():
+    m = load(EXAMPLES / "bb4.tm")
+    c = compile_tf(m, steps=107)
+    lay = Layout.from_json(c.output_encoding["layout"])
+    k, a = len(m.states), len(m.alphabet)
+    assert lay.w_pos == (2 * 107).bit_length()
+    assert lay.width == k + 2 * a + 3 * lay.w_pos + (2 * a + lay.w_pos + 5)
+    dec = next(op for op in c.net.nodes if isinstance(op, Decode))
+    selfs = [op for op in dec.body.nodes if isinstance(op, Attention) and op.is_self]
+    assert len(selfs) == lay.w_pos + 2  # Claims C.4, C.5 x w_pos, C.6
+    assert c.net.info()["depth"]["attention"] == 1 + 107 * (lay.w_pos + 3)
+
+
+def corpus_machines(stem: str):
+    """(machine, steps, sigma) for every line of a bb corpus file (skip if absent)."""
+    from tm2nn.syntax import std
+
+    path = CORPUS / "tm" / "bb" / f"{stem}.txt"
+    if not path.exists():
+        pytest.skip("../shared/corpus is absent")
+    rows = [r for r in map(std.parse_corpus_line, path.read_text().splitlines()) if r]
+    ms = load_all(path, "std")
+    assert len(ms) == len(rows)
+    return [(m, int(f[1]), int(f[2])) for m, (_t, f) in zip(ms, rows)]
+
+
+def _champion(stem: str):
+    return max(corpus_machines(stem), key=lambda r: r[1])
+
+
+@pytest.mark.parametrize("stem", ["2x2", "3x2", "4x2", "2x3"])
+def test_busy_beaver_champions_halt_with_listed_steps(stem):
+    m, steps, sigma = _champion(stem)
+    c = compile_tf(m, steps=steps + 1)
+    ok(c, [""])
+    rep = run_compiled(c, "")
+    assert (rep["halted"], rep["steps"], rep["sigma"]) == (True, steps, sigma)
+
+
+def test_not_halting_within_bound_says_so():
+    m = load(EXAMPLES / "bb4.tm")
+    c = compile_tf(m, steps=50)
+    rep = run_compiled(c, "")
+    want = run_machine(m, "", 50).report()
+    assert rep == want and rep["halted"] is False and rep["steps"] == 50
+
+
+def test_binary_counter_stays_and_morphett_missing_rule():
+    m = load(EXAMPLES / "binary_counter.tm")  # halts by a stay move into `done`
+    c = compile_tf(m, steps=300)
+    assert c.options["decoder_steps"] == 600 and c.options["stay_aux_states"] == 1
+    ok(c, ["000000", "0101", "1", ""])
+    assert run_compiled(c, "000000")["steps"] == 247
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=machines(grid=False, max_states=3, max_symbols=3), seed=st.integers(0, 2**16))
+def test_random_machines_match_at_every_step(m, seed):
+    c = compile_tf(m, steps=14)
+    ok(c, tapes(m, 6, seed, max_len=5))
+
+
+def test_a_wrong_weight_is_caught_at_the_right_step():
+    """Break Claim C.6's null key: the search then never finds past writes."""
+    import dataclasses
+
+    m = load(EXAMPLES / "binary_increment.tm")
+    c = compile_tf(m, steps=30)
+    dec = c.net.nodes[1]
+    body = dec.body
+    nodes = tuple(dataclasses.replace(op, null_key=op.null_key + 5.0) if op.name == "S.c6" else op
+                  for op in body.nodes)
+    from tm2nn.nets import Net
+
+    body2 = Net(body.name, body.inputs, nodes, body.outputs)
+    net2 = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body2)), c.net.outputs)
+    bad = dataclasses.replace(c, net=net2)
+    rep = verify_trace(bad, ["1011"], 0, None, False)
+    assert not rep.ok and rep.first.step is not None
+    # binary_increment on 1011 first re-reads a written cell when it walks back left (step 5)
+    assert rep.first.step == 5, rep.first
+
+
+def test_softmax_needs_a_cold_enough_beta():
+    from tm2nn.verify.beta import find_beta
+
+    m = load(EXAMPLES / "binary_increment.tm")
+    inputs = ["1011", "111", "", "10"]
+    res = find_beta(lambda b: compile_tf(m, steps=20, attention="softmax", beta=b), inputs=inputs)
+    beta = res["beta"]
+    assert beta is not None and res["below"] is not None and res["below"] < beta
+    ok(compile_tf(m, steps=20, attention="softmax", beta=beta), inputs)
+    rep = verify_trace(compile_tf(m, steps=20, attention="softmax", beta=res["below"]), inputs, 0, None, False)
+    assert not rep.ok
+
+
+def test_refusals():
+    with pytest.raises(Tm2nnError, match="grid machine"):
+        compile_tf(load(EXAMPLES / "grid_copy_down.tm"), steps=5)
+    with pytest.raises(Tm2nnError, match="step bound"):
+        compile_tf(load(EXAMPLES / "bb3.tm"), steps=0)
+    with pytest.raises(Tm2nnError, match="refusing to compile.*entries"):
+        compile_tf(load(EXAMPLES / "bb3.tm"), steps=10**7)
+
+
+def test_cli_run_matches_interpreter(run_cli):
+    for inp in ("1011", "111"):
+        r1 = run_cli("run", str(EXAMPLES / "binary_increment.tm"), "--input", inp, "--json")
+        r2 = run_cli("run", str(EXAMPLES / "binary_increment.tm"), "--input", inp, "--json",
+                     "--backend", "transformer", "--max-steps", "40")
+        assert r1.code == r2.code == 0
+        assert json.loads(r1.out) == json.loads(r2.out)
+    r = run_cli("run", str(EXAMPLES / "bb4.tm"), "--json", "--backend", "transformer", "--max-steps", "30")
+    assert r.code == 1 and json.loads(r.out)["halted"] is False
+    r = run_cli("run", str(EXAMPLES / "binary_increment.tm"), "--input", "12", "--backend", "transformer")
+    assert r.code == 2 and "--input:1:2" in r.err
+
+
+def test_cli_verify_and_info(run_cli):
+    r = run_cli("verify", str(EXAMPLES / "bb3.tm"), "--backend", "transformer", "--steps", "30",
+                "--samples", "20", "--seed", "3", "--no-onnx")
+    assert r.code == 0 and "0 mismatching" in r.out
+    r = run_cli("info", str(EXAMPLES / "bb3.tm"), "--backend", "transformer", "--steps", "30", "--json")
+    rows = {q: (ours, paper) for q, ours, paper in json.loads(r.out)["bounds"]}
+    assert r.code == 0 and rows["w_pos"][0].startswith("6 ")
+
+
+def test_decoded_taps_are_exact_zero_one():
+    m = load(EXAMPLES / "bb3.tm")
+    c = compile_tf(m, steps=21)
+    from tm2nn.verify.trace import encode_tokens, torch_runner
+
+    taps = torch_runner(c.net)(encode_tokens(c.input_encoding, ["", "11"]))
+    assert np.max(np.minimum(np.abs(taps), np.abs(taps - 1))) < 1e-5
