@@ -31,7 +31,19 @@ from torch import nn
 from torch.nn import functional as F
 
 from tm2nn.emit import affine_form
-from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Loop, Net, NetIRError, Op, ReLU, Slice
+from tm2nn.nets import (
+    Affine,
+    Attention,
+    Concat,
+    Decode,
+    Embed,
+    Loop,
+    Net,
+    NetIRError,
+    Op,
+    ReLU,
+    Slice,
+)
 
 #: Refuse a dense weight bigger than this (it would not be a construction of this project).
 DENSE_MAX_BYTES = 4 << 30

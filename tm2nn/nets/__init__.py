@@ -2,7 +2,19 @@
 
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.net import Net
-from tm2nn.nets.ops import Affine, Attention, Concat, Decode, Embed, Loop, NetIRError, Op, Port, ReLU, Slice
+from tm2nn.nets.ops import (
+           Affine,
+           Attention,
+           Concat,
+           Decode,
+           Embed,
+           Loop,
+           NetIRError,
+           Op,
+           Port,
+           ReLU,
+           Slice,
+)
 from tm2nn.nets.space import Space
 
 __all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "Space",

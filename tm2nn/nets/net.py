@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.ops import Affine, Attention, Decode, Embed, Loop, NetIRError, Op, Port, ReLU
+from tm2nn.nets.ops import Affine, Attention, Decode, Loop, NetIRError, Op, Port, ReLU
 from tm2nn.nets.space import Space
 
 

@@ -1,0 +1,76 @@
+"""transformer backend: decode time against T (issue 4).
+
+One machine (examples/binary_counter.tm on a 12-digit counter, which does not halt
+within these T), compiled for T = 500, 1000, 2000, 4000.  For each T: compile time,
+ONNX model size, and the wall time of one full decode (T source steps; the machine has
+a stay move, so 2T decoder steps) in torch and in onnxruntime, plus the interpreter's
+time for the same run as the baseline.  The growth ratio time(4000)/time(1000) shows
+the cost per step: 4 means constant, 16 a full recompute of the prefix per step
+(target <= 5: the key/value cache makes step i cost O(i) attention on top of a
+constant layer stack).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = (500, 1000, 2000, 4000)
+INPUT = "0" * 12
+
+
+def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
+    from tm2nn.backends.transformer import compile as compile_tf
+    from tm2nn.backends.transformer.decoding import TraceDecoder
+    from tm2nn.compiler import metadata
+    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.interp import run_machine
+    from tm2nn.verify.trace import encode_tokens, onnx_runner, torch_runner
+
+    t0 = time.perf_counter()
+    c = compile_tf(m, steps=steps)
+    t_compile = time.perf_counter() - t0
+    blob = to_onnx(c.net, metadata(c, "bench")).SerializeToString()
+    tokens = encode_tokens(c.input_encoding, [INPUT])
+    row = {"bench": f"transformer T={steps}", "decoder_steps": c.options["decoder_steps"],
+           "compile_s": round(t_compile, 3), "onnx_bytes": len(blob)}
+    want = run_machine(m, INPUT, steps).report()
+    t0 = time.perf_counter()
+    run_machine(m, INPUT, steps, trace=True)
+    row["interp_s"] = round(time.perf_counter() - t0, 5)
+    dec = TraceDecoder(c.output_encoding)
+    for eng in engines:
+        run = torch_runner(c.net) if eng == "torch" else onnx_runner(blob)
+        t0 = time.perf_counter()
+        taps = run(tokens)
+        row[f"{eng}_s"] = round(time.perf_counter() - t0, 3)
+        assert dec.decode(taps[0], INPUT).report == want, f"{eng} disagrees with the interpreter"
+    return row
+
+
+def main(argv: list[str]) -> list[dict]:
+    from tm2nn.syntax import load
+
+    m = load(ROOT / "examples" / "binary_counter.tm")
+    steps = STEPS[:2] if "--quick" in argv else STEPS
+    rows = []
+    for t in steps:
+        rows.append(bench_one(m, t))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    by = {r["bench"]: r for r in rows}
+    if "transformer T=4000" in by:
+        for eng in ("torch", "onnxruntime"):
+            g = by["transformer T=4000"][f"{eng}_s"] / by["transformer T=1000"][f"{eng}_s"]
+            rows.append({"bench": f"transformer growth {eng}", "time4000_over_time1000": round(g, 2),
+                         "target": "<= 5"})
+    return rows
+
+
+if __name__ == "__main__":
+    from rich.console import Console
+
+    for r in main(sys.argv[1:]):
+        Console().print(r)
