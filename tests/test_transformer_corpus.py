@@ -24,7 +24,7 @@ def sample(n: int = 200, seed: int = 4):
 @pytest.mark.slow
 @pytest.mark.parametrize("chunk", range(4))
 def test_200_corpus_machines_every_step(chunk):
-    for stem, m, steps, sigma in sample()[chunk::4]:
+    for stem, m, steps, _sigma in sample()[chunk::4]:
         for mode in ("hardmax", "softmax"):
             c = compile_tf(m, steps=steps + 1, attention=mode, beta=SOFTMAX_BETA)
             rep = verify_trace(c, [""], 0, None, use_onnx=(mode == "hardmax"))
