@@ -26,24 +26,31 @@ from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Port, ReLU, Slice,
 
 
 # -- the reference ------------------------------------------------------------------------
+def np_vector_op(op, xs: list[np.ndarray]) -> np.ndarray | None:
+    """Reference value of an affine, ReLU, concat, slice or loop op on batch-major
+    inputs; None for any other kind (test_emit_seq adds the sequence ops)."""
+    if isinstance(op, Affine):
+        return xs[0] @ op.weight.dense().T + op.bias
+    if isinstance(op, ReLU):
+        return np.maximum(xs[0], 0.0)
+    if isinstance(op, Concat):
+        return np.concatenate(xs, axis=1)
+    if isinstance(op, Slice):
+        return xs[0][:, list(op.indices)]
+    if isinstance(op, Loop):
+        y = xs[0]
+        for _ in range(op.trips):
+            y = np_eval(op.body, y)[op.body.outputs[0]]
+        return y
+    return None
+
+
 def np_eval(net: Net, *arrays) -> dict[str, np.ndarray]:
     """Every value of ``net`` (float64), by name."""
     env = {p.name: np.asarray(a, dtype=np.float64) for p, a in zip(net.inputs, arrays)}
     for op in net.nodes:
-        xs = [env[i] for i in op.inputs]
-        if isinstance(op, Affine):
-            y = xs[0] @ op.weight.dense().T + op.bias
-        elif isinstance(op, ReLU):
-            y = np.maximum(xs[0], 0.0)
-        elif isinstance(op, Concat):
-            y = np.concatenate(xs, axis=1)
-        elif isinstance(op, Slice):
-            y = xs[0][:, list(op.indices)]
-        elif isinstance(op, Loop):
-            y = xs[0]
-            for _ in range(op.trips):
-                y = np_eval(op.body, y)[op.body.outputs[0]]
-        else:  # pragma: no cover
+        y = np_vector_op(op, [env[i] for i in op.inputs])
+        if y is None:  # pragma: no cover
             raise AssertionError(op)
         env[op.name] = y
     return env

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.test_emit import np_vector_op
 from tm2nn.emit import onnx_emit
 from tm2nn.emit.onnx_emit import (
     onnx_metadata,
@@ -32,7 +33,6 @@ from tm2nn.emit.onnx_emit import (
 from tm2nn.nets import (
     Affine,
     Attention,
-    Concat,
     Decode,
     Embed,
     Net,
@@ -81,32 +81,27 @@ class Ref:
         env = {p.name: np.asarray(a) for p, a in zip(net.inputs, arrays)}
         for op in net.nodes:
             xs = [env[i] for i in op.inputs]
-            if isinstance(op, Affine):
-                y = xs[0] @ op.weight.dense().T + op.bias
-            elif isinstance(op, ReLU):
-                y = np.maximum(xs[0], 0.0)
-            elif isinstance(op, Concat):
-                y = np.concatenate(xs, axis=1)
-            elif isinstance(op, Slice):
-                y = xs[0][:, list(op.indices)]
-            elif isinstance(op, Attention):
-                if not op.is_self:
-                    mem = xs[1]
-                elif history is None:
-                    mem = xs[0][:, None, :]
-                else:
-                    history.setdefault(op.name, []).append(xs[0])
-                    mem = np.stack(history[op.name], axis=1)
-                y = self.attention(op, xs[0], mem)
-            elif isinstance(op, Embed):
-                tok = xs[0][:, : op.max_len]
-                y = op.table[tok] + op.positions[: tok.shape[1]][None]
-            elif isinstance(op, Decode):
-                y = self.decode(op, xs[0])
-            else:  # pragma: no cover
-                raise AssertionError(op)
-            env[op.name] = y
+            y = np_vector_op(op, xs)
+            env[op.name] = self.sequence_op(op, xs, history) if y is None else y
         return env
+
+    def sequence_op(self, op, xs: list[np.ndarray], history: dict | None) -> np.ndarray:
+        """Attention, Embed and Decode (the ops the vector reference does not know)."""
+        if isinstance(op, Attention):
+            if not op.is_self:
+                mem = xs[1]
+            elif history is None:
+                mem = xs[0][:, None, :]
+            else:
+                history.setdefault(op.name, []).append(xs[0])
+                mem = np.stack(history[op.name], axis=1)
+            return self.attention(op, xs[0], mem)
+        if isinstance(op, Embed):
+            tok = xs[0][:, : op.max_len]
+            return op.table[tok] + op.positions[: tok.shape[1]][None]
+        if isinstance(op, Decode):
+            return self.decode(op, xs[0])
+        raise AssertionError(op)  # pragma: no cover
 
     def outputs(self, net: Net, *arrays, history: dict | None = None) -> list[np.ndarray]:
         env = self.run(net, *arrays, history=history)

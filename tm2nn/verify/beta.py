@@ -7,7 +7,7 @@ double β until it verifies, then bisect on a log scale to within ``rel_tol``.
 
 from __future__ import annotations
 
-from tm2nn.verify.trace import machine_tapes
+from tm2nn.verify.trace import EXHAUSTIVE_CELLS, machine_tapes
 
 
 def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = None, *,
@@ -20,7 +20,7 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
     first = compile_at(start)
     if inputs is None:
         steps = int(first.output_encoding["source_steps"])
-        inputs, mode, seed = machine_tapes(first.source.alphabet, min(8, steps + 1), samples, seed)
+        inputs, mode, seed = machine_tapes(first.source.alphabet, min(EXHAUSTIVE_CELLS, steps + 1), samples, seed)
     else:
         inputs, mode = list(inputs), "given"
     tried: list[tuple[float, int]] = []

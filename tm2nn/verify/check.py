@@ -61,17 +61,32 @@ class VerifyReport:
         return d
 
 
-def _engines(compiled: Compiled, use_onnx: bool):
-    """(name, run(x: float32 array) -> y) for torch and, optionally, onnxruntime."""
+def onnx_bytes(compiled: Compiled, tag: str = "verify") -> bytes:
+    """The compiled net as a serialized ONNX model, with its metadata."""
+    from tm2nn.compiler import metadata
+    from tm2nn.emit.onnx_emit import to_onnx
+
+    return to_onnx(compiled.net, metadata(compiled, tag)).SerializeToString()
+
+
+def engine_runners(compiled: Compiled, use_onnx: bool, progress=None):
+    """(name, run(x) -> y) for torch and, optionally, onnxruntime.  ``x`` is a float32
+    array, or int64 token ids for a model whose input encoding is ``tokens``."""
+    if compiled.input_encoding.get("kind") == "tokens":
+        from tm2nn.verify.trace import onnx_runner, torch_runner
+
+        yield "torch", torch_runner(compiled.net, progress)
+        if use_onnx:
+            yield "onnxruntime", onnx_runner(onnx_bytes(compiled))
+        return
     from tm2nn.emit.torch_emit import run_torch, to_torch
 
     module = to_torch(compiled.net)
     yield "torch", lambda x: run_torch(module, x)
     if use_onnx:
-        from tm2nn.compiler import metadata
-        from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+        from tm2nn.emit.onnx_emit import run_onnx
 
-        blob = to_onnx(compiled.net, metadata(compiled, "verify")).SerializeToString()
+        blob = onnx_bytes(compiled)
         yield "onnxruntime", lambda x: run_onnx(blob, x)
 
 
@@ -117,7 +132,7 @@ def _verify_circuit(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
     want = eval_circuit(c, x)
     rep = VerifyReport(compiled.backend, mode, len(x), seed if mode == "random" else None)
     enc = compiled.output_encoding
-    for name, run in _engines(compiled, use_onnx):
+    for name, run in engine_runners(compiled, use_onnx):
         y = run(x.astype(np.float32))
         rep.max_deviation[name] = _deviation(enc, y)
         got = output_bits(enc, y)
@@ -138,22 +153,28 @@ def machine_inputs(layout: dict, samples: int, seed: int | None):
     from tm2nn.passes.unroll import UnrollLayout
 
     lay = UnrollLayout.from_json(layout)
-    alphabet = list(lay.alphabet)
     room = lay.tape - lay.origin  # cells from the start cell to the window's right end
-    total, length = 0, 0
-    while length <= room:
-        total += len(alphabet) ** length
-        if total > EXHAUSTIVE_LIMIT:
+    return all_or_sample_tapes(lay.alphabet, room, EXHAUSTIVE_LIMIT, samples, seed)
+
+
+def all_or_sample_tapes(alphabet, max_cells: int, limit: int, samples: int, seed: int | None):
+    """Every tape of at most ``max_cells`` cells when there are at most ``limit`` of them
+    (``(tapes, "exhaustive", None)``), else ``samples`` random tapes of random length
+    (``(tapes, "random", seed)``, the seed drawn when not given, so it can be printed)."""
+    alphabet = list(alphabet)
+    total = 0
+    for k in range(max_cells + 1):  # stop counting once past the limit (max_cells may be large)
+        total += len(alphabet) ** k
+        if total > limit:
             break
-        length += 1
-    if total <= EXHAUSTIVE_LIMIT:
-        xs = ["".join(p) for k in range(room + 1) for p in itertools.product(alphabet, repeat=k)]
+    if total <= limit:
+        xs = ["".join(p) for k in range(max_cells + 1) for p in itertools.product(alphabet, repeat=k)]
         return xs, "exhaustive", None
     seed = secrets.randbits(32) if seed is None else seed
     rng = np.random.default_rng(seed)
     xs = []
     for _ in range(samples):
-        k = int(rng.integers(0, room + 1))
+        k = int(rng.integers(0, max_cells + 1))
         xs.append("".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=k)))
     return xs, "random", seed
 
@@ -178,7 +199,7 @@ def _verify_unrolled(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
     rep = VerifyReport(compiled.backend, mode, len(xs), seed)
     rep.out_of_window = sum(1 for w in want if w.get("overflow"))
     enc = compiled.output_encoding
-    for name, run in _engines(compiled, use_onnx):
+    for name, run in engine_runners(compiled, use_onnx):
         y = run(x)
         rep.max_deviation[name] = _deviation(enc, y)
         bad = 0

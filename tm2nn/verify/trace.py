@@ -9,13 +9,17 @@ field and both values.  Runs in torch and, unless told not to, in onnxruntime.
 
 from __future__ import annotations
 
-import itertools
-import secrets
-
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.verify.check import REPORT_FIELDS, Mismatch, VerifyReport
+from tm2nn.verify.check import (
+    REPORT_FIELDS,
+    Mismatch,
+    VerifyReport,
+    all_or_sample_tapes,
+    engine_runners,
+    onnx_bytes,
+)
 
 #: Exhaustive verification covers every tape up to this many cells (when few enough).
 EXHAUSTIVE_CELLS = 8
@@ -58,55 +62,31 @@ def torch_runner(net_or_module, progress=None):
         # A decode step is a chain of tiny ops: extra intra-op threads only add
         # synchronisation (and oversubscribe a shared machine).
         torch.set_num_threads(1)
-        with torch.no_grad():
-            for s in range(0, tokens.shape[0], BATCH):
-                if progress is not None:
-                    for d in decoders:
-                        d.progress = progress
-                try:
+        for d in decoders:
+            d.progress = progress
+        try:
+            with torch.no_grad():
+                for s in range(0, tokens.shape[0], BATCH):
                     outs.append(mod(torch.from_numpy(tokens[s:s + BATCH])).numpy())
-                finally:
-                    for d in decoders:
-                        d.progress = None
-        torch.set_num_threads(threads)
+        finally:
+            for d in decoders:
+                d.progress = None
+            torch.set_num_threads(threads)
         return np.concatenate(outs)
     return run
 
 
 def onnx_runner(model_bytes: bytes):
     """Same contract as :func:`torch_runner`, in onnxruntime."""
-    import onnxruntime as ort
+    from tm2nn.emit.onnx_emit import run_onnx
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
-
-    def run(tokens: np.ndarray) -> np.ndarray:
-        return np.concatenate([sess.run(None, {name: tokens[s:s + BATCH]})[0]
-                               for s in range(0, tokens.shape[0], BATCH)])
-    return run
+    return lambda tokens: run_onnx(model_bytes, tokens, batch_size=BATCH)
 
 
 def machine_tapes(alphabet, max_cells: int, samples: int, seed: int | None):
     """Every tape up to ``max_cells`` cells when there are at most EXHAUSTIVE_TAPES of
     them, else ``samples`` random tapes (seed returned so it can be printed)."""
-    alphabet = list(alphabet)
-    total, n = 0, 0
-    for n in range(max_cells + 1):
-        total += len(alphabet) ** n
-        if total > EXHAUSTIVE_TAPES:
-            break
-    else:
-        return ["".join(p) for k in range(max_cells + 1) for p in itertools.product(alphabet, repeat=k)], \
-            "exhaustive", None
-    seed = secrets.randbits(32) if seed is None else seed
-    rng = np.random.default_rng(seed)
-    xs = []
-    for _ in range(samples):
-        k = int(rng.integers(0, max_cells + 1))
-        xs.append("".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=k)))
-    return xs, "random", seed
+    return all_or_sample_tapes(alphabet, max_cells, EXHAUSTIVE_TAPES, samples, seed)
 
 
 def first_divergence(m, decoded, text: str, steps: int) -> tuple[int | None, str, object, object] | None:
@@ -151,14 +131,7 @@ def verify_trace(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool,
     tokens = encode_tokens(enc_in, xs)
     dec = TraceDecoder(enc_out)
     rep = VerifyReport(compiled.backend, mode, len(xs), seed)
-    engines = [("torch", torch_runner(compiled.net, progress))]
-    if use_onnx:
-        from tm2nn.compiler import metadata
-        from tm2nn.emit.onnx_emit import to_onnx
-
-        blob = to_onnx(compiled.net, metadata(compiled, "verify")).SerializeToString()
-        engines.append(("onnxruntime", onnx_runner(blob)))
-    for name, run in engines:
+    for name, run in engine_runners(compiled, use_onnx, progress):
         taps = run(tokens)
         rep.max_deviation[name] = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
         bad = 0
@@ -180,8 +153,5 @@ def run_compiled(compiled: Compiled, text: str, engine: str = "torch", progress=
     if engine == "torch":
         taps = torch_runner(compiled.net, progress)(tokens)
     else:
-        from tm2nn.compiler import metadata
-        from tm2nn.emit.onnx_emit import to_onnx
-
-        taps = onnx_runner(to_onnx(compiled.net, metadata(compiled, "run")).SerializeToString())(tokens)
+        taps = onnx_runner(onnx_bytes(compiled, "run"))(tokens)
     return TraceDecoder(compiled.output_encoding).decode(taps[0], text).report

@@ -28,7 +28,7 @@ CITE_C6_FF = "Wei, Chen & Ma, Claim C.6: ReLU layer clearing scr3"
 
 
 def binary_search(lay: Layout, x: str, prefix: str, *, mode: str, beta: float,
-                  corrections, ) -> tuple[list[Op], str]:
+                  corrections) -> tuple[list[Op], str]:
     """Claims C.4–C.6 on value ``x`` (form C.5); output in form (C.6).  ``corrections``
     is a function ``(ops, value, prefix) -> value`` inserting Prop. 3.4's round (or not)."""
     h, w = lay.space, lay.w_pos

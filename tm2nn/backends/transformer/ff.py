@@ -26,10 +26,10 @@ def relu_layer(name: str, x: str, in_space: Space, out_space: Space, weights: di
             ReLU(name, (f"{name}.lin",))]
 
 
-def copy(labels, weights: dict, src_space: Space | None = None, rename=None) -> dict:
-    """Add identity entries ``(label, label)`` (or ``(rename(label), label)``) to ``weights``."""
+def copy(labels, weights: dict) -> dict:
+    """Add identity entries ``(label, label)`` to ``weights``."""
     for lab in labels:
-        weights[(rename(lab) if rename else lab, lab)] = 1.0
+        weights[(lab, lab)] = 1.0
     return weights
 
 

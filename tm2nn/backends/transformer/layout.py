@@ -72,13 +72,6 @@ class Layout:
         (symbols in alphabet order, bits most significant first)."""
         return np.array(self.space.groups[group], dtype=np.int64)
 
-    def at(self, label: str) -> int:
-        return self.space.index(label)
-
-    def bit(self, group: str, k: int) -> int:
-        """Index of the 2^k digit of a position group."""
-        return self.space.index(f"{group}:b{k}")
-
     def bin(self, n: int) -> np.ndarray:
         """Bin(n), most significant bit first (w_pos bits)."""
         if not 0 <= n < (1 << self.w_pos):
