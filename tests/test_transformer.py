@@ -106,6 +106,28 @@ def test_random_machines_match_at_every_step(m, seed):
     ok(c, tapes(m, 6, seed, max_len=5))
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=machines(grid=False, max_states=3, max_symbols=3), seed=st.integers(0, 2**16))
+def test_shared_history_is_the_per_layer_search(m, seed):
+    """The C.5/C.6 layers attending over the search input's history (one cache) compute
+    the same taps as each layer attending over its own input's (Claims C.4–C.6 read
+    literally; docs/transformer.md), in torch and in onnxruntime."""
+    from tm2nn.verify.trace import encode_tokens, torch_runner
+
+    inputs = tapes(m, 4, seed, max_len=5)
+    shared, literal = compile_tf(m, steps=12), compile_tf(m, steps=12, shared_history=False)
+    n_hist = [len(c.net.nodes[1].histories()) for c in (shared, literal)]
+    assert n_hist == [1, c_layers(literal)]  # the search input x alone; else one per layer
+    tok = encode_tokens(shared.input_encoding, inputs)
+    a, b = torch_runner(shared.net)(tok), torch_runner(literal.net)(tok)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)  # float32 sums in another order
+    ok(literal, inputs, use_onnx=True)
+
+
+def c_layers(c) -> int:
+    return sum(isinstance(op, Attention) and op.is_self for op in c.net.nodes[1].body.nodes)
+
+
 def test_a_wrong_weight_is_caught_at_the_right_step():
     """Break Claim C.6's null key: the search then never finds past writes."""
     import dataclasses

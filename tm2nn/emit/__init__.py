@@ -66,7 +66,6 @@ _LAZY = {
     "NetModule": "tm2nn.emit.torch_emit",
     "to_onnx": "tm2nn.emit.onnx_emit",
     "to_onnx_step": "tm2nn.emit.onnx_emit",
-    "self_attention_caches": "tm2nn.emit.onnx_emit",
     "save_onnx": "tm2nn.emit.onnx_emit",
     "run_onnx": "tm2nn.emit.onnx_emit",
     "onnx_metadata": "tm2nn.emit.onnx_emit",

@@ -73,7 +73,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn import __version__
 from tm2nn.emit import affine_form
-from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Op, ReLU, Slice, SparseMatrix
+from tm2nn.nets import Affine, BinaryPositions, Concat, Loop, Net, NetIRError, Op, ReLU, Slice, SparseMatrix
 from tm2nn.nets.ops import Attention, Decode, Embed
 
 DEFAULT_OPSET = 18
@@ -128,22 +128,16 @@ def _value_map(op: Attention) -> tuple[np.ndarray, SparseMatrix, np.ndarray, np.
     return rows, wv, op.bv[rows], op.null_value[rows]
 
 
-def self_attention_caches(decode: Decode) -> dict[str, tuple[int, int]]:
-    """``{name: (dk, dv)}`` for each self-attention op of ``decode``'s body, in op order:
-    the widths of its key and value cache in :func:`to_onnx_step` (``dv`` is the number of
-    ``value_rows()``).  An empty cache is ``np.zeros((batch, 0, dk))`` / ``(batch, 0, dv)``."""
-    return {a.name: (a.key_width, int(a.value_rows().size))
-            for a in decode.body.nodes if isinstance(a, Attention) and a.is_self}
-
-
 @dataclass
 class _DecodeCtx:
-    """What a decoder body's attention ops see: the cache inputs of each self-attention
-    (``caches[name] = (k, v)``), the cache outputs they produce (``new_caches``), and the
-    precomputed keys/values of cross-attention ops (``cross[name] = (K, V)``)."""
+    """What a decoder body's attention ops see: each attended history's input value
+    (``histories[src]``, ``[B, c, n]``) and its columns (``cols[src]``), the extended
+    histories the step produces (``new_histories``, set by the first op over ``src``) and
+    the precomputed keys/values of cross-attention ops (``cross[name] = (K, V)``)."""
 
-    caches: dict[str, tuple[str, str]] = field(default_factory=dict)
-    new_caches: dict[str, tuple[str, str]] = field(default_factory=dict)
+    histories: dict[str, str] = field(default_factory=dict)
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
+    new_histories: dict[str, str] = field(default_factory=dict)
     cross: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
@@ -264,87 +258,195 @@ class _Emitter:
 
     def attention(self, op: Attention, out: list, env: dict[str, str], base: str, final: str,
                   ctx: _DecodeCtx | None) -> None:
+        if op.is_self:
+            self.history_attention(op, out, env, base, final, ctx)
+            return
         h = env[op.inputs[0]]
         width = op.wv.shape[0]
         rows, wv, bv, nv = _value_map(op)
         dv = rows.size
-        cached = ctx is not None and op.is_self and op.name in ctx.caches
-        if dv == 0 and not cached:  # no value can change anything
+        if dv == 0:  # no value can change anything
             self.steps(out, base, final, [("identity", "Identity", [h], {})], op.cite)
             return
-        s: list = []
-        if op.is_self:  # the memory is h's history: this step's key/value, after any cache
-            zero = self.ints(base, 0)
-            s += self.matrix_steps(op.wk, op.bk, h, base, _matrix_form(op.wk), ("wk", "wk.cols", "bk"), "k.")
-            s.append(("k", "Unsqueeze", ["@" + s[-1][0], zero], {}))
-            s += self.matrix_steps(wv, bv, h, base, _matrix_form(wv), ("wv", "wv.cols", "bv"), "v.")
-            s.append(("v", "Unsqueeze", ["@" + s[-1][0], zero], {}))
-            keys, vals = "@k", "@v"
-            if cached:
-                k_in, v_in = ctx.caches[op.name]
-                s.append(("k.cache", "Concat", [k_in, "@k"], {"axis": 0}))
-                s.append(("v.cache", "Concat", [v_in, "@v"], {"axis": 0}))
-                keys, vals = "@k.cache", "@v.cache"
-        elif ctx is not None and op.name in ctx.cross:
+        if ctx is not None and op.name in ctx.cross:
             keys, vals = ctx.cross[op.name]
         else:
             keys, vals = self.memory_kv(op, out, env[op.inputs[1]], base)
-        if dv == 0:
+        s: list = []
+        s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+        q = "@" + s[-1][0]
+        s.append(("scores.mul", "Mul", [keys, q], {}))
+        s.append(self.reduce("scores", "ReduceSum", "@scores.mul", base, 1, 0))                 # [L, B]
+        s.append(("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}))
+        s.append(("logits", "Concat", ["@null_score", "@scores"], {"axis": 0}))                 # [1 + L, B]
+        if op.mode == "hardmax":
+            s.append(self.reduce("max", "ReduceMax", "@logits", base, 0, 1))
+            s.append(("argmax", "Equal", ["@logits", "@max"], {}))
+            s.append(("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}))
+            s.append(self.reduce("count", "ReduceSum", "@mask", base, 0, 1))
+            s.append(("weights", "Div", ["@mask", "@count"], {}))
+        else:
+            s.append(("scaled", "Mul", ["@logits", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}))
+            s.append(("weights", "Softmax", ["@scaled"], {"axis": 0}))
+        zero, one = self.ints(base, 0), self.ints(base, 1)
+        s.append(("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), zero], {}))
+        s.append(("item_weights.unsqueeze", "Unsqueeze", ["@item_weights", one], {}))  # [L, 1, B]
+        s.append(("mix.mul", "Mul", [vals, "@item_weights.unsqueeze"], {}))
+        s.append(self.reduce("mix", "ReduceSum", "@mix.mul", base, 0, 0))                     # [dv, B]
+        delta = "@mix"
+        if np.any(nv != 0):
+            s.append(("null_weight", "Slice", ["@weights", zero, one, zero], {}))
+            s.append(("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight"], {}))
+            s.append(("delta", "Add", ["@mix", "@null_mix"], {}))
+            delta = "@delta"
+        s += self.residual(h, delta, rows, width, base)
+        self.steps(out, base, final, s, op.cite, bare=False)
+
+    def residual(self, h: str, delta: str, rows: np.ndarray, width: int, base: str) -> list:
+        """Steps adding ``delta`` ``[dv, B]`` to ``h``'s ``rows`` (all of them: a plain Add)."""
+        if rows.size == width:  # value_rows() is sorted, so these are all of h's rows in order
+            return [("residual", "Add", [h, delta], {})]
+        idx = self.init(f"{base}.rows", rows[:, None].astype(np.int64))
+        return [("rows", "GatherND", [h, idx], {}),
+                ("rows.add", "Add", ["@rows", delta], {}),
+                ("scatter", "ScatterND", [h, idx, "@rows.add"], {})]
+
+    def history_attention(self, op: Attention, out: list, env: dict[str, str], base: str, final: str,
+                          ctx: _DecodeCtx | None) -> None:
+        """Self-attention over a history ``X`` ``[B, c, n]`` of the source's coordinates
+        ``cols`` (see the module docstring)."""
+        h, src = env[op.inputs[0]], env[op.source]
+        width = op.wv.shape[0]
+        rows, _wv, _bv, nv = _value_map(op)
+        bv = op.bv[rows]
+        cached = ctx is not None and op.source in ctx.histories
+        cols = ctx.cols[op.source] if cached else op.memory_columns()
+        s: list = []
+        if cached and op.source in ctx.new_histories:
+            x = ctx.new_histories[op.source]
+        else:  # this step's coordinates, appended to the history (once per step and source)
+            two = self.ints(base, 2)
+            s += [("x.gather", "Gather", [src, self.init(f"{base}.cols", cols.astype(np.int64))], {"axis": 0}),
+                  ("x.transpose", "Transpose", ["@x.gather"], {"perm": [1, 0]}),
+                  ("x.new", "Unsqueeze", ["@x.transpose", two], {})]                               # [B, c, 1]
+            if cached:
+                s.append(("history", "Concat", [ctx.histories[op.source], "@x.new"], {"axis": 2}))
+            x = "@history" if cached else "@x.new"
+        if rows.size == 0:
+            s.append(("identity", "Identity", [h], {}))
+            got = self.steps(out, base, final, s, op.cite, bare=False)
+            if cached and op.source not in ctx.new_histories and "history" in got:
+                ctx.new_histories[op.source] = got["history"]
+            return
+        wk = op.wk.dense()[:, cols]
+        one, two = self.ints(base, 1), self.ints(base, 2)
+        s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+        q = "@" + s[-1][0]                                                                        # [dk, B]
+        s += [("qc", "MatMul", [self.init(f"{base}.wk_t", _f32(wk.T)), q], {}),                 # [c, B]
+              ("qc.t", "Transpose", ["@qc"], {"perm": [1, 0]}),
+              ("qc.b", "Unsqueeze", ["@qc.t", one], {}),                                        # [B, 1, c]
+              ("scores", "MatMul", ["@qc.b", x], {}),                                           # [B, 1, n]
+              ("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}),
+              ("null_score.b", "Reshape", ["@null_score", self.ints(base, -1, 1, 1)], {})]      # [B, 1, 1]
+        shift = None
+        if np.any(op.bk != 0):
+            s += [("key_bias", "MatMul", [self.init(f"{base}.bk", _f32(op.bk[None, :])), q], {}),
+                  ("key_bias.b", "Reshape", ["@key_bias", self.ints(base, -1, 1, 1)], {})]
+            shift = "@key_bias.b"
+        if op.mode == "hardmax":
+            # max s' + b_k·q against τ_0: items win where s' = max s' (see the torch emitter)
+            s.append(self.reduce("top", "ReduceMax", "@scores", base, 2, 1))
+            best = "@top"
+            if shift:
+                s.append(("best", "Add", ["@top", shift], {}))
+                best = "@best"
+            s += [("null_wins", "GreaterOrEqual", ["@null_score.b", best], {}),
+                  ("items_live", "GreaterOrEqual", [best, "@null_score.b"], {}),
+                  ("a0", "Cast", ["@null_wins"], {"to": TensorProto.FLOAT}),
+                  ("live", "Cast", ["@items_live"], {"to": TensorProto.FLOAT}),
+                  ("argmax", "Equal", ["@scores", "@top"], {}),
+                  ("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}),
+                  ("win", "Mul", ["@mask", "@live"], {}),
+                  self.reduce("n_items", "ReduceSum", "@win", base, 2, 1),
+                  ("count", "Add", ["@n_items", "@a0"], {}),
+                  ("inv", "Reciprocal", ["@count"], {}),
+                  ("items", "Mul", ["@n_items", "@inv"], {}),
+                  ("null_weight", "Mul", ["@a0", "@inv"], {}),
+                  ("item_weights", "Mul", ["@win", "@inv"], {})]                                # [B, 1, n]
+        else:
+            logits = "@scores"
+            if shift:
+                s.append(("logits", "Add", ["@scores", shift], {}))
+                logits = "@logits"
+            s += [("all", "Concat", ["@null_score.b", logits], {"axis": 2}),
+                  ("scaled", "Mul", ["@all", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}),
+                  ("weights", "Softmax", ["@scaled"], {"axis": 2}),
+                  ("null_weight", "Slice", ["@weights", self.ints(base, 0), one, two], {}),
+                  ("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), two], {}),
+                  self.reduce("items", "ReduceSum", "@item_weights", base, 2, 1)]
+        parts = []
+        row = self.ints(base, 1, -1)
+        if op.wv.nnz and np.any(op.wv.vals != 0):
+            s += [("item_weights.t", "Transpose", ["@item_weights"], {"perm": [0, 2, 1]}),          # [B, n, 1]
+                  ("mix", "MatMul", [x, "@item_weights.t"], {}),                                  # [B, c, 1]
+                  ("mix.fm", "Transpose", ["@mix"], {"perm": [1, 0, 2]}),                          # [c, B, 1]
+                  ("mix.2d", "Reshape", ["@mix.fm", self.ints(base, len(cols), -1)], {}),         # [c, B]
+                  ("values", "MatMul", [self.init(f"{base}.wv", _f32(op.wv.dense()[rows][:, cols])), "@mix.2d"], {})]
+            parts.append("@values")
+        if np.any(bv != 0):
+            s += [("items.row", "Reshape", ["@items", row], {}),                                   # [1, B]
+                  ("value_bias", "Mul", [self.init(f"{base}.bv", _f32(bv[:, None])), "@items.row"], {})]
+            parts.append("@value_bias")
+        if np.any(nv != 0):
+            s += [("null_weight.row", "Reshape", ["@null_weight", row], {}),
+                  ("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight.row"], {})]
+            parts.append("@null_mix")
+        if not parts:
             s.append(("identity", "Identity", [h], {}))
         else:
-            s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
-            q = "@" + s[-1][0]
-            s.append(("scores.mul", "Mul", [keys, q], {}))
-            s.append(self.reduce("scores", "ReduceSum", "@scores.mul", base, 1, 0))                 # [L, B]
-            s.append(("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}))
-            s.append(("logits", "Concat", ["@null_score", "@scores"], {"axis": 0}))                 # [1 + L, B]
-            if op.mode == "hardmax":
-                s.append(self.reduce("max", "ReduceMax", "@logits", base, 0, 1))
-                s.append(("argmax", "Equal", ["@logits", "@max"], {}))
-                s.append(("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}))
-                s.append(self.reduce("count", "ReduceSum", "@mask", base, 0, 1))
-                s.append(("weights", "Div", ["@mask", "@count"], {}))
-            else:
-                logits = "@logits"
-                if op.beta != 1:
-                    s.append(("scaled", "Mul", ["@logits", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}))
-                    logits = "@scaled"
-                s.append(("weights", "Softmax", [logits], {"axis": 0}))
-            zero, one = self.ints(base, 0), self.ints(base, 1)
-            s.append(("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), zero], {}))
-            s.append(("item_weights.unsqueeze", "Unsqueeze", ["@item_weights", one], {}))  # [L, 1, B]
-            s.append(("mix.mul", "Mul", [vals, "@item_weights.unsqueeze"], {}))
-            s.append(self.reduce("mix", "ReduceSum", "@mix.mul", base, 0, 0))                     # [dv, B]
-            delta = "@mix"
-            if np.any(nv != 0):
-                s.append(("null_weight", "Slice", ["@weights", zero, one, zero], {}))
-                s.append(("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight"], {}))
-                s.append(("delta", "Add", ["@mix", "@null_mix"], {}))
-                delta = "@delta"
-            if dv == width:  # value_rows() is sorted, so these are all of h's rows in order
-                s.append(("residual", "Add", [h, delta], {}))
-            else:
-                idx = self.init(f"{base}.rows", rows[:, None].astype(np.int64))
-                s.append(("rows", "GatherND", [h, idx], {}))
-                s.append(("rows.add", "Add", ["@rows", delta], {}))
-                s.append(("scatter", "ScatterND", [h, idx, "@rows.add"], {}))
+            delta = parts[0]
+            for j, p in enumerate(parts[1:]):
+                s.append((f"delta.{j}", "Add", [delta, p], {}))
+                delta = f"@delta.{j}"
+            s += self.residual(h, delta, rows, width, base)
         got = self.steps(out, base, final, s, op.cite, bare=False)
-        if cached:
-            ctx.new_caches[op.name] = (got["k.cache"], got["v.cache"])
+        if cached and op.source not in ctx.new_histories:
+            ctx.new_histories[op.source] = got["history"]
 
     def embed(self, op: Embed, out: list, tokens: str, base: str, final: str) -> None:
         zero, one = self.ints(base, 0), self.ints(base, 1)
         table = self.init(f"{base}.table", _f32(op.table))
-        positions = self.init(f"{base}.positions", _f32(op.positions))
-        self.steps(out, base, final, [
-            ("truncate", "Slice", [tokens, zero, self.ints(base, op.max_len), one], {}),   # [B, L]
-            ("shape", "Shape", ["@truncate"], {}),
-            ("length", "Gather", ["@shape", one], {"axis": 0}),
-            ("positions", "Slice", [positions, zero, "@length", zero], {}),               # [L, w]
-            ("lookup", "Gather", [table, "@truncate"], {"axis": 0}),                        # [B, L, w]
-            ("add", "Add", ["@lookup", "@positions"], {}),
-            ("feature_major", "Transpose", ["@add"], {"perm": [1, 2, 0]}),                  # [L, w, B]
-        ], op.cite, bare=False)
+        steps = [("truncate", "Slice", [tokens, zero, self.ints(base, op.max_len), one], {}),   # [B, L]
+                 ("shape", "Shape", ["@truncate"], {}),
+                 ("length", "Gather", ["@shape", one], {"axis": 0})]
+        if isinstance(op.positions, BinaryPositions):
+            steps += [("index", "Range", [self.init(f"{base}.zero", np.array(0, np.int64)), "@length",
+                                          self.init(f"{base}.one", np.array(1, np.int64))], {}),
+                      ("index.col", "Unsqueeze", ["@index", one], {})]                          # [L, 1]
+            steps += self.binary_code(op.positions, "@index.col", base, "positions", rows=True)   # [L, w]
+        else:
+            positions = self.init(f"{base}.positions", _f32(op.positions))
+            steps.append(("positions", "Slice", [positions, zero, "@length", zero], {}))          # [L, w]
+        steps += [("lookup", "Gather", [table, "@truncate"], {"axis": 0}),                        # [B, L, w]
+                  ("add", "Add", ["@lookup", "@positions"], {}),
+                  ("feature_major", "Transpose", ["@add"], {"perm": [1, 2, 0]})]                  # [L, w, B]
+        self.steps(out, base, final, steps, op.cite, bare=False)
+
+    def binary_code(self, code: BinaryPositions, n: str, base: str, step: str, rows: bool) -> list:
+        """Steps computing positional vectors from int64 indices ``n``: ``[L, 1]`` -> rows
+        ``[L, w]`` (``rows``), or a scalar -> a column ``[w, 1]``.  Bit ``k`` of
+        ``n + offset`` is ``(n + offset) / 2^(bits-1-k) mod 2`` (Wei, Chen & Ma (C.1): Bin)."""
+        place = code.placement()                                                       # [w, bits]
+        s = [(f"{step}.n", "Add", [n, self.init(f"{base}.{step}.offset", np.array(code.offset, np.int64))], {}),
+             (f"{step}.shift", "Div", [f"@{step}.n", self.init(f"{base}.{step}.powers", code.powers())], {}),
+             (f"{step}.bit", "Mod", [f"@{step}.shift", self.init(f"{base}.{step}.two", np.array(2, np.int64))], {}),
+             (f"{step}.float", "Cast", [f"@{step}.bit"], {"to": TensorProto.FLOAT})]          # [L, bits] | [bits]
+        if rows:
+            s.append((step, "MatMul", [f"@{step}.float", self.init(f"{base}.{step}.place_t", _f32(place.T))], {}))
+        else:
+            s += [(f"{step}.col", "Unsqueeze", [f"@{step}.float", self.ints(base, 1)], {}),      # [bits, 1]
+                  (step, "MatMul", [self.init(f"{base}.{step}.place", _f32(place)), f"@{step}.col"], {})]
+        return s
 
     def body_graph_outputs(self, nodes: list, base: str, values: list[str]) -> list[str]:
         """``values`` as distinct values made by ``nodes`` (an ``Identity`` where not)."""
@@ -384,49 +486,48 @@ class _Emitter:
             if isinstance(a, Attention) and not a.is_self and a.inputs[1] == body.inputs[1].name \
                     and a.value_rows().size:
                 ctx.cross[a.name] = self.memory_kv(a, out, mem, bprefix + a.name)
-        caches = self_attention_caches(op)
+        hists = op.histories()
         empty: list[str] = []
-        for name, (dk, dv) in caches.items():
-            for kv, d in (("k", dk), ("v", dv)):
-                empty.append(self.steps(out, f"{base}/cache.{name}.{kv}", None, [
-                    ("shape", "Concat", [self.ints(base, 0, d), batch], {"axis": 0}),
-                    ("empty", "ConstantOfShape", ["@shape"],
-                     {"value": helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])}),
-                ], bare=False)["empty"])
+        for src, cols in hists.items():
+            empty.append(self.steps(out, f"{base}/history.{src}", None, [
+                ("shape", "Concat", [batch, self.ints(base, len(cols), 0)], {"axis": 0}),
+                ("empty", "ConstantOfShape", ["@shape"],
+                 {"value": helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])}),
+            ], bare=False)["empty"])
         # the loop body
         it = self.values.fresh(f"{base}/iter")
         cond_in = self.values.fresh(f"{base}/cond_in")
         cond_out = self.values.fresh(f"{base}/cond_out")
         o_prev = self.values.fresh(f"{base}/o")
-        cache_in: list[onnx.ValueInfoProto] = []
-        for name, (dk, dv) in caches.items():
-            k_in, v_in = self.values.fresh(f"{base}/cache.{name}.k"), self.values.fresh(f"{base}/cache.{name}.v")
-            ctx.caches[name] = (k_in, v_in)
-            cache_in += [helper.make_tensor_value_info(k_in, TensorProto.FLOAT, [None, dk, BATCH]),
-                         helper.make_tensor_value_info(v_in, TensorProto.FLOAT, [None, dv, BATCH])]
+        hist_in: list[onnx.ValueInfoProto] = []
+        for src, cols in hists.items():
+            v = self.values.fresh(f"{base}/history.{src}")
+            ctx.histories[src], ctx.cols[src] = v, cols
+            hist_in.append(helper.make_tensor_value_info(v, TensorProto.FLOAT, [BATCH, len(cols), None]))
         nodes: list = []
         self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
-        positions = self.init(f"{base}.positions", _f32(op.positions[:, :, None]))
-        x = self.steps(nodes, base, None, [
-            ("position", "Gather", [positions, it], {"axis": 0}),   # [w, 1]
-            ("x", "Add", [o_prev, "@position"], {}),
-        ], bare=False)["x"]
+        if isinstance(op.positions, BinaryPositions):  # β(i) = row i - 1 = the loop's iteration
+            pos = self.binary_code(op.positions, it, base, "position", rows=False)
+        else:
+            positions = self.init(f"{base}.positions", _f32(op.positions[:, :, None]))
+            pos = [("position", "Gather", [positions, it], {"axis": 0})]                  # [w, 1]
+        x = self.steps(nodes, base, None, pos + [("x", "Add", [o_prev, "@position"], {})], bare=False)["x"]
         benv = self.net_ops(body, nodes, {body.inputs[0].name: x, body.inputs[1].name: mem},
                             prefix=bprefix, ctx=ctx)
-        new = [v for name in caches for v in ctx.new_caches[name]]
+        new = [ctx.new_histories[src] for src in hists]
         o, tap, *new = self.body_graph_outputs(nodes, base, [benv[body.outputs[0]], benv[body.outputs[1]], *new])
-        dims = [d for dk_dv in caches.values() for d in dk_dv]
-        cache_out = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [None, d, BATCH]) for v, d in zip(new, dims)]
+        hist_out = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [BATCH, len(c), None])
+                    for v, c in zip(new, hists.values())]
         graph = helper.make_graph(
             nodes, f"{base}/body",
             [helper.make_tensor_value_info(it, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
-             _fm_info(o_prev, w), *cache_in],
-            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(o, w), *cache_out,
+             _fm_info(o_prev, w), *hist_in],
+            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(o, w), *hist_out,
              _fm_info(tap, tap_w)])
         trips = self.init(f"{base}.steps", np.array(op.steps, dtype=np.int64))
         finals = [self.values.fresh(f"{base}/o.final")]
-        finals += [self.values.fresh(f"{base}/cache.{name}.{kv}.final") for name in caches for kv in "kv"]
+        finals += [self.values.fresh(f"{base}/history.{src}.final") for src in hists]
         taps = self.values.fresh(f"{base}/taps")
         out.append(helper.make_node("Loop", [trips, "", o0, *empty], [*finals, taps],
                                     name=self.nodes.fresh(base), body=graph))
@@ -477,6 +578,10 @@ def _matrix_bytes(w: SparseMatrix, form: str) -> int:
     return 4 * n_out
 
 
+def _position_entries(p) -> int:
+    return p.placement().size if isinstance(p, BinaryPositions) else p.size
+
+
 def _weight_bytes(net: Net) -> int:
     """The bytes the initializers of ``net`` will take (counted before building them)."""
     total = 0
@@ -495,13 +600,19 @@ def _weight_bytes(net: Net) -> int:
             total += _weight_bytes(op.body)
         elif isinstance(op, Attention):
             _, wv, _, _ = _value_map(op)
-            for w in (op.wq, op.wk, wv):
-                total += _matrix_bytes(w, _matrix_form(w)) + 4 * w.shape[0]  # + the bias
-            total += 4 * op.key_width + 12 * wv.shape[0]  # null key, null value, rows
+            dk, dv = op.key_width, wv.shape[0]
+            if op.is_self:  # wq; wk_t [c, dk], bk, wv [dv, c], bv; null key/value; cols, rows
+                c = op.memory_columns().size
+                total += _matrix_bytes(op.wq, _matrix_form(op.wq)) + 4 * dk
+                total += 4 * (c * dk + dk + dv * c + dv) + 4 * (dk + dv) + 8 * (c + dv)
+            else:
+                for w in (op.wq, op.wk, wv):
+                    total += _matrix_bytes(w, _matrix_form(w)) + 4 * w.shape[0]  # + the bias
+                total += 4 * dk + 12 * dv  # null key, null value, rows
         elif isinstance(op, Embed):
-            total += 4 * (op.table.size + op.positions.size)
+            total += 4 * (op.table.size + _position_entries(op.positions))
         elif isinstance(op, Decode):
-            total += 4 * (op.init.size + op.positions.size)
+            total += 4 * (op.init.size + _position_entries(op.positions))
             total += _weight_bytes(op.prologue) + _weight_bytes(op.body)
     return total
 
@@ -607,26 +718,24 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
 def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
                  opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """One step of ``decode``'s body as a model, for callers that drive the decoding
-    (and keep the key/value caches) themselves.
+    (and keep the histories) themselves.
 
-    Inputs, in this order (all float32, batch-major):
+    Inputs, in this order (all float32):
 
-    * ``x`` ``[batch, w]``: the body input ``o_{i-1} + positions[i - 1]`` (the caller adds
-      the position; ``o_0`` comes from the prologue, e.g. the ``Decode`` of a net with
+    * ``x`` ``[batch, w]``: the body input ``o_{i-1} + β(i)`` (the caller adds the
+      position, ``Bin(i)`` on the columns in ``tm2nn.decode.positions`` when that holds a
+      binary code; ``o_0`` comes from the prologue, e.g. the ``Decode`` of a net with
       ``steps=0``);
     * ``memory`` ``[batch, L, w_mem]``: the decoder memory (the encoder outputs);
-    * per self-attention op ``A`` of the body, in op order (:func:`self_attention_caches`
-      gives their ``(dk, dv)``): ``cache.<A>.k`` ``[batch, n, dk]`` and ``cache.<A>.v``
-      ``[batch, n, dv]``, the keys and values of steps ``1 .. i-1`` (``n = i - 1``; empty
-      on the first step).
+    * per attended history ``src`` of the body (``Decode.histories()``, in order):
+      ``history.<src>`` ``[batch, c, n]``, the columns ``cols`` of ``src`` at steps
+      ``1 .. i-1`` (``n = i - 1``; ``np.zeros((batch, c, 0))`` on the first step).
 
-    Outputs: ``o`` ``[batch, w]``, ``tap`` ``[batch, tap_w]`` and, per self-attention op,
-    ``cache.<A>.k.out`` ``[batch, n + 1, dk]`` and ``cache.<A>.v.out`` ``[batch, n + 1, dv]``
-    (the input caches with this step's key and value appended), to feed to the next step.
-    A cached key is ``wk h + bk`` and a cached value ``(wv h + bv)[value_rows()]`` for the
-    op's input ``h`` at that step.  ``metadata_props`` holds ``tm2nn.decode.caches`` (the
-    JSON ``{A: [dk, dv]}``) and ``tm2nn.decode.steps`` besides ``metadata``.  Values inside
-    are named after the body's ops (without a prefix).
+    Outputs: ``o`` ``[batch, w]``, ``tap`` ``[batch, tap_w]`` and, per history,
+    ``history.<src>.out`` ``[batch, c, n + 1]`` (this step appended), to feed to the next
+    step.  ``metadata_props`` holds ``tm2nn.decode.histories`` (the JSON ``{src: cols}``),
+    ``tm2nn.decode.steps`` and ``tm2nn.decode.positions`` besides ``metadata``.  Values
+    inside are named after the body's ops (without a prefix).
     """
     _check_opset(opset)
     body = decode.body
@@ -636,22 +745,24 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
                          "more than one ONNX file can hold (2 GiB)")
     if any(body.kinds[o] != "vector" for o in body.outputs):
         raise NetIRError(f"decode {decode.name!r}: the body's outputs (o, tap) must be vectors")
-    caches = self_attention_caches(decode)
+    hists = decode.histories()
     em = _Emitter(opset)
-    names = ["x", "memory"] + [f"cache.{a}.{kv}" for a in caches for kv in "kv"]
-    outs = ["o", "tap"] + [f"cache.{a}.{kv}.out" for a in caches for kv in "kv"]
+    hist_names = [f"history.{src}" for src in hists]
+    names = ["x", "memory"] + hist_names
+    outs = ["o", "tap"] + [f"{n}.out" for n in hist_names]
     for n in names + outs:
         em.values.reserve(n)
     nodes: list = []
     fm = {}
-    for n, kind in zip(names, ["vector", "sequence"] + ["sequence"] * (2 * len(caches))):
+    for n, kind in zip(names[:2], ["vector", "sequence"]):
         fm[n] = em.values.fresh(f"{n}/fm")
         em.steps(nodes, f"{n}/transpose", fm[n], [("transpose", "Transpose", [n], {"perm": _TO_FEATURE_MAJOR[kind]})])
-    ctx = _DecodeCtx(caches={a: (fm[f"cache.{a}.k"], fm[f"cache.{a}.v"]) for a in caches})
+    ctx = _DecodeCtx(histories={src: n for src, n in zip(hists, hist_names)}, cols=dict(hists))
     env = em.net_ops(body, nodes, {body.inputs[0].name: fm["x"], body.inputs[1].name: fm["memory"]}, ctx=ctx)
-    results = [env[body.outputs[0]], env[body.outputs[1]]] + [v for a in caches for v in ctx.new_caches[a]]
-    for n, v, kind in zip(outs, results, ["vector", "vector"] + ["sequence"] * (2 * len(caches))):
-        em.steps(nodes, f"{n}/transpose", n, [("transpose", "Transpose", [v], {"perm": _TO_BATCH_MAJOR[kind]})])
+    for n, v in zip(outs[:2], [env[body.outputs[0]], env[body.outputs[1]]]):
+        em.steps(nodes, f"{n}/transpose", n, [("transpose", "Transpose", [v], {"perm": _TO_BATCH_MAJOR["vector"]})])
+    for n, src in zip(outs[2:], hists):  # already batch-major
+        em.steps(nodes, f"{n}/identity", n, [("identity", "Identity", [ctx.new_histories[src]], {})])
 
     w, tap_w = len(body.inputs[0].space), len(body.spaces[body.outputs[1]])
     w_mem = len(body.inputs[1].space)
@@ -660,13 +771,14 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
            helper.make_tensor_value_info("memory", f, [BATCH, "memory.length", w_mem])]
     outputs = [helper.make_tensor_value_info("o", f, [BATCH, w]),
                helper.make_tensor_value_info("tap", f, [BATCH, tap_w])]
-    for a, (dk, dv) in caches.items():
-        ins += [helper.make_tensor_value_info(f"cache.{a}.k", f, [BATCH, "cache.length", dk]),
-                helper.make_tensor_value_info(f"cache.{a}.v", f, [BATCH, "cache.length", dv])]
-        outputs += [helper.make_tensor_value_info(f"cache.{a}.k.out", f, [BATCH, "cache.length.out", dk]),
-                    helper.make_tensor_value_info(f"cache.{a}.v.out", f, [BATCH, "cache.length.out", dv])]
+    for n, cols in zip(hist_names, hists.values()):
+        ins.append(helper.make_tensor_value_info(n, f, [BATCH, len(cols), "history.length"]))
+        outputs.append(helper.make_tensor_value_info(f"{n}.out", f, [BATCH, len(cols), "history.length.out"]))
     graph = helper.make_graph(nodes, f"{decode.name}/step", ins, outputs, initializer=em.initializers)
-    extra = {"tm2nn.decode.caches": {a: list(c) for a, c in caches.items()}, "tm2nn.decode.steps": str(decode.steps)}
+    pos = decode.positions
+    extra = {"tm2nn.decode.histories": {src: c.tolist() for src, c in hists.items()},
+             "tm2nn.decode.steps": str(decode.steps),
+             "tm2nn.decode.positions": pos.to_json() if isinstance(pos, BinaryPositions) else {"kind": "table"}}
     return _model(graph, opset, f"{decode.name}/step", _props(body, metadata, extra))
 
 

@@ -33,6 +33,7 @@ from torch.nn import functional as F
 from tm2nn.emit import affine_form
 from tm2nn.nets import (
     Affine,
+    BinaryPositions,
     Attention,
     Concat,
     Decode,
@@ -196,35 +197,41 @@ def _dense(m, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(m.dense() if hasattr(m, "dense") else m)).to(dtype)
 
 
-class _Cache:
-    """The key/value cache of one self-attention op during a decode: preallocated
-    ``[batch, capacity + 1, d]`` buffers whose slot 0 holds the null key/value, so
-    appending step ``i`` is O(1) and attending is O(i) (ARCHITECTURE.md: earlier steps'
-    representations never change)."""
+class _History:
+    """One attended history during a decode: the columns ``cols`` of a body value
+    ``src`` at steps 1..i, in a preallocated feature-major ``[batch, c, capacity]``
+    buffer (a score is then one long row per coordinate: faster than ``[n, c]`` rows of
+    a few floats), so appending step ``i`` is O(1) and attending is O(i)
+    (ARCHITECTURE.md: earlier steps' representations never change).  Every
+    self-attention op over ``src`` reads it."""
 
-    def __init__(self, mod: "AttentionModule", capacity: int, batch: int) -> None:
-        dt, dev = mod.wq.dtype, mod.wq.device
-        self.k = torch.empty((batch, capacity + 1, mod.dk), dtype=dt, device=dev)
-        self.v = torch.empty((batch, capacity + 1, mod.dv), dtype=dt, device=dev)
-        self.k[:, 0] = mod.null_key
-        self.v[:, 0] = mod.null_value
-        self.n = 1
+    def __init__(self, cols: torch.Tensor, capacity: int, batch: int, dtype: torch.dtype) -> None:
+        self.cols = cols
+        self.x = torch.empty((batch, cols.numel(), capacity), dtype=dtype, device=cols.device)
+        self.n = 0
+        self.step = None
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``k`` ``[B, dk]``, ``v`` ``[B, dv]``; returns the keys and values so far."""
-        if self.n >= self.k.shape[1]:  # grow (only when driven past the planned length)
-            self.k = torch.cat([self.k, torch.empty_like(self.k)], 1)
-            self.v = torch.cat([self.v, torch.empty_like(self.v)], 1)
-        self.k[:, self.n] = k
-        self.v[:, self.n] = v
-        self.n += 1
-        return self.k[:, : self.n], self.v[:, : self.n]
+    def extend(self, src: torch.Tensor, step) -> torch.Tensor:
+        """Append ``src`` (feature-major ``[w, B]``) once per ``step``; the history so far
+        ``[B, c, n]``."""
+        if self.step != step:
+            if self.n >= self.x.shape[2]:  # grow (only when driven past the planned length)
+                self.x = torch.cat([self.x, torch.empty_like(self.x)], 2)
+            self.x[:, :, self.n] = src.index_select(0, self.cols).t()
+            self.n += 1
+            self.step = step
+        return self.x[:, :, : self.n]
 
 
 class AttentionModule(nn.Module):
     """Hard-max (ties averaged) or softmax attention with a null key/value (see
-    :class:`tm2nn.nets.Attention`).  Values are computed only on ``value_rows``; keys
-    and values are batch-major ``[B, 1 + L, d]`` with the null in slot 0."""
+    :class:`tm2nn.nets.Attention`).  Values are computed only on ``value_rows``.
+
+    Cross-attention precomputes the memory's keys and values, batch-major ``[B, 1 + L, d]``
+    with the null in slot 0.  Self-attention keeps no keys: it reads the history ``X``
+    ``[B, c, n]`` of the attended coordinates (``bind``) and uses linearity,
+    scores ``X (W_kᵀ q) + b_k·q`` and mixed values ``W_v (Σ a_j x_j) + (Σ a_j) b_v``, so
+    one cache serves every op over the same history."""
 
     def __init__(self, op: Attention, dtype: torch.dtype) -> None:
         super().__init__()
@@ -233,6 +240,7 @@ class AttentionModule(nn.Module):
         self.mode = op.mode
         self.beta = float(op.beta)
         self.is_self = op.is_self
+        self.source = op.source
         rows = op.value_rows()
         self.dk, self.dv = op.key_width, int(rows.size)
         self.register_buffer("wq", _dense(op.wq, dtype))
@@ -244,9 +252,19 @@ class AttentionModule(nn.Module):
         self.register_buffer("null_key", _dense(op.null_key, dtype))
         self.register_buffer("null_value", _dense(op.null_value[rows], dtype))
         self.register_buffer("rows", torch.from_numpy(rows))
-        if self.is_self:  # one matmul for Q, K and V of the current vector (not persistent)
-            self.register_buffer("w_qkv", torch.cat([self.wq, self.wk, self.wv]), persistent=False)
-            self.register_buffer("b_qkv", torch.cat([self.bq, self.bk, self.bv])[:, None], persistent=False)
+        self.has_v = bool(op.wv.nnz and np.any(op.wv.vals != 0))
+        self.has_bv = bool(np.any(op.bv[rows] != 0))
+        self.has_nv = bool(np.any(op.null_value[rows] != 0))
+        if self.is_self:
+            self.bind(op.memory_columns())
+
+    def bind(self, cols: np.ndarray) -> None:
+        """Read histories of the coordinates ``cols`` of the attended value (a superset of
+        the op's :meth:`~tm2nn.nets.Attention.memory_columns`)."""
+        idx = torch.from_numpy(np.asarray(cols, dtype=np.int64))
+        self.register_buffer("cols", idx, persistent=False)
+        self.register_buffer("wk_c_t", self.wk[:, idx].t().contiguous(), persistent=False)   # [c, dk]
+        self.register_buffer("wv_c", self.wv[:, idx].contiguous(), persistent=False)         # [dv, c]
 
     def extra_repr(self) -> str:
         kind = "self" if self.is_self else "cross"
@@ -264,41 +282,85 @@ class AttentionModule(nn.Module):
         v = torch.cat([self.null_value.expand(b, 1, -1), v], 1)
         return k, v
 
+    def weights(self, logits: torch.Tensor) -> torch.Tensor:
+        """``[B, n]`` scores -> attention weights (ties averaged under hard-max)."""
+        if self.mode == "hardmax":
+            a = (logits == logits.amax(1, keepdim=True)).to(logits.dtype)
+            return a / a.sum(1, keepdim=True)
+        return torch.softmax(self.beta * logits, dim=1)
+
     def attend(self, h: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
         """``q`` ``[dk, B]`` against ``keys`` ``[B, n, dk]``; returns ``h`` plus the
         attended values on ``rows``."""
-        s = torch.bmm(keys, q.t().unsqueeze(2))                       # [B, n, 1]
+        a = self.weights(torch.bmm(keys, q.t().unsqueeze(2))[:, :, 0])             # [B, n]
+        out_v = torch.bmm(a.unsqueeze(1), vals)[:, 0]                              # [B, dv]
+        return h.index_add(0, self.rows, out_v.t())
+
+    def attend_history(self, h: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``q`` ``[dk, B]`` against the history ``x`` ``[B, c, n]`` (see the class doc).
+
+        Hard-max needs no weight vector: with ``s'_j = x_j·(W_kᵀq)`` (the common ``b_k·q``
+        left out, it does not move the argmax), the items that win are ``s'_j = max s'``
+        when ``max s' + b_k·q >= τ_0``, and the null wins when ``τ_0 >= max s' + b_k·q``."""
+        qc = torch.mm(self.wk_c_t, q).t().unsqueeze(1)                             # [B, 1, c]
+        s = torch.bmm(qc, x)[:, 0]                                                 # [B, n]
+        qb = torch.mv(q.t(), self.bk)[:, None]                                     # [B, 1]
+        s0 = torch.mv(q.t(), self.null_key)[:, None]                               # [B, 1]
+        if self.dv == 0:
+            return h
         if self.mode == "hardmax":
-            a = (s == s.amax(1, keepdim=True)).to(h.dtype)
-            a = a / a.sum(1, keepdim=True)
+            top = s.amax(1, keepdim=True)
+            best = top + qb
+            a0 = (s0 >= best).to(s.dtype)                                          # [B, 1]
+            live = (best >= s0).to(s.dtype)                                        # items can win
+            if self.has_v:
+                win = (s == top).to(s.dtype) * live                                # [B, n]
+                n_items = win.sum(1, keepdim=True)
+            elif bool((a0 * live).any()):  # a tie between the null and the items: count them
+                win = None
+                n_items = (s == top).sum(1, keepdim=True).to(s.dtype) * live
+            else:  # only the items' share matters, and it is 0 or 1: no O(n) count
+                win, n_items = None, live
+            inv = 1.0 / (n_items + a0)
+            items, a0 = n_items * inv, a0 * inv
+            ai = None if win is None else win * inv
         else:
-            a = torch.softmax(self.beta * s, dim=1)
-        out_v = torch.bmm(a.transpose(1, 2), vals)[:, 0]             # [B, dv]
+            a = torch.softmax(self.beta * torch.cat([s0, s + qb], 1), dim=1)
+            a0, ai = a[:, :1], a[:, 1:]
+            items = ai.sum(1, keepdim=True)
+        out_v = None
+        if self.has_v:
+            out_v = torch.mm(torch.bmm(x, ai.unsqueeze(2))[:, :, 0], self.wv_c.t())  # [B, dv]
+        if self.has_bv:
+            t = items * self.bv
+            out_v = t if out_v is None else out_v + t
+        if self.has_nv:
+            t = a0 * self.null_value
+            out_v = t if out_v is None else out_v + t
+        if out_v is None:
+            return h
         return h.index_add(0, self.rows, out_v.t())
 
     def fm(self, h: torch.Tensor, mem: torch.Tensor | None = None, ctx: dict | None = None) -> torch.Tensor:
+        q = torch.addmm(self.bq[:, None], self.wq, h)                              # [dk, B]
         if not self.is_self:
-            kv = ctx.get(self.op_name) if ctx is not None else None
+            cross = ctx.setdefault("cross", {}) if ctx is not None else {}
+            kv = cross.get(self.op_name)
             if kv is None or kv[0] is not mem:
-                kv = (mem, *self.keys_values(mem))
-                if ctx is not None:
-                    ctx[self.op_name] = kv
-            return self.attend(h, torch.addmm(self.bq[:, None], self.wq, h), kv[1], kv[2])
-        qkv = torch.addmm(self.b_qkv, self.w_qkv, h)                  # [dk + dk + dv, B]
-        q, k, v = qkv[: self.dk], qkv[self.dk: 2 * self.dk], qkv[2 * self.dk:]
-        cache = ctx.get(self.op_name) if ctx is not None else None
-        if cache is None:  # no history: the memory is the current vector alone
-            b = h.shape[1]
-            keys = torch.stack([self.null_key.expand(b, -1), k.t()], 1)
-            vals = torch.stack([self.null_value.expand(b, -1), v.t()], 1)
-            return self.attend(h, q, keys, vals)
-        keys, vals = cache.append(k.t(), v.t())
-        return self.attend(h, q, keys, vals)
+                kv = cross[self.op_name] = (mem, *self.keys_values(mem))
+            return self.attend(h, q, kv[1], kv[2])
+        src = h if mem is None else mem
+        hist = ctx["history"].get(self.source) if ctx is not None and "history" in ctx else None
+        if hist is None:  # no decode: the history is the current vector alone
+            return self.attend_history(h, q, src.index_select(0, self.cols).t().unsqueeze(2))
+        return self.attend_history(h, q, hist.extend(src, ctx["step"]))
 
     def forward(self, h: torch.Tensor, mem: torch.Tensor | None = None) -> torch.Tensor:
-        """Batch-major: ``h`` ``[B, w]``, ``mem`` ``[B, L, w]`` (cross-attention)."""
-        m = None if mem is None else mem.permute(1, 2, 0)
-        return self.fm(h.t(), m).t()
+        """Batch-major: ``h`` ``[B, w]``, ``mem`` ``[B, L, w]`` (cross-attention) or
+        ``[B, w]`` (a history source)."""
+        if mem is not None:
+            mem = mem.t() if self.is_self else mem.permute(1, 2, 0)
+        return self.fm(h.t(), mem).t()
 
 
 class EmbedModule(nn.Module):
@@ -310,7 +372,8 @@ class EmbedModule(nn.Module):
         self.cite = op.cite
         self.max_len = op.max_len
         self.register_buffer("table", _dense(op.table, dtype))
-        self.register_buffer("positions", _dense(op.positions, dtype))
+        self.register_buffer("positions", _dense(op.positions, dtype),
+                             persistent=not isinstance(op.positions, BinaryPositions))
 
     def extra_repr(self) -> str:
         return f"tokens={self.table.shape[0]}, width={self.table.shape[1]}, max_len={self.max_len}"
@@ -325,8 +388,9 @@ class EmbedModule(nn.Module):
 
 
 class DecodeModule(nn.Module):
-    """The decoder loop (see :class:`tm2nn.nets.Decode`), incremental: one key/value
-    :class:`_Cache` per self-attention op, so step ``i`` costs O(i)."""
+    """The decoder loop (see :class:`tm2nn.nets.Decode`), incremental: one
+    :class:`_History` per attended body value (``Decode.histories()``), so step ``i``
+    costs O(i)."""
 
     def __init__(self, op: Decode, dtype: torch.dtype) -> None:
         super().__init__()
@@ -336,19 +400,25 @@ class DecodeModule(nn.Module):
         self.prologue = NetModule(op.prologue, dtype)
         self.body = NetModule(op.body, dtype)
         self.register_buffer("init", _dense(op.init, dtype))
-        self.register_buffer("positions", _dense(op.positions, dtype))
-        self.self_attention = [a.name for a in op.body.nodes if isinstance(a, Attention) and a.is_self]
+        # A computed code (BinaryPositions) is materialised here but not saved.
+        self.register_buffer("positions", _dense(op.positions, dtype),
+                             persistent=not isinstance(op.positions, BinaryPositions))
+        self.histories = {src: torch.from_numpy(cols) for src, cols in op.histories().items()}
+        for a in op.body.nodes:
+            if isinstance(a, Attention) and a.is_self:
+                self.body.op(a.name).bind(self.histories[a.source].numpy())
         self.tap_width = len(op.body.spaces[op.body.outputs[1]])
         #: ``progress(i, steps)``, called about 100 times per decode (for progress bars).
         self.progress = None
 
     def extra_repr(self) -> str:
-        return f"steps={self.steps}, self_attention={len(self.self_attention)}"
+        return f"steps={self.steps}, histories={len(self.histories)}"
 
     def new_context(self, batch: int, capacity: int | None = None) -> dict:
-        """Empty caches for a decode of ``capacity`` steps (default: ``steps``)."""
+        """Empty histories for a decode of ``capacity`` steps (default: ``steps``)."""
         cap = max(1, self.steps if capacity is None else capacity)
-        return {name: _Cache(self.body.op(name), cap, batch) for name in self.self_attention}
+        return {"step": 0, "cross": {},
+                "history": {src: _History(cols, cap, batch, self.init.dtype) for src, cols in self.histories.items()}}
 
     def start(self, mem: torch.Tensor, ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """``(o_0, tap_0)``: the prologue on the initial decoder input."""
@@ -357,7 +427,8 @@ class DecodeModule(nn.Module):
         return o, tap
 
     def step(self, i: int, o: torch.Tensor, mem: torch.Tensor, ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(o_i, tap_i) = body(o_{i-1} + β(i), memory)``, appending to the caches in ``ctx``."""
+        """``(o_i, tap_i) = body(o_{i-1} + β(i), memory)``, appending to the histories in ``ctx``."""
+        ctx["step"] = i
         x = o + self.positions[i - 1][:, None]
         return tuple(self.body._run_fm((x, mem), ctx=ctx))
 

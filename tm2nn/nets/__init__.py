@@ -15,7 +15,8 @@ from tm2nn.nets.ops import (
            ReLU,
            Slice,
 )
+from tm2nn.nets.positions import BinaryPositions
 from tm2nn.nets.space import Space
 
-__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "Space",
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "Space",
            "SparseMatrix", "NetIRError"]

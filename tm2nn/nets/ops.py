@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from tm2nn.nets.matrix import SparseMatrix
+from tm2nn.nets.positions import BinaryPositions, as_positions
 from tm2nn.nets.space import Space
 
 if TYPE_CHECKING:
@@ -182,9 +183,14 @@ class Attention(Op):
 
     ``inputs = (h,)`` is decoder *self*-attention: inside a :class:`Decode` body the
     memory is the history of ``h`` itself at steps 1..i (the current step included),
-    kept in a key/value cache.  ``inputs = (h, memory)`` attends over a ``sequence``
-    value (encoder–decoder attention).  ``Q, K, V`` are affine; ``V`` maps the memory's
-    space into ``h``'s, so the output keeps ``h``'s labels (a residual add).
+    kept in a cache.  ``inputs = (h, src)`` with ``history=True`` is self-attention over
+    the history of another *vector* ``src`` of the same body (computed earlier in the
+    step): a backend uses it when the coordinates K and V read are the same in ``src``
+    and in ``h`` at every step, so that several layers share one cache of ``src``.
+    ``inputs = (h, memory)`` (``history=False``) attends over a ``sequence`` value
+    (encoder–decoder attention).  ``Q, K, V`` are affine; ``V`` maps the memory's space
+    into ``h``'s, so the output keeps ``h``'s labels (a residual add).  Outside a decoder
+    body a history is the current vector alone.
     """
 
     wq: SparseMatrix = None  # type: ignore[assignment]
@@ -197,6 +203,7 @@ class Attention(Op):
     null_value: np.ndarray = None  # type: ignore[assignment]
     mode: str = "hardmax"
     beta: float = 1.0
+    history: bool = False
     cite: str = ""
     kind: ClassVar[str] = "attention"
     arity: ClassVar[int | None] = None
@@ -205,6 +212,8 @@ class Attention(Op):
         super().__post_init__()
         if len(self.inputs) not in (1, 2):
             raise NetIRError(f"attention {self.name!r} takes (h,) or (h, memory)")
+        if self.history and len(self.inputs) != 2:
+            raise NetIRError(f"attention {self.name!r}: a history attention takes (h, src)")
         dk = self.wq.shape[0]
         if self.wk.shape[0] != dk:
             raise NetIRError(f"attention {self.name!r}: query and key widths differ")
@@ -221,7 +230,18 @@ class Attention(Op):
 
     @property
     def is_self(self) -> bool:
-        return len(self.inputs) == 1
+        """Attends over a history of vectors (its own input's, or ``src``'s)."""
+        return len(self.inputs) == 1 or self.history
+
+    @property
+    def source(self) -> str:
+        """The value whose history (self) or sequence (cross) is attended."""
+        return self.inputs[-1]
+
+    def memory_columns(self) -> np.ndarray:
+        """The memory coordinates K and V read (sorted): what a cache must keep."""
+        cols = {int(c) for m in (self.wk, self.wv) for c in m.cols[m.vals != 0]}
+        return np.array(sorted(cols), dtype=np.int64)
 
     @property
     def key_width(self) -> int:
@@ -235,11 +255,13 @@ class Attention(Op):
         return np.array(sorted(rows), dtype=np.int64)
 
     def in_kinds(self) -> tuple[str, ...]:
-        return ("vector",) if self.is_self else ("vector", "sequence")
+        if len(self.inputs) == 1:
+            return ("vector",)
+        return ("vector", "vector") if self.history else ("vector", "sequence")
 
     def out_space(self, ins: list[Space]) -> Space:
         h = ins[0]
-        mem = h if self.is_self else ins[1]
+        mem = ins[-1]
         if self.wq.shape[1] != len(h):
             raise NetIRError(f"attention {self.name!r}: query weight has {self.wq.shape[1]} columns, h has {len(h)} dims")
         if self.wk.shape[1] != len(mem) or self.wv.shape[1] != len(mem):
@@ -269,7 +291,7 @@ class Embed(Op):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "table", np.asarray(self.table, dtype=np.float64))
-        object.__setattr__(self, "positions", np.asarray(self.positions, dtype=np.float64))
+        object.__setattr__(self, "positions", as_positions(self.positions))
 
     def in_kinds(self) -> tuple[str, ...]:
         return ("tokens",)
@@ -289,7 +311,7 @@ class Embed(Op):
         return self.out
 
     def tensors(self):
-        return {"table": self.table, "positions": self.positions}
+        return {"table": self.table, "positions": _position_tensor(self.positions)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -297,7 +319,8 @@ class Decode(Op):
     """The decoder loop of Wei, Chen & Ma §4.1, with a key/value cache per self-attention.
 
     ``inputs = (memory,)``, a ``sequence`` (the encoder outputs).  With ``init`` = the
-    initial decoder input and ``β(i)`` = ``positions[i - 1]``::
+    initial decoder input and ``β(i)`` = ``positions[i - 1]`` (an array or a computed
+    :class:`~tm2nn.nets.positions.BinaryPositions`)::
 
         (o_0, tap_0) = prologue(init, memory)
         (o_i, tap_i) = body(o_{i-1} + β(i), memory)      for i = 1 .. steps
@@ -321,7 +344,7 @@ class Decode(Op):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "init", np.asarray(self.init, dtype=np.float64))
-        object.__setattr__(self, "positions", np.asarray(self.positions, dtype=np.float64))
+        object.__setattr__(self, "positions", as_positions(self.positions))
 
     def in_kinds(self) -> tuple[str, ...]:
         return ("sequence",)
@@ -352,5 +375,20 @@ class Decode(Op):
             raise NetIRError(f"decode {self.name!r}: negative step count")
         return tap
 
+    def histories(self) -> dict[str, np.ndarray]:
+        """``{src: columns}`` for the body's self-attention, in op order: each attended
+        history (a vector value of the body) and the coordinates its attention ops read
+        (the union of their :meth:`Attention.memory_columns`), i.e. one cache per ``src``."""
+        out: dict[str, set[int]] = {}
+        for op in self.body.nodes:
+            if isinstance(op, Attention) and op.is_self:
+                out.setdefault(op.source, set()).update(op.memory_columns().tolist())
+        return {src: np.array(sorted(c), dtype=np.int64) for src, c in out.items()}
+
     def tensors(self):
-        return {"init": self.init, "positions": self.positions}
+        return {"init": self.init, "positions": _position_tensor(self.positions)}
+
+
+def _position_tensor(p) -> np.ndarray:
+    """What a positional table stores: the table, or a computed code's placement matrix."""
+    return p.placement() if isinstance(p, BinaryPositions) else p

@@ -36,7 +36,10 @@ def estimate(m: Machine, steps: int) -> dict:
 
 
 def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float = 10.0,
-            corrections: bool = True) -> Compiled:
+            corrections: bool = True, shared_history: bool = True) -> Compiled:
+    """``shared_history=False`` builds the binary search literally, each layer attending
+    over its own input's history (one cache per layer); the default shares one cache
+    (same function, see :func:`.binary_search.binary_search`)."""
     from tm2nn.passes.stay import remove_stays
 
     if isinstance(m, GridMachine):
@@ -58,7 +61,8 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     low = remove_stays(m)
     t = est["decoder_steps"]
     lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
-    net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections)
+    net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections,
+                shared_history=shared_history)
     no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
     enc = {"kind": "transformer_trace", "layout": lay.to_json(), "lowering": low.to_json(),
            "halting": dict(m.halting), "no_rule": no_rule,
@@ -75,6 +79,6 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
         bounds=size_report(m, lay, net),
         options={"steps": int(steps), "decoder_steps": t, "attention": attention,
                  "beta": float(beta) if attention == "softmax" else None,
-                 "corrections": bool(corrections), "width": lay.width, "w_pos": lay.w_pos,
+                 "corrections": bool(corrections), "shared_history": bool(shared_history), "width": lay.width, "w_pos": lay.w_pos,
                  "offset": lay.offset, "stay_aux_states": len(low.aux)},
     )

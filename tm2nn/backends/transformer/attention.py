@@ -31,7 +31,7 @@ def pm_bits(labels: list[str]) -> list:
 
 def attention(name: str, inputs: tuple[str, ...], h: Space, mem: Space, q_rows: list, k_rows: list,
               values: dict, value_bias: dict, null_key: list[float], *, mode: str, beta: float,
-              cite: str) -> Attention:
+              cite: str, history: bool = False) -> Attention:
     """``values``: ``{(h_label, mem_label): w}``; ``value_bias``: ``{h_label: b}``; V_0 = 0."""
     if len(q_rows) != len(k_rows) or len(null_key) != len(q_rows):
         raise ValueError(f"{name}: Q, K and K_0 widths differ")
@@ -46,4 +46,4 @@ def attention(name: str, inputs: tuple[str, ...], h: Space, mem: Space, q_rows: 
         bv[h.index(o)] = b
     return Attention(name, inputs, wq=wq, bq=bq, wk=wk, bk=bk, wv=wv, bv=bv,
                      null_key=np.array(null_key, dtype=np.float64), null_value=np.zeros(len(h)),
-                     mode=mode, beta=beta, cite=cite)
+                     mode=mode, beta=beta, history=history, cite=cite)

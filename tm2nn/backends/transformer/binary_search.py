@@ -28,9 +28,17 @@ CITE_C6_FF = "Wei, Chen & Ma, Claim C.6: ReLU layer clearing scr3"
 
 
 def binary_search(lay: Layout, x: str, prefix: str, *, mode: str, beta: float,
-                  corrections) -> tuple[list[Op], str]:
+                  corrections, shared_history: bool = True) -> tuple[list[Op], str]:
     """Claims C.4–C.6 on value ``x`` (form C.5); output in form (C.6).  ``corrections``
-    is a function ``(ops, value, prefix) -> value`` inserting Prop. 3.4's round (or not)."""
+    is a function ``(ops, value, prefix) -> value`` inserting Prop. 3.4's round (or not).
+
+    Every layer here attends with keys/values read from ``pos1``, ``pos2`` and ``sym2``
+    only, and no layer here writes those groups (C.5's and C.6's ReLU layers write only
+    ``scr3``/``scr4``), so at every past step they hold the same values in each layer's
+    input as in ``x``.  With ``shared_history`` the C.5/C.6 layers therefore attend over
+    ``x``'s history (one cache for the whole search, docs/transformer.md); without it,
+    each over its own input's, literally as in the claims.  Both give the same net
+    function (tested)."""
     h, w = lay.space, lay.w_pos
     msb = lay.bits_msb_first
     pos1 = [f"pos1:b{k}" for k in msb]
@@ -49,8 +57,8 @@ def binary_search(lay: Layout, x: str, prefix: str, *, mode: str, beta: float,
         q = pm_bits(pos3) + pm_bits(scr3[:j]) + [({}, 1.0), ({}, 1.0)]
         k = pm_bits(pos2) + pm_bits(pos1[: j + 1]) + [({}, 0.0)]
         k0 = [0.0] * (w + j + 1) + [w + j]
-        ops.append(attention(name, (cur,), h, h, q, k, {}, {"scr4:3": 1.0}, k0, mode=mode, beta=beta,
-                             cite=CITE_C5))
+        ops.append(attention(name, (cur, x) if shared_history else (cur,), h, h, q, k, {}, {"scr4:3": 1.0}, k0,
+                             mode=mode, beta=beta, cite=CITE_C5, history=shared_history))
         wts = copy([lab for lab in h.labels if lab != "scr4:3"], {})
         wts[(scr3[j], "scr4:3")] = 1.0
         ops += relu_layer(f"{name}.ff", name, h, h, wts, None, CITE_C5_FF)
@@ -59,9 +67,11 @@ def binary_search(lay: Layout, x: str, prefix: str, *, mode: str, beta: float,
     # K_0 = (0, .., 2 w_pos - 1), V(h)^{scr1} = h^{sym2}.
     name = f"{prefix}.c6"
     vals = {(f"scr1:{s.split(':', 1)[1]}", s): 1.0 for s in (h.labels[i] for i in h.groups["sym2"])}
-    ops.append(attention(name, (cur,), h, h, pm_bits(pos3) + pm_bits(scr3) + [({}, 1.0)],
+    ops.append(attention(name, (cur, x) if shared_history else (cur,), h, h,
+                         pm_bits(pos3) + pm_bits(scr3) + [({}, 1.0)],
                          pm_bits(pos2) + pm_bits(pos1) + [({}, 0.0)], vals, {},
-                         [0.0] * (2 * w) + [2 * w - 1.0], mode=mode, beta=beta, cite=CITE_C6))
+                         [0.0] * (2 * w) + [2 * w - 1.0], mode=mode, beta=beta, cite=CITE_C6,
+                         history=shared_history))
     wts = copy([lab for lab in h.labels if not lab.startswith("scr3:")], {})
     ops += relu_layer(f"{name}.ff", name, h, h, wts, None, CITE_C6_FF)
     return ops, f"{name}.ff"

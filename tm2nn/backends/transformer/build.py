@@ -31,7 +31,7 @@ from tm2nn.backends.transformer.layout import Layout, symbol_label
 from tm2nn.backends.transformer.read import combine, read_input
 from tm2nn.backends.transformer.transition import transition
 from tm2nn.ir.machine import Machine
-from tm2nn.nets import Concat, Decode, Embed, Net, Op, Port, Slice, Space
+from tm2nn.nets import BinaryPositions, Concat, Decode, Embed, Net, Op, Port, Slice, Space
 
 CITE_ENC = "Wei, Chen & Ma §4.1 and (C.1): Enc_k(x) = E[:, x_k] + beta(k), beta(k)^pos1 = Bin(k)"
 CITE_DEC = "Wei, Chen & Ma §4.1: decoder, h_{i+1}^(0) = o_i + beta(i+1), beta(i)^pos1 = Bin(i)"
@@ -55,8 +55,9 @@ def _tap(lay: Layout, o: str, writes: str, prefix: str) -> tuple[list[Op], str]:
 
 
 def build(m: Machine, lay: Layout, *, mode: str = "hardmax", beta: float = 1.0,
-          corrections: bool = True) -> Net:
-    """The whole model: tokens ``tape`` -> the per-step taps ``trace`` (see layout)."""
+          corrections: bool = True, shared_history: bool = True) -> Net:
+    """The whole model: tokens ``tape`` -> the per-step taps ``trace`` (see layout).
+    ``shared_history``: see :func:`~tm2nn.backends.transformer.binary_search.binary_search`."""
     h = lay.space
     corr = _corrector(lay, corrections)
     ports = (Port("x", h), Port("memory", h, kind="sequence"))
@@ -70,7 +71,8 @@ def build(m: Machine, lay: Layout, *, mode: str = "hardmax", beta: float = 1.0,
     ops += h_ops
     cur = corr(ops, cur, "S.c2")
     after_head = cur
-    b_ops, cur = binary_search(lay, cur, "S", mode=mode, beta=beta, corrections=corr)
+    b_ops, cur = binary_search(lay, cur, "S", mode=mode, beta=beta, corrections=corr,
+                               shared_history=shared_history)
     ops += b_ops
     cur = corr(ops, cur, "S.c6")
     r_ops, cur = read_input(lay, cur, "memory", "S", mode=mode, beta=beta)
@@ -92,19 +94,15 @@ def build(m: Machine, lay: Layout, *, mode: str = "hardmax", beta: float = 1.0,
     prologue = Net("prologue", ports, tuple(pops + tap_ops), (o0, tap0))
 
     init = lay.vector(st=lay.one_hot("st", m.start), pos3=lay.bin(lay.offset))
-    positions = np.zeros((lay.steps, lay.width))
-    p1 = lay.idx("pos1")
-    for i in range(1, lay.steps + 1):
-        positions[i - 1, p1] = lay.bin(i)
+    p1 = tuple(int(c) for c in lay.idx("pos1"))  # pos1:b<k>, most significant bit first
+    positions = BinaryPositions(lay.width, p1, offset=1, length=lay.steps)             # β(i) = Bin(i)
 
     syms = [symbol_label(a) for a in lay.alphabet]
     table = np.zeros((len(syms), lay.width))
     for a, s in enumerate(syms):
         table[a, h.index(f"sym1:{s}")] = 1.0
     max_len = lay.steps + 1  # cells 0..T are the only ones a run of T steps can read
-    enc_pos = np.zeros((max_len, lay.width))
-    for k in range(max_len):
-        enc_pos[k, p1] = lay.bin(k + lay.offset)
+    enc_pos = BinaryPositions(lay.width, p1, offset=lay.offset, length=max_len)      # β(k) = Bin(k + offset)
     tokens = Port("tape", Space.named("tok", syms), kind="tokens")
     nodes = (
         Embed("encoder", ("tape",), table=table, positions=enc_pos, out=h, cite=CITE_ENC),
