@@ -25,15 +25,14 @@ INPUT = "0" * 12
 def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
     from tm2nn.backends.transformer import compile as compile_tf
     from tm2nn.backends.transformer.decoding import TraceDecoder
-    from tm2nn.compiler import metadata
-    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.compiler import onnx_model
     from tm2nn.interp import run_machine
     from tm2nn.verify.trace import encode_tokens, onnx_runner, torch_runner
 
     t0 = time.perf_counter()
     c = compile_tf(m, steps=steps)
     t_compile = time.perf_counter() - t0
-    blob = to_onnx(c.net, metadata(c, "bench")).SerializeToString()
+    blob = onnx_model(c, "bench").SerializeToString()
     tokens = encode_tokens(c.input_encoding, [INPUT])
     row = {"bench": f"transformer T={steps}", "decoder_steps": c.options["decoder_steps"],
            "compile_s": round(t_compile, 3), "onnx_bytes": len(blob)}

@@ -128,6 +128,48 @@ def c_layers(c) -> int:
     return sum(isinstance(op, Attention) and op.is_self for op in c.net.nodes[1].body.nodes)
 
 
+def readout_reports(c, inputs: list[str]) -> list[dict]:
+    """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
+    from tm2nn.compiler import onnx_model
+    from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.verify.trace import encode_tokens
+
+    model = onnx_model(c, "test")
+    names = [o.name for o in model.graph.output]
+    assert names == ["trace", "state", "halted", "steps", "head", "final_tape"]
+    _trace, state, halted, steps, head, cells = run_onnx(model, encode_tokens(c.input_encoding, inputs))
+    lay = Layout.from_json(c.output_encoding["layout"])
+    assert cells.shape == (len(inputs), 2 * lay.offset + 1)
+    out = []
+    for b in range(len(inputs)):
+        tape = "".join(lay.alphabet[k] for k in cells[b]).strip(lay.blank)
+        out.append({"halted": bool(halted[b]), "steps": int(steps[b]), "state": lay.states[state[b]],
+                    "tape": tape, "head": int(head[b])})
+    return out
+
+
+def interp_reports(m, inputs, steps: int) -> list[dict]:
+    keys = ("halted", "steps", "state", "tape", "head")
+    return [{k: run_machine(m, t, steps).report()[k] for k in keys} for t in inputs]
+
+
+@pytest.mark.parametrize("path", LINE_EXAMPLES, ids=lambda p: p.stem)
+def test_onnx_outputs_the_final_configuration(path):
+    m = load(path)
+    inputs = tapes(m, 6, seed=5)
+    for steps in (9, 60):  # often not halted yet, then halted
+        c = compile_tf(m, steps=steps)
+        assert readout_reports(c, inputs) == interp_reports(m, inputs, steps)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=machines(grid=False, max_states=3, max_symbols=3), seed=st.integers(0, 2**16))
+def test_onnx_outputs_match_the_interpreter_on_random_machines(m, seed):
+    inputs = tapes(m, 5, seed, max_len=5)
+    c = compile_tf(m, steps=11)
+    assert readout_reports(c, inputs) == interp_reports(m, inputs, 11)
+
+
 def test_a_wrong_weight_is_caught_at_the_right_step():
     """Break Claim C.6's null key: the search then never finds past writes."""
     import dataclasses
@@ -200,3 +242,25 @@ def test_decoded_taps_are_exact_zero_one():
 
     taps = torch_runner(c.net)(encode_tokens(c.input_encoding, ["", "11"]))
     assert np.max(np.minimum(np.abs(taps), np.abs(taps - 1))) < 1e-5
+
+
+@pytest.mark.slow
+def test_ten_thousand_steps_binary_counter():
+    """T = 10^4 (2·10^4 decoder steps: the counter's stays are lowered) in onnxruntime:
+    every step checked against the interpreter, and the model's own decoded outputs."""
+    from tm2nn.backends.transformer.decoding import TraceDecoder
+    from tm2nn.compiler import onnx_model
+    from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.verify.trace import encode_tokens, first_divergence
+
+    m = load(EXAMPLES / "binary_counter.tm")
+    c = compile_tf(m, steps=10_000)
+    assert c.options["decoder_steps"] == 20_000 and c.options["w_pos"] == 16
+    text = "0" * 14
+    trace, state, halted, steps, head, _cells = run_onnx(onnx_model(c, "test"), encode_tokens(c.input_encoding, [text]))
+    assert trace.shape[:2] == (1, 20_001)
+    decoded = TraceDecoder(c.output_encoding).decode(trace[0], text)
+    assert first_divergence(m, decoded, text, 10_000) is None
+    want = run_machine(m, text, 10_000).report()
+    assert decoded.report == want and want["halted"] is False
+    assert (bool(halted[0]), int(steps[0]), int(head[0])) == (False, 10_000, want["head"])

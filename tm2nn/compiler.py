@@ -129,14 +129,24 @@ def sha256_of(path: str | Path | None, ir=None) -> str:
     return hashlib.sha256(repr(ir).encode()).hexdigest()
 
 
+def onnx_model(compiled: Compiled, source_sha256: str):
+    """The compiled net as an ONNX model with its metadata, plus what the backend adds to
+    the graph (its ``finish_onnx(model, compiled)``, e.g. the transformer's decoded outputs)."""
+    from tm2nn.emit.onnx_emit import to_onnx
+
+    model = to_onnx(compiled.net, metadata(compiled, source_sha256))
+    finish = getattr(backend_module(compiled.backend), "finish_onnx", None)
+    return finish(model, compiled) if finish else model
+
+
 def save(compiled: Compiled, out: str | Path, source_sha256: str) -> Path:
     """Write the model: ``.onnx`` (self-contained ONNX) or ``.pt`` (torch module + metadata)."""
     out = Path(out)
     meta = metadata(compiled, source_sha256)
     if out.suffix == ".onnx":
-        from tm2nn.emit.onnx_emit import save_onnx, to_onnx
+        from tm2nn.emit.onnx_emit import save_onnx
 
-        save_onnx(to_onnx(compiled.net, meta), out)
+        save_onnx(onnx_model(compiled, source_sha256), out)
     elif out.suffix == ".pt":
         import io
 

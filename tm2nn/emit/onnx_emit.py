@@ -339,6 +339,7 @@ class _Emitter:
                 ctx.new_histories[op.source] = got["history"]
             return
         wk = op.wk.dense()[:, cols]
+        has_v = bool(op.wv.nnz and np.any(op.wv.vals != 0))
         one, two = self.ints(base, 1), self.ints(base, 2)
         s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]                                                                        # [dk, B]
@@ -366,13 +367,15 @@ class _Emitter:
                   ("live", "Cast", ["@items_live"], {"to": TensorProto.FLOAT}),
                   ("argmax", "Equal", ["@scores", "@top"], {}),
                   ("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}),
-                  ("win", "Mul", ["@mask", "@live"], {}),
-                  self.reduce("n_items", "ReduceSum", "@win", base, 2, 1),
+                  self.reduce("ties", "ReduceSum", "@mask", base, 2, 1),
+                  ("n_items", "Mul", ["@ties", "@live"], {}),                                  # [B, 1, 1]
                   ("count", "Add", ["@n_items", "@a0"], {}),
                   ("inv", "Reciprocal", ["@count"], {}),
                   ("items", "Mul", ["@n_items", "@inv"], {}),
-                  ("null_weight", "Mul", ["@a0", "@inv"], {}),
-                  ("item_weights", "Mul", ["@win", "@inv"], {})]                                # [B, 1, n]
+                  ("null_weight", "Mul", ["@a0", "@inv"], {})]
+            if has_v:
+                s += [("item_share", "Mul", ["@live", "@inv"], {}),
+                      ("item_weights", "Mul", ["@mask", "@item_share"], {})]                   # [B, 1, n]
         else:
             logits = "@scores"
             if shift:
@@ -386,7 +389,7 @@ class _Emitter:
                   self.reduce("items", "ReduceSum", "@item_weights", base, 2, 1)]
         parts = []
         row = self.ints(base, 1, -1)
-        if op.wv.nnz and np.any(op.wv.vals != 0):
+        if has_v:
             s += [("item_weights.t", "Transpose", ["@item_weights"], {"perm": [0, 2, 1]}),          # [B, n, 1]
                   ("mix", "MatMul", [x, "@item_weights.t"], {}),                                  # [B, c, 1]
                   ("mix.fm", "Transpose", ["@mix"], {"perm": [1, 0, 2]}),                          # [c, B, 1]

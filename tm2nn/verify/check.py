@@ -62,11 +62,10 @@ class VerifyReport:
 
 
 def onnx_bytes(compiled: Compiled, tag: str = "verify") -> bytes:
-    """The compiled net as a serialized ONNX model, with its metadata."""
-    from tm2nn.compiler import metadata
-    from tm2nn.emit.onnx_emit import to_onnx
+    """The compiled model as ``tm2nn compile`` writes it, serialized."""
+    from tm2nn.compiler import onnx_model
 
-    return to_onnx(compiled.net, metadata(compiled, tag)).SerializeToString()
+    return onnx_model(compiled, tag).SerializeToString()
 
 
 def engine_runners(compiled: Compiled, use_onnx: bool, progress=None):

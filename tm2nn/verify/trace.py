@@ -77,10 +77,15 @@ def torch_runner(net_or_module, progress=None):
 
 
 def onnx_runner(model_bytes: bytes):
-    """Same contract as :func:`torch_runner`, in onnxruntime."""
+    """Same contract as :func:`torch_runner`, in onnxruntime (the taps are the model's
+    first output; a compiled model also has the decoded outputs of
+    :mod:`tm2nn.backends.transformer.readout`)."""
     from tm2nn.emit.onnx_emit import run_onnx
 
-    return lambda tokens: run_onnx(model_bytes, tokens, batch_size=BATCH)
+    def run(tokens):
+        y = run_onnx(model_bytes, tokens, batch_size=BATCH)
+        return y[0] if isinstance(y, tuple) else y
+    return run
 
 
 def machine_tapes(alphabet, max_cells: int, samples: int, seed: int | None):

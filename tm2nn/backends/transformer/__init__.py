@@ -15,10 +15,11 @@ import math
 from tm2nn.backends.base import Compiled
 from tm2nn.backends.transformer.build import build
 from tm2nn.backends.transformer.layout import Layout
+from tm2nn.backends.transformer.readout import OUTPUTS, add_readout
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine, Machine
 
-__all__ = ["compile", "MAX_POSITION_ENTRIES"]
+__all__ = ["compile", "finish_onnx", "MAX_POSITION_ENTRIES"]
 
 #: Refuse a model whose positional tables (2T+1 rows of width w) exceed this many entries.
 MAX_POSITION_ENTRIES = 50_000_000
@@ -66,7 +67,8 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
     enc = {"kind": "transformer_trace", "layout": lay.to_json(), "lowering": low.to_json(),
            "halting": dict(m.halting), "no_rule": no_rule,
-           "missing_rule_counts_step": m.missing_rule_counts_step, "source_steps": int(steps)}
+           "missing_rule_counts_step": m.missing_rule_counts_step, "source_steps": int(steps),
+           "onnx_outputs": ["trace", *OUTPUTS]}
     from tm2nn.backends.transformer.bounds import size_report
 
     return Compiled(
@@ -82,3 +84,8 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
                  "corrections": bool(corrections), "shared_history": bool(shared_history), "width": lay.width, "w_pos": lay.w_pos,
                  "offset": lay.offset, "stay_aux_states": len(low.aux)},
     )
+
+
+def finish_onnx(model, compiled: Compiled):
+    """The ONNX model gets the decoded run as outputs besides the taps (:mod:`.readout`)."""
+    return add_readout(model, compiled.output_encoding)
