@@ -73,7 +73,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn import __version__
 from tm2nn.emit import affine_form
-from tm2nn.nets import Affine, BinaryPositions, Concat, Loop, Net, NetIRError, Op, ReLU, Slice, SparseMatrix
+from tm2nn.nets import (
+    Affine,
+    BinaryPositions,
+    Concat,
+    Loop,
+    Net,
+    NetIRError,
+    Op,
+    ReLU,
+    Slice,
+    SparseMatrix,
+)
 from tm2nn.nets.ops import Attention, Decode, Embed
 
 DEFAULT_OPSET = 18

@@ -33,8 +33,8 @@ from torch.nn import functional as F
 from tm2nn.emit import affine_form
 from tm2nn.nets import (
     Affine,
-    BinaryPositions,
     Attention,
+    BinaryPositions,
     Concat,
     Decode,
     Embed,
