@@ -25,35 +25,45 @@ and ``<decode>/body/``.  Affine forms:
 
 The bias ``Add`` is left out when the bias is zero.
 
-``Attention`` ``X``: the query, key and value maps are affine maps in the same three
-forms (initializers ``X.wq``/``X.bq``, ``X.wk``/``X.bk``, ``X.wv``/``X.bv``; an ELL map
-``X.wq`` has ``X.wq.cols.<j>`` and ``X.wq.<j>``), applied to a sequence ``[L, w, B]``
+``Attention`` ``X`` (cross): the query, key and value maps are affine maps in the same
+three forms (initializers ``X.wq``/``X.bq``, ``X.wk``/``X.bk``, ``X.wv``/``X.bv``; an ELL
+map ``X.wq`` has ``X.wq.cols.<j>`` and ``X.wq.<j>``), applied to a sequence ``[L, w, B]``
 with ``Gather`` axis 1 or an ``Einsum`` (onnxruntime's broadcasting ``MatMul`` rejects
-an empty sequence).  Values are computed only on the rows
-``op.value_rows()`` (``dv`` of them; ``X.wv``, ``X.bv`` and ``X.null_value`` hold those
-rows only).  Scores are ``ReduceSum(K * q)`` ``[L, B]``, with the null key's score
-``MatMul(X.null_key, q)`` concatenated in front; ``hardmax`` takes
-``Equal(score, ReduceMax(score))`` (exact, ties averaged by dividing by the count),
-``softmax`` a ``Softmax`` over axis 0 of ``beta * score``.  The weighted values
-``[dv, B]`` are added to ``h``'s rows with ``GatherND`` / ``Add`` / ``ScatterND``
-(indices ``X.rows`` ``[dv, 1]``; a plain ``Add`` when the rows are all of ``h``), so the
-output costs ``O(width)`` and no ``[width, dv]`` matrix is stored.  A self-attention
-outside a decoder body attends over its own current input only (a history of length 1).
+an empty sequence).  Values are computed only on the rows ``op.value_rows()`` (``dv`` of
+them; ``X.wv``, ``X.bv`` and ``X.null_value`` hold those rows only).  Scores are
+``ReduceSum(K * q)`` ``[L, B]``, with the null key's score ``MatMul(X.null_key, q)``
+concatenated in front; ``hardmax`` takes ``Equal(score, ReduceMax(score))`` (exact, ties
+averaged by dividing by the count), ``softmax`` a ``Softmax`` over axis 0 of
+``beta * score``.  The weighted values ``[dv, B]`` are added to ``h``'s rows with
+``GatherND`` / ``Add`` / ``ScatterND`` (indices ``X.rows`` ``[dv, 1]``; a plain ``Add``
+when the rows are all of ``h``), so the output costs ``O(width)``.
+
+``Attention`` ``X`` (self, over the history of ``src``: its own input or ``inputs[1]``):
+no keys or values are stored.  The history ``H`` ``[B, c, n]`` holds the coordinates
+``cols`` of ``src`` that K and V read (``Decode.histories()``: one history per ``src``,
+shared by every op over it); the first op over ``src`` in a step appends ``src[cols]``
+(``X/history``, a ``Concat`` on axis 2).  Scores are ``MatMul((W_k[:, cols]ᵀ q)ᵀ, H)``
+(``X.wk_t``), plus ``b_k·q`` (``X.bk``) which only matters against the null's score.
+Hard-max: the items with the top score win when it is at least the null's, the null wins
+when its score is at least theirs, and the output needs only the winners' count and, when
+V reads the history (``X.wv`` ``[dv, c]``), ``MatMul(H, weights)``.  Outside a decoder body
+the history is the current ``src`` alone.
 
 ``Embed`` ``X``: ``Slice`` the tokens to ``max_len``, ``Gather`` rows of ``X.table``, add
 the first ``L`` rows of ``X.positions`` and transpose to ``[L, w, B]``.
 
 ``Decode`` ``X``: the prologue runs on ``Expand(X.init)``; then one ONNX ``Loop``
-``X`` with trip count ``X.steps`` whose body adds ``X.positions[iter]`` to the carried
-``o`` and runs the body net.  The loop carries ``o`` and, per self-attention op ``A`` of
-the body (in op order), a key cache ``[n, dk, B]`` and a value cache ``[n, dv, B]``
-that grow by one ``Concat`` per step (onnxruntime accepts loop-carried values whose
-first dimension grows), starting empty (``ConstantOfShape``).  The taps are the loop's
-scan output, with ``tap_0`` concatenated in front: ``[steps + 1, tap_w, B]``.  The keys
-and values of the body's cross-attention over the decoder memory are computed once,
-before the loop.  Nothing in the model depends on ``steps`` but the trip count and the
-``X.positions`` table.  :func:`to_onnx_step` emits one body step on its own, for callers
-that drive the decoding themselves.
+``X`` with trip count ``X.steps`` whose body adds ``β(iter + 1)`` to the carried ``o`` and
+runs the body net.  ``β`` is a table row (``Gather`` on ``X.positions``) or, for a
+:class:`~tm2nn.nets.BinaryPositions`, computed from the iteration number: ``Div`` by
+powers of two, ``Mod 2``, and a ``[w, bits]`` placement matrix (the same for ``Embed``).
+The loop carries ``o`` and one history per attended value, starting empty
+(``ConstantOfShape`` ``[B, c, 0]``).  The taps are the loop's scan output, with ``tap_0``
+concatenated in front: ``[steps + 1, tap_w, B]``.  The keys and values of the body's
+cross-attention over the decoder memory are computed once, before the loop.  With binary
+positions nothing in the model depends on ``steps`` but the trip count.
+:func:`to_onnx_step` emits one body step on its own, for callers that drive the decoding
+themselves.
 
 Emission is deterministic: the same Net gives byte-identical ``SerializeToString()``.
 """

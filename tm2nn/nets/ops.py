@@ -316,7 +316,7 @@ class Embed(Op):
 
 @dataclass(frozen=True, eq=False)
 class Decode(Op):
-    """The decoder loop of Wei, Chen & Ma §4.1, with a key/value cache per self-attention.
+    """The decoder loop of Wei, Chen & Ma §4.1, with one cache per attended history.
 
     ``inputs = (memory,)``, a ``sequence`` (the encoder outputs).  With ``init`` = the
     initial decoder input and ``β(i)`` = ``positions[i - 1]`` (an array or a computed
@@ -327,9 +327,9 @@ class Decode(Op):
 
     ``prologue`` and ``body`` are nets with inputs ``(x: vector, memory: sequence)`` and
     outputs ``(o, tap)``; ``o`` lives in ``x``'s space.  The op's value is the
-    ``sequence`` ``tap_0 .. tap_steps``.  The body's self-attention ops attend over
-    their own input's history, so step ``i`` costs O(i) and earlier steps are never
-    recomputed; the prologue may not use self-attention.
+    ``sequence`` ``tap_0 .. tap_steps``.  The body's self-attention ops attend over the
+    history of a body value (:meth:`histories`), so step ``i`` costs O(i) and earlier
+    steps are never recomputed; the prologue may not use self-attention.
     """
 
     prologue: "Net" = None  # type: ignore[assignment]
