@@ -82,15 +82,18 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn import __version__
-from tm2nn.emit import affine_form
+from tm2nn.emit import affine_form, onnx_grid
 from tm2nn.nets import (
     Affine,
     BinaryPositions,
     Concat,
+    GridReadout,
     Loop,
+    MemoryGrid,
     Net,
     NetIRError,
     Op,
+    PatchMap,
     ReLU,
     Slice,
     SparseMatrix,
@@ -132,6 +135,10 @@ def _f32(a) -> np.ndarray:
 
 def _fm_info(name: str, width: int) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [width, BATCH])
+
+
+def _grid_info(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "height", "width"])
 
 
 def _matrix_form(w: SparseMatrix) -> str:
@@ -248,6 +255,7 @@ class _Emitter:
         body = op.body
         port = body.inputs[0]
         width = len(port.space)
+        info = _grid_info if port.kind == "grid" else (lambda name, _w=width: _fm_info(name, _w))
         trips = self.init(f"{base}.trips", np.array(op.trips, dtype=np.int64))
         it = self.values.fresh(f"{base}/iter")
         cond_in = self.values.fresh(f"{base}/cond_in")
@@ -260,14 +268,25 @@ class _Emitter:
         if result == carried:  # an identity body
             result = self.values.fresh(f"{base}/{port.name}/out")
             self.steps(nodes, f"{base}/identity", result, [("identity", "Identity", [carried], {})])
+        outs = [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), info(result)]
+        scanned = None
+        if op.scan:  # every state after a trip, as a scan output
+            scanned = self.values.fresh(f"{base}/{port.name}/scan")
+            self.steps(nodes, f"{base}/scan", scanned, [("scan", "Identity", [result], {})])
+            outs.append(info(scanned))
         graph = helper.make_graph(
             nodes, f"{base}/body",
             [helper.make_tensor_value_info(it, TensorProto.INT64, []),
-             helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
-             _fm_info(carried, width)],
-            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(result, width)])
-        node = helper.make_node("Loop", [trips, "", x], [final], name=self.nodes.fresh(base), body=graph)
-        out.append(node)
+             helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []), info(carried)], outs)
+        if not op.scan:
+            out.append(helper.make_node("Loop", [trips, "", x], [final], name=self.nodes.fresh(base), body=graph))
+            return
+        last, states = self.values.fresh(f"{base}/last"), self.values.fresh(f"{base}/states")
+        out.append(helper.make_node("Loop", [trips, "", x], [last, states], name=self.nodes.fresh(base), body=graph))
+        self.steps(out, base, final, [  # x_0 in front of x_1 .. x_trips
+            ("first", "Unsqueeze", [x, self.ints(base, 0)], {}),
+            ("states", "Concat", ["@first", states], {"axis": 0}),
+        ], bare=False)
 
     def memory_kv(self, op: Attention, out: list, mem: str, base: str) -> tuple[str, str]:
         """Keys ``[L, dk, B]`` and values ``[L, dv, B]`` of a cross-attention's memory."""
@@ -577,6 +596,12 @@ class _Emitter:
             self.embed(op, out, ins[0], base, final)
         elif isinstance(op, Decode):
             self.decode(op, out, ins[0], base, final)
+        elif isinstance(op, PatchMap):
+            onnx_grid.patch_map(self, op, out, ins[0], base, final)
+        elif isinstance(op, MemoryGrid):
+            onnx_grid.memory_grid(self, op, out, ins[0], base, final)
+        elif isinstance(op, GridReadout):
+            onnx_grid.grid_readout(self, op, out, ins[0], base, final)
         else:
             raise NetIRError(f"the ONNX emitter does not know {op.kind} op {op.name!r}")
 
@@ -638,6 +663,10 @@ def _weight_bytes(net: Net) -> int:
         elif isinstance(op, Decode):
             total += 4 * (op.init.size + _position_entries(op.positions))
             total += _weight_bytes(op.prologue) + _weight_bytes(op.body)
+        elif isinstance(op, (PatchMap, GridReadout)):
+            total += 64 + _weight_bytes(op.body)  # + offsets, padding, column
+        elif isinstance(op, MemoryGrid):
+            total += 4 * op.weight.size + 32
     return total
 
 
@@ -671,8 +700,9 @@ def _model(graph: onnx.GraphProto, opset: int, doc: str, props: dict[str, str]) 
     return model
 
 
-#: Feature-major -> batch-major permutation by value kind (tokens are never transposed).
-_TO_BATCH_MAJOR = {"vector": [1, 0], "sequence": [2, 0, 1]}
+#: Internal -> batch-major permutation by value kind (tokens and grids are never
+#: transposed: a grid is ``[B, H, W]`` inside too).
+_TO_BATCH_MAJOR = {"vector": [1, 0], "sequence": [2, 0, 1], "grids": [1, 0, 2, 3]}
 _TO_FEATURE_MAJOR = {"vector": [1, 0], "sequence": [1, 2, 0]}
 
 
@@ -707,7 +737,7 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
     nodes: list = []
     env: dict[str, str] = {}
     for p in net.inputs:
-        if p.kind == "tokens":
+        if p.kind in ("tokens", "grid"):  # used as given
             env[p.name] = p.name
             continue
         env[p.name] = em.values.fresh(f"{p.name}/fm")
@@ -715,9 +745,13 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
                  [("transpose", "Transpose", [p.name], {"perm": _TO_FEATURE_MAJOR[p.kind]})])
     env = em.net_ops(net, nodes, env, finals=finals)
     for o in net.outputs:
-        if o not in inputs:
+        if o in inputs:
+            continue
+        if net.kinds[o] in _TO_BATCH_MAJOR:
             em.steps(nodes, f"{o}/transpose", o,
                      [("transpose", "Transpose", [env[o]], {"perm": _TO_BATCH_MAJOR[net.kinds[o]]})])
+        else:
+            em.steps(nodes, f"{o}/identity", o, [("identity", "Identity", [env[o]], {})])
 
     ports = {p.name: p for p in net.inputs}
 
@@ -725,6 +759,10 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
         kind, width = net.kinds[name], len(net.spaces[name])
         if kind == "vector":
             return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, width])
+        if kind == "grid":
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "height", "width"])
+        if kind == "grids":
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "states", "height", "width"])
         if name in ports:
             length: str | int | None = f"{name}.length"
         else:

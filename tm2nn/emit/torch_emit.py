@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tm2nn.emit import affine_form
+from tm2nn.emit.torch_grid import GridReadoutModule, MemoryGridModule, PatchMapModule
 from tm2nn.nets import (
     Affine,
     Attention,
@@ -38,10 +39,13 @@ from tm2nn.nets import (
     Concat,
     Decode,
     Embed,
+    GridReadout,
     Loop,
+    MemoryGrid,
     Net,
     NetIRError,
     Op,
+    PatchMap,
     ReLU,
     Slice,
 )
@@ -171,26 +175,38 @@ class SliceModule(nn.Module):
 
 
 class LoopModule(nn.Module):
-    """Apply ``body`` ``trips`` times (weights shared between iterations)."""
+    """Apply ``body`` ``trips`` times (weights shared between iterations); with
+    ``scan``, return every state stacked on a new first axis (feature-major inside)."""
 
     def __init__(self, op: Loop, dtype: torch.dtype) -> None:
         super().__init__()
         self.op_name = op.name
         self.trips = int(op.trips)
+        self.scan = bool(op.scan)
         self.body = NetModule(op.body, dtype)
+        #: ``progress(i, trips)``, called about 100 times per run (for progress bars).
+        self.progress = None
 
     def extra_repr(self) -> str:
-        return f"trips={self.trips}"
+        return f"trips={self.trips}" + (", scan=True" if self.scan else "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.trips):
-            x = self.body(x)
-        return x
+        if self.body.input_kinds[0] == "vector":
+            y = self.fm(x.t())
+            return y.t() if not self.scan else y.permute(2, 0, 1)
+        y = self.fm(x)
+        return y.transpose(0, 1) if self.scan else y
 
     def fm(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.trips):
+        states = [x] if self.scan else None
+        every = max(1, self.trips // 100)
+        for i in range(1, self.trips + 1):
             x = self.body._run_fm((x,))[0]
-        return x
+            if states is not None:
+                states.append(x)
+            if self.progress is not None and (i % every == 0 or i == self.trips):
+                self.progress(i, self.trips)
+        return torch.stack(states) if states is not None else x
 
 
 def _dense(m, dtype: torch.dtype) -> torch.Tensor:
@@ -467,6 +483,12 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
         return EmbedModule(op, dtype)
     if isinstance(op, Decode):
         return DecodeModule(op, dtype)
+    if isinstance(op, PatchMap):
+        return PatchMapModule(op, dtype)
+    if isinstance(op, MemoryGrid):
+        return MemoryGridModule(op, dtype)
+    if isinstance(op, GridReadout):
+        return GridReadoutModule(op, dtype)
     raise NetIRError(f"the torch emitter does not know {op.kind} op {op.name!r}")
 
 
@@ -530,7 +552,9 @@ class NetModule(nn.Module):
                 dead.add(op.name)
             frees = tuple(sorted(slot[v] for v in dead))
             plan.append((mod, ins, slot[op.name], frees, relu_inplace, wants_ctx))
-            if not isinstance(op, Loop):  # a loop with 0 trips returns its input
+            if isinstance(op, Loop) and not op.scan:  # 0 trips return the input itself:
+                owned.difference_update(op.inputs)    # neither may be overwritten in place
+            else:
                 owned.add(op.name)
         self._plan = plan
         self._n_slots = len(slot)
@@ -566,6 +590,11 @@ class NetModule(nn.Module):
                     raise ValueError(f"input {name!r}: token ids must lie in [0, {width})")
                 xs.append(x.to(torch.int64))
                 continue
+            if kind == "grid":
+                if x.dim() != 3:
+                    raise ValueError(f"input {name!r}: expected a grid [batch, height, width], got {list(x.shape)}")
+                xs.append(x.to(self.dtype).contiguous())
+                continue
             if kind == "sequence":
                 if x.dim() != 3 or x.shape[2] != width:
                     raise ValueError(f"input {name!r}: expected shape [batch, length, {width}], got {list(x.shape)}")
@@ -600,20 +629,24 @@ class NetModule(nn.Module):
     def forward(self, *inputs: torch.Tensor):
         """One ``[batch, width]`` tensor per input port; returns the output tensor, or a
         tuple in ``net.outputs`` order when the net has several outputs."""
-        outs = tuple(_batch_major(o) for o in self._run_fm(self._prepare(inputs)))
+        outs = tuple(_batch_major(o, k) for o, k in zip(self._run_fm(self._prepare(inputs)), self.output_kinds))
         return outs[0] if len(outs) == 1 else outs
 
     def trace(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every value of the net (inputs and op outputs, by name), ``[batch, width]`` each.
         A loop's value is the one after its last trip."""
         vals = self._run_fm(self._prepare(inputs), keep=True)
-        return {name: _batch_major(vals[s]) for name, s in self._slots.items()}
+        kinds = {**{p.name: p.kind for p in self.net.inputs}, **self.net.kinds}
+        return {name: _batch_major(vals[s], kinds[name]) for name, s in self._slots.items()}
 
 
-def _batch_major(x: torch.Tensor) -> torch.Tensor:
-    """Feature-major ``[w, B]`` / ``[L, w, B]`` -> ``[B, w]`` / ``[B, L, w]`` (tokens stay)."""
-    if x.dtype == torch.int64:
+def _batch_major(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """Feature-major ``[w, B]`` / ``[L, w, B]`` -> ``[B, w]`` / ``[B, L, w]``; grids are
+    batch-major already, ``grids`` ``[T, B, H, W]`` -> ``[B, T, H, W]``; tokens stay."""
+    if kind in ("tokens", "grid"):
         return x
+    if kind == "grids":
+        return x.transpose(0, 1).contiguous()
     return x.t().contiguous() if x.dim() == 2 else x.permute(2, 0, 1).contiguous()
 
 

@@ -1,5 +1,6 @@
 """The network IR: typed ops over labelled dimensions, shared by every backend and emitter."""
 
+from tm2nn.nets.grid import GridReadout, MemoryGrid, PatchMap, patch_space
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.net import Net
 from tm2nn.nets.ops import (
@@ -18,5 +19,5 @@ from tm2nn.nets.ops import (
 from tm2nn.nets.positions import BinaryPositions
 from tm2nn.nets.space import Space
 
-__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "Space",
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
            "SparseMatrix", "NetIRError"]

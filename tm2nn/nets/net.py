@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tm2nn.nets.grid import GridReadout, PatchMap
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.ops import Affine, Attention, Decode, Loop, NetIRError, Op, Port, ReLU
 from tm2nn.nets.space import Space
@@ -65,10 +66,11 @@ class Net:
 
     # -- reports --------------------------------------------------------------------------
     def subnets(self) -> list["Net"]:
-        """Nets nested in this one's ops (loop bodies, decoder prologue and body)."""
+        """Nets nested in this one's ops (loop bodies, decoder prologue and body, the
+        patch map's filter and the grid readout's head)."""
         out: list[Net] = []
         for op in self.nodes:
-            if isinstance(op, Loop):
+            if isinstance(op, (Loop, PatchMap, GridReadout)):
                 out.append(op.body)
             elif isinstance(op, Decode):
                 out += [op.prologue, op.body]
@@ -105,6 +107,10 @@ class Net:
                 inner = op.body.depth()
                 for k in keys:
                     cur[k] += op.trips * inner[k]
+            elif isinstance(op, (PatchMap, GridReadout)):
+                inner = op.body.depth()
+                for k in keys:
+                    cur[k] += inner[k]
             elif isinstance(op, Decode):
                 pro, body = op.prologue.depth(), op.body.depth()
                 for k in keys:

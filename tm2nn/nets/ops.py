@@ -121,13 +121,26 @@ class Slice(Op):
 
 @dataclass(frozen=True, eq=False)
 class Loop(Op):
-    """Apply ``body`` (one input, one output, same space) ``trips`` times; the weights
-    are shared between iterations.  Emitted as a Python loop in torch and an ONNX
-    ``Loop``, so the model does not grow with ``trips``."""
+    """Apply ``body`` (one input, one output, same space and kind) ``trips`` times; the
+    weights are shared between iterations.  Emitted as a Python loop in torch and an
+    ONNX ``Loop``, so the model does not grow with ``trips``.  With ``scan`` the value
+    is every state ``x_0 .. x_trips`` (a ``sequence`` of vectors, or ``grids``), not
+    only the last."""
 
     body: "Net" = None  # type: ignore[assignment]
     trips: int = 1
+    scan: bool = False
     kind: ClassVar[str] = "loop"
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return (self.body.inputs[0].kind,) if self.body is not None and self.body.inputs else ("vector",)
+
+    @property
+    def out_kind(self) -> str:  # type: ignore[override]
+        kind = self.in_kinds()[0]
+        if not self.scan:
+            return kind
+        return {"vector": "sequence", "grid": "grids"}.get(kind, kind)
 
     def out_space(self, ins: list[Space]) -> Space:
         b = self.body
@@ -135,6 +148,8 @@ class Loop(Op):
             raise NetIRError(f"loop {self.name!r}: the body must have one input and one output")
         if b.inputs[0].space != ins[0] or b.spaces[b.outputs[0]] != ins[0]:
             raise NetIRError(f"loop {self.name!r}: body input, body output and loop input spaces differ")
+        if b.kinds[b.outputs[0]] != b.inputs[0].kind or b.inputs[0].kind not in ("vector", "grid"):
+            raise NetIRError(f"loop {self.name!r}: the body must map a vector or a grid to the same kind")
         if self.trips < 0:
             raise NetIRError(f"loop {self.name!r}: negative trip count")
         return ins[0]
@@ -142,8 +157,10 @@ class Loop(Op):
 
 #: Value kinds.  A ``vector`` is one labelled vector per batch row; a ``sequence`` is a
 #: variable-length list of them (the encoder outputs, the decoder's per-step taps);
-#: ``tokens`` are integer ids per position (the transformer's input tape).
-KINDS = ("vector", "sequence", "tokens")
+#: ``tokens`` are integer ids per position (the transformer's input tape); a ``grid`` is
+#: one number per cell of a 2D grid (the RCNN's tape, :mod:`tm2nn.nets.grid`) and
+#: ``grids`` a sequence of grids.
+KINDS = ("vector", "sequence", "tokens", "grid", "grids")
 
 
 @dataclass(frozen=True)
