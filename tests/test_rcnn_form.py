@@ -4,6 +4,7 @@ form halts with only the answer on the tape; the base-3 code round-trips exactly
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -37,7 +38,7 @@ from tm2nn.passes.binarise import binarise, block_code
 from tm2nn.passes.grid_normal_form import ANSWER, ANSWER_VALUE, normal_form
 from tm2nn.passes.line_to_grid import line_to_grid
 from tm2nn.passes.lowering import Chain, result_from_configurations
-from tm2nn.passes.rcnn_form import to_rcnn_form
+from tm2nn.passes.rcnn_form import rcnn_form_from_json, to_rcnn_form
 from tm2nn.syntax import load, load_all
 
 STEPS = 60
@@ -351,6 +352,21 @@ def test_rcnn_form_simulates_source(data):
     src, lr = check_lowering(ch, m, inp, data.draw(BUDGETS))
     check_first_step_is_a_no_op(lr)
     check_normal_form_final(ch.steps[-1], lr, src)
+
+
+@settings(max_examples=50, deadline=None)
+@given(machines(grid=False, max_symbols=5))
+def test_rcnn_form_json_round_trip(m):
+    ch = to_rcnn_form(m)
+    d = json.loads(json.dumps(ch.to_json()))
+    back = rcnn_form_from_json(d, m)
+    assert back.machine == ch.machine and back.to_json() == d
+    with pytest.raises(Tm2nnError, match="no word for symbol"):
+        rcnn_form_from_json(d, m.replace(alphabet=m.alphabet + ("~",)))
+    with pytest.raises(Tm2nnError, match="does not match"):  # a grid machine: no line_to_grid
+        rcnn_form_from_json(d, line_to_grid(m).machine)
+    with pytest.raises(Tm2nnError, match="expected a list"):
+        rcnn_form_from_json({"passes": []}, m)
 
 
 def test_rcnn_form_of_grid_machines():

@@ -94,6 +94,9 @@ class BinaryLowering(Lowering):
     width: int
     kind: dict[str, tuple] = field(repr=False)
 
+    def to_json(self) -> dict:
+        return {"pass": "binarise", "code": dict(self.code)}
+
     # -- inputs ---------------------------------------------------------------------------------
     def _rows(self, m: Machine, text: str) -> list[str]:
         if isinstance(m, GridMachine) and "/" not in m.symbol_index:
@@ -228,6 +231,7 @@ def binarise(m: Machine, code: dict[str, str] | None = None) -> BinaryLowering:
     names: dict[tuple, str] = {}
     new_states: list[str] = []
     rules: list[Rule] = []
+    pending: list[tuple] = [("read", q, "") for q in m.states if q not in m.halting]
 
     def state(key: tuple) -> str:
         """The lowered state for ``key``, made on first use."""
@@ -236,13 +240,8 @@ def binarise(m: Machine, code: dict[str, str] | None = None) -> BinaryLowering:
         if key[0] == "stopwalk" and key[2] == 0:
             key = ("stop", key[1])
         if key not in names:
-            base = {
-                "read": lambda: f"{key[1]}~{key[2]}",
-                "write": lambda: f"{key[1]}~{key[2]}{key[3]}",
-                "walk": lambda: f"{key[1]}~{key[2]}{key[3]}",
-                "stop": lambda: f"{key[1]}~x",
-                "stopwalk": lambda: f"{key[1]}~x{key[2]}",
-            }[key[0]]()
+            tag, q, rest = key[0], key[1], "".join(str(x) for x in key[2:])
+            base = f"{q}~x{rest}" if tag in ("stop", "stopwalk") else f"{q}~{rest}"
             names[key] = nm = name(base)
             kind[nm] = key
             new_states.append(nm)
@@ -253,11 +252,7 @@ def binarise(m: Machine, code: dict[str, str] | None = None) -> BinaryLowering:
         """What a pass over offset ``j`` writes: the letter read, or the blank's letter."""
         return c if c != BLANK else blank_word[j]
 
-    pending: list[tuple] = []
-    for q in m.states:
-        if q not in m.halting:
-            pending.append(("read", q, ""))
-    while pending:
+    while pending:  # build each state's rules, making the states they lead to
         key = pending.pop(0)
         tag = key[0]
         here = state(key)

@@ -81,6 +81,9 @@ class NormalFormLowering(Lowering):
     cleanup: tuple[str, ...]
     final: dict[str, str]
 
+    def to_json(self) -> dict:
+        return {"pass": "normal_form"}
+
     def lower_input(self, text: str) -> str:
         """Goel et al., B.1.2: the input is one row without blanks."""
         if "/" in text:

@@ -25,6 +25,9 @@ class GridLowering(Lowering):
     source: Machine
     machine: GridMachine
 
+    def to_json(self) -> dict:
+        return {"pass": "line_to_grid"}
+
     def lower_input(self, text: str) -> str:
         check_input(self.source, text)
         return text

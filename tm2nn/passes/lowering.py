@@ -71,6 +71,10 @@ class Lowering:
     machine: Machine
 
     # -- per pass ------------------------------------------------------------------------------
+    def to_json(self) -> dict:  # pragma: no cover - abstract
+        """The pass and its options: with the source machine, enough to rebuild it."""
+        raise NotImplementedError
+
     def lower_input(self, text: str) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -202,6 +206,9 @@ class Chain(Lowering):
     @property
     def machine(self) -> Machine:  # type: ignore[override]
         return self.steps[-1].machine
+
+    def to_json(self) -> dict:
+        return {"passes": [s.to_json() for s in self.steps]}
 
     def lower_input(self, text: str) -> str:
         for s in self.steps:

@@ -16,7 +16,7 @@ input, ``source_result`` maps a lowered run back to the source machine's run, an
 
 from __future__ import annotations
 
-from tm2nn.errors import error_at
+from tm2nn.errors import Tm2nnError, error_at
 from tm2nn.ir.machine import GridMachine, Machine
 from tm2nn.passes.binarise import binarise
 from tm2nn.passes.grid_normal_form import normal_form
@@ -39,3 +39,15 @@ def to_rcnn_form(m: Machine, code: dict[str, str] | None = None) -> Chain:
         steps.append(line_to_grid(steps[-1].machine))
     steps.append(normal_form(steps[-1].machine))
     return Chain(tuple(steps))
+
+
+def rcnn_form_from_json(d: dict, m: Machine) -> Chain:
+    """Rebuild ``to_rcnn_form(m, code)`` from its ``to_json()`` (e.g. model metadata), and
+    check that it is the same chain of passes."""
+    passes = d.get("passes") if isinstance(d, dict) else None
+    if not passes or not isinstance(passes[0], dict) or passes[0].get("pass") != "binarise":
+        raise Tm2nnError("RCNN form metadata: expected a list of passes starting with binarise")
+    chain = to_rcnn_form(m, passes[0].get("code"))
+    if chain.to_json() != d:
+        raise Tm2nnError(f"RCNN form metadata does not match machine {m.name!r}")
+    return chain

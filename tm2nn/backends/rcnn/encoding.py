@@ -63,7 +63,8 @@ MAX_DIGITS_VALUE = {np.dtype(np.float32): 15, np.dtype(np.float64): 33}
 
 
 def state_digits(n_states: int) -> int:
-    """S of the module docstring: the start is all 0, the others need ``s − 1`` ±1 strings."""
+    """Goel et al., B.1.1/B.1.2 ("States"): S of the module docstring; the start is all 0,
+    the others need ``s − 1`` ±1 strings."""
     return max(1, math.ceil(math.log2(max(n_states - 1, 1))))
 
 
@@ -220,7 +221,8 @@ def _fail(bad: np.ndarray, what: str) -> None:
 
 # -- packed integers and values --------------------------------------------------------------
 def pack(digits) -> np.ndarray:
-    """Digits ``[..., D]`` -> int64 ``N = Σ a(i)·3^{D-1-i}`` (= ``a·3^{D-1}``), D ≤ 40."""
+    """Goel et al., B.1.1: digits ``[..., D]`` -> int64 ``N = Σ a(i)·3^{D-1-i}``
+    (= ``a·3^{D-1}``), D ≤ 40."""
     d = np.asarray(digits)
     D = d.shape[-1]
     if D > MAX_DIGITS_INT64:
@@ -231,7 +233,8 @@ def pack(digits) -> np.ndarray:
 
 
 def unpack(packed, n_digits: int) -> np.ndarray:
-    """int64 ``N`` -> digits ``int8 [..., n_digits]`` (balanced ternary, most significant first)."""
+    """Goel et al., B.1.1: int64 ``N`` -> digits ``int8 [..., n_digits]`` (balanced ternary,
+    most significant first)."""
     n = np.array(packed, dtype=np.int64)
     if n_digits > MAX_DIGITS_INT64:
         raise Tm2nnError(f"unpack: at most {MAX_DIGITS_INT64} digits fit int64")
@@ -266,7 +269,7 @@ def to_value(packed, n_digits: int, dtype=np.float64) -> np.ndarray:
 
 
 def from_value(values, n_digits: int, tol: float = 0.0) -> np.ndarray:
-    """Cell values -> packed ``N``, rounding ``a·3^{D-1}``.
+    """Goel et al., B.1.1: cell values -> packed ``N``, rounding ``a·3^{D-1}``.
 
     With ``tol = 0`` each value must be exactly the float :func:`to_value` gives (same
     dtype); otherwise it may be off by at most ``tol`` units of the last digit
@@ -293,7 +296,7 @@ def from_value(values, n_digits: int, tol: float = 0.0) -> np.ndarray:
 # -- machine configurations <-> grids ---------------------------------------------------------
 def grids_from_configs(code: CellCode, configs, window: tuple[int, int, int, int],
                        phase=COMPUTE) -> np.ndarray:
-    """Machine configurations ``(state, head, cells)`` (grid coordinates, cells a dict
+    """Goel et al., B.1.1: machine configurations ``(state, head, cells)`` (grid coordinates, cells a dict
     (row, col) -> symbol) -> digits ``[B, H, W, D]`` of the window
     ``(top, left, height, width)``; every non-blank cell and the head must lie in it."""
     top, left, H, W = window
@@ -324,7 +327,7 @@ def grids_from_configs(code: CellCode, configs, window: tuple[int, int, int, int
 
 
 def configs_from_grids(code: CellCode, digits, window: tuple[int, int, int, int]) -> list:
-    """Digits ``[B, H, W, D]`` of the window ``(top, left, height, width)`` -> a list of
+    """Goel et al., B.1.1: digits ``[B, H, W, D]`` of the window ``(top, left, height, width)`` -> a list of
     ``(state, head, cells, phase)``: grid coordinates, ``state``/``head`` ``None`` without
     a head, ``phase`` the int8 [H, W] phase digits."""
     top, left, _H, _W = window
