@@ -67,3 +67,24 @@ def circuits(draw, max_inputs: int = 6, max_gates: int = 25, ops=None):
     outs = draw(st.lists(st.sampled_from(signals), min_size=1, max_size=5))
     order = draw(st.permutations(gates))  # any order: the IR sorts topologically
     return Circuit("rand", tuple(inputs), tuple(outs), tuple(order))
+
+
+@st.composite
+def row_machines(draw, max_states: int = 4):
+    """A random grid machine in the form the B.1.2 normal-form pass takes: symbols '_'
+    (blank) '-' '+', moves L R S (it keeps to row 0), and no rule writes the blank."""
+    n = draw(st.integers(1, max_states))
+    live = [f"q{i}" for i in range(n)]
+    halts = [f"h{i}" for i in range(draw(st.integers(0, 2)))]
+    outcomes = {h: draw(st.sampled_from(["accept", "reject", "halt"])) for h in halts}
+    states = tuple(live + halts)
+    rules = []
+    for q in live:
+        for a in "_-+":
+            if draw(st.integers(0, 9)) == 0:
+                continue
+            rules.append(Rule(q, a, draw(st.sampled_from("-+")), draw(st.sampled_from(LINE_MOVES)),
+                              draw(st.sampled_from(states))))
+    return GridMachine(name="row", alphabet=("_", "-", "+"), blank="_", states=states,
+                       start=live[0], halting=outcomes, rules=tuple(rules),
+                       missing_rule_counts_step=draw(st.booleans()))

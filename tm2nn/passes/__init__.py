@@ -1,1 +1,2 @@
-"""IR -> IR lowerings (layering, and later stay-move removal, 1D -> 2D, TM -> circuit unrolling)."""
+"""IR -> IR lowerings: layering, stay-move removal, TM -> circuit unrolling, and the RCNN
+machine form (binarisation, 1D -> 2D, the B.1.2 normal form; see rcnn_form.py)."""
