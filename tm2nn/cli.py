@@ -41,6 +41,7 @@ def _add_compile_options(p: argparse.ArgumentParser, corrections_flag: bool = Tr
     if corrections_flag:
         p.add_argument("--no-corrections", action="store_true", help="omit the round() correction layers (Prop. 3.4)")
     p.add_argument("--pm-one", action="store_true", help="final map z -> 2z-1: outputs in {-1, +1}")
+    p.add_argument("--max-input", type=int, help="rcnn: longest input tape the grid must hold (default T)")
     _add_attention_options(p)
 
 
@@ -58,7 +59,7 @@ def _compile_from_args(args):
         args.source, args.backend, format=args.format, name=args.name, steps=args.steps,
         tape=args.tape, origin=args.origin, max_gates=args.max_gates,
         corrections=not getattr(args, "no_corrections", False), pm_one_output=args.pm_one,
-        attention=args.attention, beta=args.beta,
+        attention=args.attention, beta=args.beta, max_input=args.max_input,
     )
 
 
@@ -82,10 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after N steps (default 10,000,000); not halting by then exits 1")
     p.add_argument("--backend", default="interp",
-                   help="execution backend: interp (default) or transformer (compiled with "
-                   "T = --max-steps, default 1000, and decoded with its key/value cache)")
+                   help="execution backend: interp (default), transformer (compiled with "
+                   "T = --max-steps, default 1000, and decoded with its key/value cache) or rcnn "
+                   "(the 3x3 filter applied over the grid, T = --max-steps, default 100)")
     p.add_argument("--engine", choices=["torch", "onnxruntime"], default="torch",
-                   help="transformer: run the torch module or the ONNX model")
+                   help="transformer, rcnn: run the torch module or the ONNX model")
     p.add_argument("--no-corrections", action="store_true", help="transformer: omit the round() corrections")
     _add_attention_options(p)
     p.add_argument("--json", action="store_true", help="print the run report as one JSON line")
@@ -191,14 +193,16 @@ def cmd_run(args) -> int:
     from tm2nn.ir import Circuit
     from tm2nn.syntax import load
 
-    if args.backend not in ("interp", "transformer"):
-        raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer)")
+    if args.backend not in ("interp", "transformer", "rcnn"):
+        raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer, rcnn)")
     obj = load(args.source, args.format, args.name)
     text = args.input
     if text is None:
         text = default_input(args.source, args.format, args.name) or ""
     if args.backend == "transformer":
         return _run_transformer(args, obj, text)
+    if args.backend == "rcnn":
+        return _run_rcnn(args, obj, text)
     if isinstance(obj, Circuit):
         report = run_circuit(obj, text)
         print(json.dumps(report) if args.json else report["outputs"])
@@ -243,6 +247,30 @@ def _run_transformer(args, m, text: str) -> int:
     report = _with_progress(
         lambda cb: run_compiled(compiled, text, engine, progress=(lambda i, n: cb(i)) if cb else None),
         total=total, quiet=args.json or engine != "torch", label=f"decoding {m.name}")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_report(report)
+    return EXIT_OK if report["halted"] else EXIT_FAIL
+
+
+RCNN_DEFAULT_STEPS = 100
+
+
+def _run_rcnn(args, m, text: str) -> int:
+    """``run --backend rcnn``: compile machine mode with T = --max-steps and the input's
+    length, run the filter steps, decode the last source configuration."""
+    from tm2nn.backends.rcnn import compile as compile_rcnn
+    from tm2nn.ir import Circuit
+    from tm2nn.ir.machine import check_input
+    from tm2nn.verify.grid import run_grid
+
+    if isinstance(m, Circuit):
+        raise Tm2nnError("the rcnn backend runs machines, not circuits")
+    check_input(m, text)
+    steps = RCNN_DEFAULT_STEPS if args.max_steps is None else args.max_steps
+    compiled = compile_rcnn(m, steps=steps, max_input=len(text))
+    report = run_grid(compiled, text, "torch" if args.engine == "torch" else "onnxruntime")
     if args.json:
         print(json.dumps(report))
     else:

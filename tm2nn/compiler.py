@@ -16,7 +16,8 @@ from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, GridMachine, Machine
 
-BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer"}
+BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer",
+            "rcnn": "tm2nn.backends.rcnn"}
 DEFAULT_MAX_GATES = 5_000_000
 
 
@@ -40,13 +41,15 @@ def compile(
     pm_one_output: bool = False,
     attention: str = "hardmax",
     beta: float = 10.0,
+    max_input: int | None = None,
 ) -> Compiled:
     """Compile a source (a path, a Machine or a Circuit) with ``backend``.
 
     Machines go to the relu-circuit backend through TM -> circuit unrolling, which needs
     ``steps`` (T) and takes ``tape`` (N cells, default 2T+1) and ``origin``.  The
     transformer backend takes line machines, ``steps`` (T), ``attention`` (hardmax or
-    softmax) and ``beta`` (the softmax inverse temperature).
+    softmax) and ``beta`` (the softmax inverse temperature).  The rcnn backend takes
+    machines, ``steps`` (T) and ``max_input`` (the longest input tape, default T).
     """
     from tm2nn.syntax import load
 
@@ -58,6 +61,10 @@ def compile(
         if pm_one_output:
             raise Tm2nnError("--pm-one applies to the relu-circuit backend only")
         return mod.compile(ir, steps=steps, attention=attention, beta=beta, corrections=corrections)
+    if backend == "rcnn":
+        if isinstance(ir, Circuit):
+            raise Tm2nnError("the rcnn backend compiles machines (machine mode), not circuits")
+        return mod.compile(ir, steps=steps, max_input=max_input)
     if backend == "relu-circuit":
         if isinstance(ir, Circuit):
             return mod.compile(ir, corrections=corrections, pm_one_output=pm_one_output)

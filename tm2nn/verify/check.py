@@ -109,6 +109,10 @@ def verify_compiled(
         from tm2nn.verify.trace import verify_trace
 
         return verify_trace(compiled, inputs, samples, seed, use_onnx)
+    if compiled.output_encoding.get("kind") == "rcnn_trace":
+        from tm2nn.verify.grid import verify_grid
+
+        return verify_grid(compiled, inputs, samples, seed, use_onnx)
     if isinstance(compiled.source, Circuit):
         return _verify_circuit(compiled, inputs, samples, seed, use_onnx)
     return _verify_unrolled(compiled, inputs, samples, seed, use_onnx)

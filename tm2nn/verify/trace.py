@@ -122,6 +122,35 @@ def first_divergence(m, decoded, text: str, steps: int) -> tuple[int | None, str
     return None
 
 
+def compare_runs(want, got) -> tuple[int | None, str, object, object] | None:
+    """Two runs of one machine (:class:`~tm2nn.interp.machine.RunResult` with traces):
+    the interpreter's and one decoded from a network.  Compares the configuration
+    (state, head, every non-blank cell) after every step, then the run report; returns
+    ``(step, field, expected, got)`` for the first difference, or None."""
+    from tm2nn.interp import configurations
+
+    mine = configurations(got)
+    for k, q, head, cells in configurations(want):
+        nxt = next(mine, None)
+        if nxt is None:
+            return k, "steps", f"a configuration at step {k}", "none"
+        _k, q2, head2, cells2 = nxt
+        for f, a, b in (("state", q, q2), ("head", head, head2), ("tape", cells, cells2)):
+            if a != b:
+                if f == "tape":
+                    diff = sorted(set(a.items()) ^ set(b.items()), key=repr)[0][0]
+                    return k, f"cell {diff}", a.get(diff, want.machine.blank), b.get(diff, want.machine.blank)
+                return k, f, a, b
+    extra = next(mine, None)
+    if extra is not None:
+        return extra[0], "steps", "no further step", f"a step into {extra[1]!r}"
+    a, b = want.report(), got.report()
+    for f in REPORT_FIELDS:
+        if a[f] != b.get(f):
+            return None, f, a[f], b.get(f)
+    return None
+
+
 def verify_trace(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool,
                  progress=None) -> VerifyReport:
     from tm2nn.backends.transformer.decoding import TraceDecoder

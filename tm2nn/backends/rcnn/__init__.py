@@ -1,3 +1,80 @@
 """rcnn: Turing machines as the recurrent convolutional network of Goel, Kakade, Kalai &
-Zhang (2024), App. B.  So far: the machine form (:mod:`tm2nn.passes.rcnn_form`) and the
-base-3 cell encoding of B.1.1 (:mod:`.encoding`).  See docs/rcnn.md."""
+Zhang (2024), Definition 5 and App. B: one shared 3x3 filter applied recurrently over a
+2D tape of base-3 cell values.
+
+Machine mode, ``compile(m, steps=T)``: the machine is brought to B.1.2 form
+(:func:`tm2nn.passes.rcnn_form.to_rcnn_form`), its cells encoded as B.1.1 numbers
+(:mod:`.encoding`), and the net applies the filter of B.2 (:mod:`.filter_net`) L times
+to a start grid (:mod:`.machine_io`), keeping every state so that each step can be
+decoded and checked.  See docs/rcnn.md.
+"""
+
+from __future__ import annotations
+
+from tm2nn.backends.base import Compiled
+from tm2nn.errors import Tm2nnError
+
+__all__ = ["compile", "machine_form", "MAX_GRID_FLOATS"]
+
+#: Refuse a machine-mode model whose per-input output (grids before and after every
+#: step) would exceed this many floats.
+MAX_GRID_FLOATS = 50_000_000
+
+
+def machine_form(m, enc: dict | None = None):
+    """``(chain, code)``: the B.1.2 lowering of ``m`` and its B.1.1 cell code (rebuilt
+    from ``enc['lowering']`` when given, which checks it against ``m``)."""
+    from tm2nn.backends.rcnn.encoding import cell_code
+    from tm2nn.passes.rcnn_form import rcnn_form_from_json, to_rcnn_form
+
+    chain = rcnn_form_from_json(enc["lowering"], m) if enc else to_rcnn_form(m)
+    return chain, cell_code(chain.machine)
+
+
+def estimate(m, steps: int, max_input: int) -> dict:
+    """Sizes of the machine-mode model, computed before building it."""
+    from tm2nn.backends.rcnn.window import head_window
+
+    chain, code = machine_form(m)
+    low_len = chain.lowered_input_len(max_input)
+    filter_steps = chain.lowered_steps(steps, input_len=max_input)
+    window = head_window(chain.machine, filter_steps, low_len)
+    floats = (filter_steps + 1) * window[2] * window[3]
+    return {"chain": chain, "code": code, "filter_steps": filter_steps, "window": window, "floats": floats}
+
+
+def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
+    """Machine mode: a net from a start grid to the grids after each of the L filter
+    steps that simulate ``steps`` source steps on inputs of up to ``max_input`` cells
+    (default ``steps``)."""
+    from tm2nn.backends.rcnn.build import filter_for, machine_net
+    from tm2nn.ir import Machine
+
+    if not isinstance(m, Machine):
+        raise Tm2nnError("the rcnn backend compiles machines (in machine mode); this is not a machine")
+    if steps is None or steps < 1:
+        raise Tm2nnError("the rcnn backend needs a step bound T >= 1: pass --steps T (or --max-steps)")
+    max_input = steps if max_input is None else int(max_input)
+    if max_input < 0:
+        raise Tm2nnError("--max-input must be >= 0")
+    est = estimate(m, steps, max_input)
+    if est["floats"] > MAX_GRID_FLOATS:
+        _t, _l, h, w = est["window"]
+        raise Tm2nnError(
+            f"refusing to compile: T = {steps} needs {est['filter_steps']} filter steps on a {h}x{w} grid, "
+            f"{est['floats']:,} floats of output per input (limit {MAX_GRID_FLOATS:,}); "
+            "pass a smaller --steps or --max-input")
+    chain, code = est["chain"], est["code"]
+    filt = filter_for(chain.machine, code)
+    net = machine_net(filt.body, est["filter_steps"], m.name)
+    enc_in = {"kind": "rcnn_grid", "lowering": chain.to_json(), "code": code.to_json(),
+              "window": list(est["window"]), "max_input": max_input, "pad": 1 / 6}
+    enc_out = {"kind": "rcnn_trace", "source_steps": int(steps), "filter_steps": est["filter_steps"],
+               "digits": code.n_digits}
+    return Compiled(
+        backend="rcnn", net=net, source=m, input_encoding=enc_in, output_encoding=enc_out,
+        bounds=filt.bounds,
+        options={"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
+                 "window": list(est["window"]), "states": len(chain.machine.states),
+                 "digits": code.n_digits, "d_rc": filt.width},
+    )

@@ -1,0 +1,112 @@
+"""RCNN machine mode (Goel et al., Def. 5 / B.2): the filter applied over the grid
+matches the interpreter at every step (state, head, every cell), to halting, in torch
+and onnxruntime; reports, refusals and the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import CORPUS, EXAMPLES
+from tests.strategies import machines
+from tm2nn.backends.rcnn import compile as compile_rcnn
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp import run_machine
+from tm2nn.ir import GridMachine
+from tm2nn.syntax import load, load_all
+from tm2nn.verify.check import verify_compiled
+from tm2nn.verify.grid import run_grid
+
+LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
+
+
+def tapes(m, n: int, seed: int = 0, max_len: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    return [""] + ["".join(rng.choice(m.alphabet) for _ in range(rng.randint(1, max_len))) for _ in range(n)]
+
+
+def ok(c, inputs, use_onnx=True):
+    rep = verify_compiled(c, inputs=inputs, use_onnx=use_onnx)
+    assert rep.first is None, rep.first
+    assert rep.ok and rep.n_inputs == len(inputs)
+    assert set(rep.engines) == ({"torch", "onnxruntime"} if use_onnx else {"torch"})
+    return rep
+
+
+@pytest.mark.parametrize("path", LINE_EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_the_interpreter_at_every_step(path):
+    m = load(path)
+    inputs = tapes(m, 4, max_len=5)
+    c = compile_rcnn(m, steps=40, max_input=5)
+    ok(c, inputs)
+
+
+def corpus(stem: str):
+    from tm2nn.syntax import std
+
+    path = CORPUS / "tm" / "bb" / f"{stem}.txt"
+    if not path.exists():
+        pytest.skip("../shared/corpus is absent")
+    rows = [r for r in map(std.parse_corpus_line, path.read_text().splitlines()) if r]
+    return [(m, int(f[1]), int(f[2])) for m, (_t, f) in zip(load_all(path, "std"), rows)]
+
+
+@pytest.mark.parametrize("stem", ["2x2", "3x2", "4x2"])
+def test_busy_beaver_champions(stem):
+    m, steps, sigma = max(corpus(stem), key=lambda r: r[1])
+    c = compile_rcnn(m, steps=steps, max_input=0)
+    ok(c, [""])
+    rep = run_grid(c, "")
+    assert rep["halted"] and rep["steps"] == steps and rep["sigma"] == sigma
+
+
+@pytest.mark.slow
+def test_hundred_corpus_machines():
+    rows = corpus("2x2") + corpus("3x2")
+    for m, steps, _sigma in random.Random(5).sample(rows, 100):
+        ok(compile_rcnn(m, steps=steps, max_input=0), [""])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=machines(grid=False, max_states=3, max_symbols=3), seed=st.integers(0, 2**16))
+def test_random_machines_match_at_every_step(m, seed):
+    c = compile_rcnn(m, steps=10, max_input=4)
+    ok(c, tapes(m, 4, seed, max_len=4), use_onnx=seed % 2 == 0)
+
+
+def test_not_halting_within_the_bound_says_so():
+    m = load(EXAMPLES / "bb4.tm")
+    c = compile_rcnn(m, steps=30, max_input=0)
+    rep = run_grid(c, "")
+    assert rep == run_machine(m, "", 30).report() and rep["halted"] is False
+
+
+def test_refusals():
+    with pytest.raises(Tm2nnError, match="step bound"):
+        compile_rcnn(load(EXAMPLES / "bb3.tm"), steps=0)
+    with pytest.raises(Tm2nnError, match="refusing to compile"):
+        compile_rcnn(load(EXAMPLES / "bb3.tm"), steps=10**5)
+    with pytest.raises(Tm2nnError, match="one row"):
+        compile_rcnn(load(EXAMPLES / "grid_copy_down.tm"), steps=5)
+    c = compile_rcnn(load(EXAMPLES / "binary_increment.tm"), steps=10, max_input=3)
+    with pytest.raises(Tm2nnError, match="longer than the compiled bound"):
+        verify_compiled(c, inputs=["10110"], use_onnx=False)
+
+
+def test_cli_run_and_verify(run_cli):
+    src = str(EXAMPLES / "binary_increment.tm")
+    for inp in ("1011", "111"):
+        r1 = run_cli("run", src, "--input", inp, "--json")
+        r2 = run_cli("run", src, "--input", inp, "--json", "--backend", "rcnn", "--max-steps", "30")
+        assert r1.code == r2.code == 0
+        assert json.loads(r1.out) == json.loads(r2.out)
+    r = run_cli("run", str(EXAMPLES / "bb4.tm"), "--json", "--backend", "rcnn", "--max-steps", "20")
+    assert r.code == 1 and json.loads(r.out)["halted"] is False
+    r = run_cli("verify", str(EXAMPLES / "bb3.tm"), "--backend", "rcnn", "--steps", "25", "--max-input", "2")
+    assert r.code == 0 and "0 mismatching" in r.out
+    r = run_cli("run", str(EXAMPLES / "grid_copy_down.tm"), "--backend", "rcnn", "--max-steps", "5")
+    assert r.code == 2 and "one row" in r.err and "Traceback" not in r.err

@@ -1,0 +1,73 @@
+"""Assemble Goel et al.'s RCNN (Definition 5) as a network-IR net.
+
+* the filter ``f_Conv2D(z) = V5 σ(V4 V3 σ(V2 V1 vec(z)))`` as the body of a
+  :class:`~tm2nn.nets.PatchMap` with padding p = 1/6 (B.2): five affine maps, ReLU after
+  the second and the fourth, each hidden dimension labelled;
+* machine mode: the filter applied ``L`` times to an input grid, every state kept
+  (a :class:`~tm2nn.nets.Loop` with ``scan``), so every step can be decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tm2nn.nets import Affine, Loop, Net, PatchMap, Port, ReLU, Space, SparseMatrix, patch_space
+
+#: Goel et al., B.2: the padding of the 3x3 windows, outside every B.1.1 cell value.
+PAD = 1 / 6
+CITE_FILTER = "Goel, Kakade, Kalai & Zhang, Def. 5 and B.2: f_Conv2D = V5 s(V4 V3 s(V2 V1 vec(z))), padding 1/6"
+CELL = Space(("cell:value",))
+
+
+def filter_body(layers: list[tuple[np.ndarray, np.ndarray]], labels: list[list[str]]) -> Net:
+    """The filter net from ``[(V1, b1), ..., (V5, b5)]`` (dense weights, ``V1`` reads the
+    9 patch values, ``V5`` writes the cell) and the labels of the 4 hidden layers."""
+    if len(layers) != 5 or len(labels) != 4:
+        raise ValueError("Definition 5's filter has five affine maps and four hidden layers")
+    spaces = [patch_space()] + [Space(tuple(lab)) for lab in labels] + [CELL]
+    ops = []
+    prev = "patch"
+    for k, (w, b) in enumerate(layers, start=1):
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != (len(spaces[k]), len(spaces[k - 1])):
+            raise ValueError(f"V{k} is {w.shape}, expected {(len(spaces[k]), len(spaces[k - 1]))}")
+        name = f"V{k}"
+        ops.append(Affine(name, (prev,), weight=SparseMatrix.from_dense(w), bias=np.asarray(b, dtype=np.float64),
+                          out=spaces[k]))
+        prev = name
+        if k in (2, 4):
+            ops.append(ReLU(f"relu{k // 2}", (prev,)))
+            prev = f"relu{k // 2}"
+    return Net("f_conv2d", (Port("patch", spaces[0]),), tuple(ops), (prev,))
+
+
+@dataclass(frozen=True)
+class Filter:
+    """The compiled filter: its net, Definition 5's width ``d_rc`` and the ``info`` rows."""
+
+    body: Net
+    width: int
+    bounds: list
+
+
+def filter_for(g, code) -> Filter:
+    """B.2's filter for the machine ``g`` in B.1.2 form (:mod:`.filter_net`), as a net."""
+    from tm2nn.backends.rcnn.bounds import size_report
+    from tm2nn.backends.rcnn.filter_net import build_filter
+    from tm2nn.backends.rcnn.filter_spec import machine_table
+
+    f = build_filter(machine_table(g))
+    body = filter_body(list(zip(f.weights, f.biases)), [list(lab) for lab in f.labels[:4]])
+    rep = size_report(f)
+    return Filter(body, f.d_rc, [(str(k), str(v), "") for k, v in rep.items()])
+
+
+def machine_net(body: Net, steps: int, name: str) -> Net:
+    """Input grid ``grid`` -> ``states``: the grid before and after each of ``steps``
+    applications of the shared filter (one machine step each, B.2's f̄_TM)."""
+    step = Net("rc_layer", (Port("g", CELL, kind="grid"),),
+               (PatchMap("filter", ("g",), body=body, pad=PAD, cite=CITE_FILTER),), ("filter",))
+    return Net(name, (Port("grid", CELL, kind="grid"),),
+               (Loop("states", ("grid",), body=step, trips=steps, scan=True),), ("states",))

@@ -1,0 +1,78 @@
+"""Machine mode of the RCNN backend: input strings to start grids, and the grids after
+every filter step back to the source machine's run.
+
+The machine is brought to Goel et al.'s B.1.2 form by :func:`tm2nn.passes.rcnn_form.to_rcnn_form`
+(a ``Chain`` of lowerings).  A start grid is the lowered input written on row 0 of the
+window (:mod:`.window`), the head on (0, 0) in the start state, every cell in the
+compute phase (issue 5: "the input tape is written into the grid as after
+memorization, the compute phase starts"), as B.1.1 cell values.  One application of
+the filter is one step of the lowered machine (B.2, f̄_TM).  Decoding reads every
+grid's digits back (:func:`~.encoding.from_value` with a tolerance, since a float32
+network may be an ulp off), stops at the lowered machine's halt, and maps the lowered
+run back through the chain, so reports are the source machine's (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tm2nn.backends.rcnn.encoding import (
+    COMPUTE,
+    CellCode,
+    configs_from_grids,
+    from_value,
+    grids_from_configs,
+    pack,
+    to_value,
+    unpack,
+)
+from tm2nn.interp.machine import RunResult
+from tm2nn.passes.lowering import result_from_configurations
+
+#: A decoded cell may be off by this many units of the last digit (float32 networks).
+VALUE_TOL = 0.25
+
+
+def start_grids(chain, code: CellCode, texts: list[str], window, dtype=np.float32) -> np.ndarray:
+    """``[B, H, W]`` cell values: each lowered input on row 0, head on (0, 0), compute phase."""
+    g = chain.machine
+    configs = []
+    for text in texts:
+        low = chain.lower_input(text)
+        cells = {(0, c): ch for c, ch in enumerate(low) if ch != g.blank}
+        configs.append((g.start, (0, 0), cells))
+    digits = grids_from_configs(code, configs, window, phase=COMPUTE)
+    return to_value(pack(digits), code.n_digits, dtype)
+
+
+def lowered_halted(g, state: str, head, cells: dict) -> bool:
+    """The lowered machine stops here: a halting state, or no rule for the symbol read."""
+    return state in g.halting or (state, cells.get(head, g.blank)) not in g.delta
+
+
+def decode_run(chain, code: CellCode, window, grids: np.ndarray, text: str, steps: int) -> RunResult:
+    """``grids`` ``[L+1, H, W]`` (the state before and after each filter step) for input
+    ``text`` -> the source machine's run (with trace), cut at ``steps`` source steps.
+    Raises :class:`~tm2nn.errors.Tm2nnError` naming the step of a grid that is not a
+    valid cell code or has no head."""
+    g = chain.machine
+    digits = unpack(from_value(grids, code.n_digits, tol=VALUE_TOL), code.n_digits)
+    configs = []
+    halted = False
+    for k, (state, head, cells, _phase) in enumerate(configs_from_grids(code, digits, window)):
+        if state is None:
+            from tm2nn.errors import Tm2nnError
+
+            raise Tm2nnError(f"grid after filter step {k} has no head")
+        configs.append((k, state, head, cells))
+        if lowered_halted(g, state, head, cells):
+            halted = True
+            break
+    lowered = result_from_configurations(g, chain.lower_input(text), configs, halted)
+    return chain.source_result(lowered, max_steps=steps)
+
+
+def max_deviation(grids: np.ndarray, n_digits: int) -> float:
+    """Largest distance of a value from the code, in units of the last digit."""
+    scaled = np.asarray(grids, dtype=np.float64) * float(3 ** (n_digits - 1))
+    return float(np.max(np.abs(scaled - np.rint(scaled)), initial=0.0))
