@@ -88,3 +88,31 @@ def row_machines(draw, max_states: int = 4):
     return GridMachine(name="row", alphabet=("_", "-", "+"), blank="_", states=states,
                        start=live[0], halting=outcomes, rules=tuple(rules),
                        missing_rule_counts_step=draw(st.booleans()))
+
+
+@st.composite
+def sign_grid_machines(draw, min_states: int = 1, max_states: int = 4, no_op_first: bool = False):
+    """A random grid machine over B.1.1's cell symbols '_' (blank) '-' '+', moves U D L R S,
+    some (state, symbol) pairs without a rule: ``min_states…max_states`` live states and
+    0–1 halting ones.  With ``no_op_first`` the start state is one more state ``st`` whose
+    one step neither moves nor writes (Goel et al. B.1.2, "First step")."""
+    n = draw(st.integers(min_states, max_states))
+    live = [f"q{i}" for i in range(n)]
+    halts = [f"h{i}" for i in range(draw(st.integers(0, 1)))]
+    outcomes = {h: draw(st.sampled_from(["accept", "reject", "halt"])) for h in halts}
+    states = tuple(live + halts)
+    rules = []
+    for q in live:
+        for a in "_-+":
+            if draw(st.integers(0, 9)) == 0:
+                continue
+            rules.append(Rule(q, a, draw(st.sampled_from("_-+")), draw(st.sampled_from(GRID_MOVES)),
+                              draw(st.sampled_from(states))))
+    start = live[0]
+    if no_op_first:
+        rules += [Rule("st", a, a, "S", live[0]) for a in "_-+"]
+        states = ("st",) + states
+        start = "st"
+    return GridMachine(name="signs", alphabet=("_", "-", "+"), blank="_", states=states,
+                       start=start, halting=outcomes, rules=tuple(rules),
+                       missing_rule_counts_step=draw(st.booleans()))

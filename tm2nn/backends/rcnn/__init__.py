@@ -6,7 +6,12 @@ Machine mode, ``compile(m, steps=T)``: the machine is brought to B.1.2 form
 (:func:`tm2nn.passes.rcnn_form.to_rcnn_form`), its cells encoded as B.1.1 numbers
 (:mod:`.encoding`), and the net applies the filter of B.2 (:mod:`.filter_net`) L times
 to a start grid (:mod:`.machine_io`), keeping every state so that each step can be
-decoded and checked.  See docs/rcnn.md.
+decoded and checked.
+
+The filter of B.2: the exact function and its Jacobian (:mod:`.filter_spec`), the
+reachable patches (:mod:`.reachable`), the 5-layer ReLU network of Definition 5
+(:mod:`.filter_net`), ``f̄_head`` (:mod:`.head`) and the sizes against the paper's bounds
+(:mod:`.bounds`).  See docs/rcnn.md.
 """
 
 from __future__ import annotations

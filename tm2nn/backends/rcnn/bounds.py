@@ -1,0 +1,133 @@
+"""Sizes of the filter network against the paper's numbers (Goel et al., Algorithm 1,
+Lemma 5, Lemma 6, Corollary 3): what ``tm2nn info`` prints for the RCNN filter.
+
+**Ours** (:func:`filter_size`), for a machine with ``s`` states (in B.1.2 form) and every
+value of the analysed domain (:mod:`.reachable`):
+
+* bumps: centre ``4s + 9``, above ``4s + 8``, below ``4s + 6``, left ``4s + 4``, right
+  ``4s + 5`` — ``20s + 32`` in all;
+* widths of ``V1…V5``: ``5``, ``80s + 128`` (four ReLUs per bump), ``20s + 34`` (bumps and
+  two ramps), ``8s + 18`` (units), ``1``; so ``d_rc = 80s + 128``;
+* distinct weight values at most ``24s + 72`` (``4`` breakpoints for each of the ``4s + 10``
+  cell values, ``8s + 18`` output values, and 14 small constants), nonzero parameters
+  ``O(s)``; Definition 5's dense count is ``3·d_rc² + 14·d_rc + 1 = O(s²)``.
+
+**The paper's** (:func:`paper_bounds`): Algorithm 1 takes ``d_rc = 100s`` and
+``d_head = 100`` (``≈ 10⁴s²`` parameters); Lemma 5, applied as B.4 says ("with X = Y being
+all rational numbers with precision O(log s) in base 3"), has ``|X| = |X_i|^9`` patches for
+``|X_i| = |V_s| + 1`` values per coordinate (``V_s`` the ``3^{D-1}`` codes, ``+1`` for ``p``),
+and widths ``d1 = 10·9·|X|``, ``d2 = 6·9·|X|``; Lemma 6 bounds the distinct values per
+matrix and Corollary 3 by ``24|X_i| + 5`` in all (B.4 quotes ``24·16·s + 5``).  We also give
+Lemma 5 and Corollary 3 evaluated on *our* domain (``|X|`` = reachable patches, ``|X_i|`` =
+reachable cell values).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tm2nn.backends.rcnn.encoding import state_digits
+from tm2nn.backends.rcnn.filter_net import FilterNet, build_filter
+from tm2nn.backends.rcnn.filter_spec import machine_table
+from tm2nn.backends.rcnn.head import build_head
+from tm2nn.ir.machine import GridMachine, Rule
+
+
+def width_formula(s: int) -> dict:
+    """The exact widths of :func:`~.filter_net.build_filter` for ``s`` states."""
+    return {"V1": 5, "V2": 80 * s + 128, "V3": 20 * s + 34, "V4": 8 * s + 18, "V5": 1,
+            "d_rc": 80 * s + 128, "bumps": 20 * s + 32, "cell_values": 4 * s + 10,
+            "distinct_values_max": 24 * s + 72}
+
+
+def filter_size(net: FilterNet) -> dict:
+    """Measured sizes of ``net``: widths, ``d_rc``, parameters (Definition 5's dense
+    shapes, and nonzero), distinct weight values (all layers, biases included; per
+    layer too), and the float margins."""
+    Ws, bs = net.weights, net.biases
+    d = net.d_rc
+    dense = 9 * d + 3 * d * d + d + 4 * d + 1
+    nonzero = sum(int(np.count_nonzero(W)) + int(np.count_nonzero(b)) for W, b in zip(Ws, bs))
+    per_layer = []
+    allv = []
+    for W, b in zip(Ws, bs):
+        v = np.concatenate([W[W != 0], b[b != 0]])
+        per_layer.append(int(np.unique(v).size))
+        allv.append(v)
+    return {
+        "states": net.n_states,
+        "digits": net.n_digits,
+        "widths": list(net.widths),
+        "d_rc": d,
+        "units": net.widths[3],
+        "params_dense": dense,
+        "params_nonzero": nonzero,
+        "distinct_values": int(np.unique(np.concatenate(allv)).size),
+        "distinct_values_per_layer": per_layer,
+        "spacing": net.spacing,
+        "bump_grid": net.g,
+        "input_tolerance": net.tolerance,
+    }
+
+
+def paper_bounds(s: int, reachable_patches: int | None = None,
+                 reachable_values: int | None = None) -> dict:
+    """The paper's numbers for ``s`` states, with our digit count ``D = 4 + S``
+    (module docstring).  Huge counts are given as ``log10``."""
+    D = 4 + state_digits(s)
+    xi = 3 ** (D - 1) + 1
+    log_x = 9 * math.log10(xi)
+    out = {
+        "alg1_d_rc": 100 * s,
+        "alg1_d_head": 100,
+        "alg1_params_approx": 10 ** 4 * s * s,
+        "lemma5_log10_X": log_x,
+        "lemma5_log10_d1": math.log10(10 * 9) + log_x,
+        "lemma5_log10_d2": math.log10(6 * 9) + log_x,
+        "lemma6_U": {"W1": 4 * xi + 2, "W1'": 12 * xi, "W1+": 4, "W2'": 4 * 2 * xi, "W2+": 1},
+        "cor3_U": 24 * xi + 5,
+        "b4_quoted_U": 24 * 16 * s + 5,
+        "X_i": xi,
+    }
+    if reachable_patches is not None:
+        out["lemma5_on_domain_d1"] = 10 * 9 * reachable_patches
+        out["lemma5_on_domain_d2"] = 6 * 9 * reachable_patches
+    if reachable_values is not None:
+        out["cor3_U_on_domain"] = 24 * reachable_values + 5
+    return out
+
+
+def size_report(net: FilterNet, reachable_patches: int | None = None) -> dict:
+    """``tm2nn info`` for the filter: our sizes next to the paper's bounds, and the head."""
+    cells = 4 * net.n_states + 10
+    head = build_head()
+    return {
+        "ours": filter_size(net),
+        "formula": width_formula(net.n_states),
+        "paper": paper_bounds(net.n_states, reachable_patches, cells),
+        "head": {"d_head": head.d_head, "paper_d_head": 100, "relus_b3": 6},
+    }
+
+
+def sample_machine(s: int) -> GridMachine:
+    """A grid machine over ``_ - +`` with ``s ≥ 2`` states and a rule for every live
+    (state, symbol) pair: the first step a no-op (B.1.2), then states that write, move in
+    all four directions and pass on; the last state halts.  For size tables by ``s``."""
+    if s < 2:
+        raise ValueError("sample_machine needs s >= 2")
+    states = tuple(f"q{i}" for i in range(s))
+    rules = [Rule("q0", a, a, "S", states[1 % s]) for a in "_-+"]
+    moves = "RDLUS"
+    for i in range(1, s - 1):
+        for j, a in enumerate("_-+"):
+            rules.append(Rule(states[i], a, "-+"[(i + j) % 2], moves[(i + j) % 5],
+                              states[(i + 1 + j) % s] if (i + j) % 3 else states[i + 1]))
+    return GridMachine(f"sample{s}", ("_", "-", "+"), "_", states, "q0",
+                       {states[-1]: "accept"}, tuple(rules))
+
+
+def size_table(states=(2, 4, 8, 16)) -> list[dict]:
+    """:func:`size_report` for :func:`sample_machine` of each ``s``."""
+    return [size_report(build_filter(machine_table(sample_machine(s)))) for s in states]
