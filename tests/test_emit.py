@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper
 
 from tm2nn import __version__
-from tm2nn.emit import ELL_MAX_DENSITY, ELL_MAX_K, affine_form
+from tm2nn.emit import ELL_MAX_DENSITY, ELL_MAX_K, SCATTER_MAX_DENSITY, affine_form
 from tm2nn.emit import onnx_emit as onnx_emit_mod
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, save_onnx, to_onnx
 from tm2nn.emit.torch_emit import NetModule, run_torch, to_torch
@@ -245,7 +245,10 @@ def one_affine(w: SparseMatrix, trainable=False) -> Net:
     (ring(40, 2), False, "dense", {"MatMul", "Add"}),  # small: one matmul beats gathers
     (ring(200, ELL_MAX_K), False, "ell", {"Gather", "Mul", "Add"}),
     (SparseMatrix.from_dense([[1, -1 / 3, 0], [0.5, 2, -1]]), False, "dense", {"MatMul", "Add"}),
-    (ring(200, ELL_MAX_K + 1), False, "dense", {"MatMul", "Add"}),  # too many per row
+    (ring(200, ELL_MAX_K + 1), False, "dense", {"MatMul", "Add"}),  # too many per row, too dense
+    (ring(400, ELL_MAX_K + 4), False, "scatter", {"Shape", "Concat", "Expand", "Gather", "Mul", "ScatterND"}),
+    (SparseMatrix.from_entries((300, 300), [(0, j, 1.0 / (j + 1)) for j in range(300)] + [(i, i, -2.0) for i in range(1, 300)]),
+     False, "scatter", {"Shape", "Concat", "Expand", "Gather", "Mul", "ScatterND"}),  # one heavy row
     (SparseMatrix.from_entries((1000, 40), [(i, (i + j) % 40, 1.0) for i in range(1000) for j in range(10)]),
      False, "dense", {"MatMul", "Add"}),  # k / n_in = 0.25: too dense
     (ring(40, 2), True, "dense", {"MatMul", "Add"}),  # trainable: dense parameter
@@ -253,6 +256,7 @@ def one_affine(w: SparseMatrix, trainable=False) -> Net:
 ])
 def test_affine_forms(w, trainable, form, onnx_ops):
     assert 10 / 40 >= ELL_MAX_DENSITY  # the "too dense" case above relies on this
+    assert 17 / 200 > SCATTER_MAX_DENSITY >= 20 / 400
     net = one_affine(w, trainable)
     op = net.nodes[0]
     assert affine_form(op) == form

@@ -180,3 +180,36 @@ def test_malformed_grid_ops_are_refused():
     with pytest.raises(NetIRError, match="W must be"):
         Net("n", (Port("z", Space.named("z", range(3))),),
             (MemoryGrid("m", ("z",), weight=np.zeros((2, 4)), out=CELL),), ("m",))
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_loop_until_fixed_gives_the_same_value_with_fewer_trips(scan, monkeypatch):
+    """``Loop.until_fixed``: the same value as running every trip (the scan completed
+    with copies of the fixed point), in torch and ONNX; torch stops early."""
+    # y = relu(centre - 1): every cell reaches 0 after at most max(x) trips, then stays.
+    body = Net("dec", (Port("p", patch_space()),), (
+        Affine("a", ("p",), weight=SparseMatrix.from_entries((1, 9), [(0, 4, 1.0)]), bias=np.array([-1.0]),
+               out=CELL),
+        ReLU("r", ("a",)),
+    ), ("r",))
+    step = Net("step", (Port("g", CELL, kind="grid"),), (PatchMap("f", ("g",), body=body, pad=0.0),), ("f",))
+
+    def net(until):
+        return Net("n", (Port("grid", CELL, kind="grid"),),
+                   (Loop("run", ("grid",), body=step, trips=30, scan=scan, until_fixed=until),), ("run",))
+    g = np.array([[[3, 0, 1], [2, 5, 0]], [[1, 1, 0], [0, 0, 2]]], dtype=float)
+    want = run_torch(net(False), g)[0]
+    module = to_torch(net(True))
+    calls = []
+    inner = module.run.body
+    orig = inner._run_fm
+    monkeypatch.setattr(inner, "_run_fm", lambda xs: calls.append(1) or orig(xs))
+    with torch.no_grad():
+        got = module(torch.from_numpy(g.astype(np.float32))).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert len(calls) == 6  # 5 trips to reach 0 everywhere, 1 to see it is fixed
+    np.testing.assert_array_equal(run_onnx(to_onnx(net(True)), g), want)
+    assert want.shape == ((2, 31, 2, 3) if scan else (2, 2, 3))
+    if scan:
+        np.testing.assert_array_equal(want[:, 5], np.zeros((2, 2, 3)))
+        np.testing.assert_array_equal(want[:, 4], (g == 5).astype(float)[:, :, :])

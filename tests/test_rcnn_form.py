@@ -354,6 +354,34 @@ def test_rcnn_form_simulates_source(data):
     check_normal_form_final(ch.steps[-1], lr, src)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_lowered_columns_bound_the_lowered_run(data):
+    """``Chain.lowered_columns`` is sound: up to the lowered step that represents source
+    step N (and to the halt, if the source halted), the lowered head and every non-blank
+    cell stay in the bound of the source's span ``[-N, max(N, n - 1)]``."""
+    from tm2nn.backends.rcnn.window import source_columns
+
+    m = data.draw(machines(grid=False, max_symbols=5))
+    inp = data.draw(tape_inputs(m))
+    n_steps = data.draw(st.integers(0, 12))
+    ch = to_rcnn_form(m)
+    lo, hi = ch.lowered_columns(*source_columns(n_steps, len(inp)))
+    low = ch.lower_input(inp)
+    lr = run_machine(ch.machine, low, ch.lowered_steps(n_steps, len(inp)), trace=True)
+    marks = ch.step_map(lr)
+    src = run_machine(m, inp, n_steps)
+    upto = lr.steps if src.halted else int(marks[min(n_steps, len(marks) - 1)])
+    seen = 0
+    for k, _q, head, cells in configurations(lr):
+        if k > upto:
+            break
+        cols = [head[1], *(c for (_r, c) in cells)]
+        assert lo <= min(cols) and max(cols) <= hi, (k, head, lo, hi)
+        seen += 1
+    assert seen == upto + 1
+
+
 @settings(max_examples=50, deadline=None)
 @given(machines(grid=False, max_symbols=5))
 def test_rcnn_form_json_round_trip(m):

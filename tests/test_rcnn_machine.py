@@ -110,3 +110,41 @@ def test_cli_run_and_verify(run_cli):
     assert r.code == 0 and "0 mismatching" in r.out
     r = run_cli("run", str(EXAMPLES / "grid_copy_down.tm"), "--backend", "rcnn", "--max-steps", "5")
     assert r.code == 2 and "one row" in r.err and "Traceback" not in r.err
+
+
+def test_a_run_off_a_too_narrow_window_is_a_mismatch_not_a_crash():
+    import copy
+
+    m = load(EXAMPLES / "binary_increment.tm")
+    c = compile_rcnn(m, steps=12, max_input=3)
+    narrow = copy.deepcopy(c)
+    top, left, h, w = c.input_encoding["window"]
+    narrow.input_encoding["window"] = [top, 0, h, 3]  # the source head reaches column 1
+    rep = verify_compiled(narrow, inputs=["1"], use_onnx=False)
+    assert not rep.ok and rep.first is not None and rep.first.field != "encoding"
+    assert verify_compiled(c, inputs=["1"], use_onnx=False).ok
+
+
+def test_cli_compile_eval_and_info_from_the_model_file(run_cli, tmp_path):
+    src = str(EXAMPLES / "binary_increment.tm")
+    for suffix in (".onnx", ".pt"):
+        out = tmp_path / f"m{suffix}"
+        r = run_cli("compile", src, "--backend", "rcnn", "--steps", "20", "--max-input", "4", "-o", str(out))
+        assert r.code == 0 and out.is_file()
+        for inp in ("1011", "", "111"):
+            r1, r2 = run_cli("eval", str(out), "--input", inp, "--json"), run_cli("run", src, "--input", inp, "--json")
+            assert r1.code == r2.code == 0 and json.loads(r1.out) == json.loads(r2.out)
+        r = run_cli("eval", str(out), "--input", "10110")
+        assert r.code == 2 and "longer than the compiled bound" in r.err
+    r = run_cli("info", str(tmp_path / "m.onnx"), "--json")
+    rows = {q: (ours, paper) for q, ours, paper in json.loads(r.out)["bounds"]}
+    assert rows["d_rc (Def. 5 width)"][0] == "1,968" and "Alg. 1" in rows["d_rc (Def. 5 width)"][1]
+    assert "Cor. 3" in rows["distinct weight values, all layers"][1]
+
+
+def test_onnx_size_does_not_grow_with_the_step_bound():
+    from tm2nn.emit.onnx_emit import to_onnx
+
+    m = load(EXAMPLES / "bb3.tm")
+    sizes = [len(to_onnx(compile_rcnn(m, steps=t, max_input=0).net).SerializeToString()) for t in (5, 50, 500)]
+    assert max(sizes) - min(sizes) <= 8, sizes

@@ -409,6 +409,13 @@ def cmd_eval(args) -> int:
         from tm2nn.verify.trace import encode_tokens
 
         report = TraceDecoder(enc_out).decode(runner(encode_tokens(enc_in, [args.input]))[0], args.input).report
+    elif enc_in.get("kind") == "rcnn_grid":  # the RCNN: a start grid in, every step's grid out
+        from tm2nn.verify.grid import GridModel
+
+        gm = GridModel.from_metadata(enc_in, enc_out)
+        import numpy as np
+
+        report = gm.decode(np.asarray(runner(gm.grids([args.input]))[0]), args.input).report()
     else:
         x = encode(enc_in, args.input)[None, :]
         report = decode(enc_out, runner(x)[0])

@@ -30,11 +30,16 @@ ELL_MAX_DENSITY = 0.25
 #: op beats ``k`` gathers when the matrix is small (the transformer's per-step layers).
 SMALL_DENSE = 1 << 15
 
-FORMS = ("diagonal", "ell", "dense")
+#: Past ELL (rows of more than ELL_MAX_K nonzeros), a matrix with at most this fraction
+#: of nonzeros gathers, scales and scatter-adds its ``nnz`` entries instead of a matmul
+#: (the RCNN filter's V4: a few rows sum hundreds of bumps, the rest read a handful).
+SCATTER_MAX_DENSITY = 1 / 16
+
+FORMS = ("diagonal", "ell", "scatter", "dense")
 
 
 def affine_form(op: "Affine") -> str:
-    """The runtime form of an affine op: ``"diagonal"``, ``"ell"`` or ``"dense"``.
+    """The runtime form of an affine op: ``"diagonal"``, ``"ell"``, ``"scatter"`` or ``"dense"``.
 
     * trainable ops are ``dense`` (the parameter is the dense W, so autograd gives the
       gradient with respect to every weight);
@@ -42,6 +47,8 @@ def affine_form(op: "Affine") -> str:
     * a matrix of at most :data:`SMALL_DENSE` entries is ``dense``;
     * rows with at most :data:`ELL_MAX_K` nonzeros and padded density below
       :data:`ELL_MAX_DENSITY` are ``ell`` (gather ``k`` columns per row);
+    * otherwise, at most :data:`SCATTER_MAX_DENSITY` nonzero is ``scatter`` (gather the
+      ``nnz`` inputs, scale, add each into its row);
     * everything else is ``dense`` (a matmul).
     """
     if op.trainable:
@@ -57,6 +64,8 @@ def affine_form(op: "Affine") -> str:
     k = max(1, w.max_row_nnz)
     if k <= ELL_MAX_K and k / n_in < ELL_MAX_DENSITY:
         return "ell"
+    if w.nnz <= SCATTER_MAX_DENSITY * n_out * n_in:
+        return "scatter"
     return "dense"
 
 
@@ -71,7 +80,7 @@ _LAZY = {
     "onnx_metadata": "tm2nn.emit.onnx_emit",
 }
 
-__all__ = ["affine_form", "FORMS", "SMALL_DENSE", "ELL_MAX_K", "ELL_MAX_DENSITY", *_LAZY]
+__all__ = ["affine_form", "FORMS", "SMALL_DENSE", "ELL_MAX_K", "ELL_MAX_DENSITY", "SCATTER_MAX_DENSITY", *_LAZY]
 
 
 def __getattr__(name: str):

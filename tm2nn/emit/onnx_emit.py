@@ -142,8 +142,10 @@ def _grid_info(name: str) -> onnx.ValueInfoProto:
 
 
 def _matrix_form(w: SparseMatrix) -> str:
-    """:func:`affine_form` of a (never trainable) weight matrix that is not an Affine op's."""
-    return affine_form(SimpleNamespace(weight=w, trainable=False))  # type: ignore[arg-type]
+    """:func:`affine_form` of a (never trainable) weight matrix that is not an Affine op's
+    (an attention's maps, applied along a sequence: no scatter form there)."""
+    form = affine_form(SimpleNamespace(weight=w, trainable=False))  # type: ignore[arg-type]
+    return "dense" if form == "scatter" else form
 
 
 def _value_map(op: Attention) -> tuple[np.ndarray, SparseMatrix, np.ndarray, np.ndarray]:
@@ -179,7 +181,8 @@ class _Emitter:
 
     def init(self, name: str, array: np.ndarray) -> str:
         name = self.values.fresh(name)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        array = np.asarray(array)  # (ascontiguousarray would make a scalar 1-d)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
         return name
 
     def ints(self, base: str, *values: int) -> str:
@@ -208,6 +211,10 @@ class _Emitter:
             out.append(node)
             produced[step] = value
         return produced
+
+    def reduce_all(self, step: str, op_type: str, x: str, base: str) -> tuple:
+        """A ``Reduce*`` step over every axis, to a scalar."""
+        return (step, op_type, [x], {"keepdims": 0})
 
     def reduce(self, step: str, op_type: str, x: str, base: str, axis: int, keepdims: int) -> tuple:
         """A ``Reduce*`` step over one axis (axes are an input from opset 18, or 13 for ReduceSum)."""
@@ -239,6 +246,16 @@ class _Emitter:
                 if j:
                     prev = f"@{step}mul.0" if j == 1 else f"@{step}sum.{j - 1}"
                     steps.append((f"{step}sum.{j}", "Add", [prev, f"@{step}mul.{j}"], {}))
+        elif form == "scatter" and axis == 0:  # the bias is the scatter's starting value
+            return [
+                (f"{step}batch", "Shape", [x], {"start": 1}),
+                (f"{step}shape", "Concat", [self.ints(base, w.shape[0]), f"@{step}batch"], {"axis": 0}),
+                (f"{step}start", "Expand", [self.init(f"{base}.{bname}", _f32(bias[:, None])), f"@{step}shape"], {}),
+                (f"{step}gather", "Gather", [x, self.init(f"{base}.{cname}", w.cols.astype(np.int64))], {"axis": 0}),
+                (f"{step}mul", "Mul", [f"@{step}gather", self.init(f"{base}.{wname}", _f32(w.vals[:, None]))], {}),
+                (f"{step}scatter", "ScatterND", [f"@{step}start", self.init(f"{base}.rows", w.rows.astype(np.int64)[:, None]),
+                                                 f"@{step}mul"], {"reduction": "add"}),
+            ]
         elif axis == 0:
             steps.append((f"{step}matmul", "MatMul", [self.init(f"{base}.{wname}", _f32(w.dense())), x], {}))
         else:  # onnxruntime's broadcasting MatMul fails on an empty sequence; Einsum does not
@@ -262,12 +279,21 @@ class _Emitter:
         cond_out = self.values.fresh(f"{base}/cond_out")
         carried = self.values.fresh(f"{base}/{port.name}")
         nodes: list = []
-        self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
         env = self.net_ops(body, nodes, {port.name: carried}, prefix=f"{base}/")
         result = env[body.outputs[0]]
         if result == carried:  # an identity body
             result = self.values.fresh(f"{base}/{port.name}/out")
             self.steps(nodes, f"{base}/identity", result, [("identity", "Identity", [carried], {})])
+        if op.until_fixed:  # go on while some element changed (Loop.until_fixed)
+            self.steps(nodes, f"{base}/cond", cond_out, [
+                ("same", "Equal", [result, carried], {}),
+                ("changed", "Not", ["@same"], {}),
+                ("count", "Cast", ["@changed"], {"to": TensorProto.INT32}),
+                self.reduce_all("any", "ReduceMax", "@count", f"{base}/cond"),
+                ("cond", "Cast", ["@any"], {"to": TensorProto.BOOL}),
+            ], bare=False)
+        else:
+            self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
         outs = [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), info(result)]
         scanned = None
         if op.scan:  # every state after a trip, as a scan output
@@ -278,14 +304,27 @@ class _Emitter:
             nodes, f"{base}/body",
             [helper.make_tensor_value_info(it, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []), info(carried)], outs)
+        # The loop's own condition input must be given for the body's to count (ONNX Loop).
+        cond = self.init(f"{base}.cond", np.array(True)) if op.until_fixed else ""
         if not op.scan:
-            out.append(helper.make_node("Loop", [trips, "", x], [final], name=self.nodes.fresh(base), body=graph))
+            out.append(helper.make_node("Loop", [trips, cond, x], [final], name=self.nodes.fresh(base), body=graph))
             return
         last, states = self.values.fresh(f"{base}/last"), self.values.fresh(f"{base}/states")
-        out.append(helper.make_node("Loop", [trips, "", x], [last, states], name=self.nodes.fresh(base), body=graph))
+        out.append(helper.make_node("Loop", [trips, cond, x], [last, states], name=self.nodes.fresh(base), body=graph))
+        tail = []
+        if op.until_fixed:  # the trips not run would each give `last` again
+            tail = [
+                ("done", "Shape", [states], {"start": 0, "end": 1}),
+                ("left", "Sub", [self.ints(base, op.trips), "@done"], {}),
+                ("shape", "Concat", ["@left", "@last_shape"], {"axis": 0}),
+                ("last1", "Unsqueeze", [last, self.ints(base, 0)], {}),
+                ("rest", "Expand", ["@last1", "@shape"], {}),
+            ]
+            tail.insert(0, ("last_shape", "Shape", [last], {}))
         self.steps(out, base, final, [  # x_0 in front of x_1 .. x_trips
+            *tail,
             ("first", "Unsqueeze", [x, self.ints(base, 0)], {}),
-            ("states", "Concat", ["@first", states], {"axis": 0}),
+            ("states", "Concat", ["@first", states, *(["@rest"] if tail else [])], {"axis": 0}),
         ], bare=False)
 
     def memory_kv(self, op: Attention, out: list, mem: str, base: str) -> tuple[str, str]:
@@ -624,6 +663,8 @@ def _matrix_bytes(w: SparseMatrix, form: str) -> int:
         return 4 * n_out * n_in
     if form == "ell":
         return 12 * n_out * max(1, w.max_row_nnz)
+    if form == "scatter":
+        return 20 * w.nnz
     return 4 * n_out
 
 
@@ -642,6 +683,8 @@ def _weight_bytes(net: Net) -> int:
                 total += 4 * n_out * n_in
             elif form == "ell":
                 total += 12 * n_out * max(1, op.weight.max_row_nnz)
+            elif form == "scatter":
+                total += 20 * op.weight.nnz
             total += 8 * n_out
         elif isinstance(op, Slice):
             total += 8 * len(op.indices)

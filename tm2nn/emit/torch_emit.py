@@ -11,7 +11,9 @@ Each affine op keeps the runtime form :func:`tm2nn.emit.affine_form` chose for i
 * ``dense``:    ``weight`` ``[n_out, n_in]``, ``bias`` ``[n_out]``;
 * ``diagonal``: ``weight`` ``[n]`` (the diagonal), ``bias`` ``[n]``;
 * ``ell``:      ``cols`` (int64) and ``weight``, both ``[k, n_out]``: output ``i`` is
-  ``sum_j weight[j, i] * x[cols[j, i]] + bias[i]`` (padding has weight 0).
+  ``sum_j weight[j, i] * x[cols[j, i]] + bias[i]`` (padding has weight 0);
+* ``scatter``:  ``rows``, ``cols`` (int64) and ``weight``, all ``[nnz]``: entry ``e``
+  adds ``weight[e] * x[cols[e]]`` to output ``rows[e]``.
 
 The net runs feature-major (``[width, batch]``) inside; :meth:`NetModule.forward` takes
 and returns ``[batch, width]``.  Each op submodule's own ``forward`` is batch-major too,
@@ -80,6 +82,10 @@ class AffineModule(nn.Module):
         elif self.form == "diagonal":
             weight = torch.zeros(self.n_out, dtype=dtype)
             weight[rows] = vals
+        elif self.form == "scatter":
+            self.register_buffer("rows", rows.to(torch.int64))
+            self.register_buffer("cols", cols.to(torch.int64))
+            weight = vals
         else:
             ell_cols, ell_vals = w.ell()
             self.k = ell_cols.shape[1]
@@ -111,6 +117,9 @@ class AffineModule(nn.Module):
             return acc
         if self.form == "diagonal":
             return torch.addcmul(self.bias, x, self.weight)
+        if self.form == "scatter":
+            g = x.index_select(1, self.cols) * self.weight
+            return self.bias.expand(x.shape[0], self.n_out).clone().index_add_(1, self.rows, g)
         return F.linear(x, self.weight, self.bias)
 
     def fm(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,6 +137,9 @@ class AffineModule(nn.Module):
             return acc.add_(b)
         if self.form == "diagonal":
             return x.mul(self.weight.unsqueeze(1)).add_(b)
+        if self.form == "scatter":
+            g = x.index_select(0, self.cols).mul_(self.weight.unsqueeze(1))
+            return b.expand(self.n_out, x.shape[1]).clone().index_add_(0, self.rows, g)
         return torch.addmm(b, self.weight, x)
 
 
@@ -183,12 +195,14 @@ class LoopModule(nn.Module):
         self.op_name = op.name
         self.trips = int(op.trips)
         self.scan = bool(op.scan)
+        self.until_fixed = bool(op.until_fixed)
         self.body = NetModule(op.body, dtype)
         #: ``progress(i, trips)``, called about 100 times per run (for progress bars).
         self.progress = None
 
     def extra_repr(self) -> str:
-        return f"trips={self.trips}" + (", scan=True" if self.scan else "")
+        return (f"trips={self.trips}" + (", scan=True" if self.scan else "")
+                + (", until_fixed=True" if self.until_fixed else ""))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.body.input_kinds[0] == "vector":
@@ -201,11 +215,17 @@ class LoopModule(nn.Module):
         states = [x] if self.scan else None
         every = max(1, self.trips // 100)
         for i in range(1, self.trips + 1):
-            x = self.body._run_fm((x,))[0]
+            y = self.body._run_fm((x,))[0]
+            fixed = self.until_fixed and torch.equal(y, x)
+            x = y
             if states is not None:
                 states.append(x)
-            if self.progress is not None and (i % every == 0 or i == self.trips):
-                self.progress(i, self.trips)
+            if self.progress is not None and (fixed or i % every == 0 or i == self.trips):
+                self.progress(self.trips if fixed else i, self.trips)
+            if fixed:  # every later trip gives x again (Loop.until_fixed)
+                if states is not None:
+                    states.extend([x] * (self.trips - i))
+                break
         return torch.stack(states) if states is not None else x
 
 

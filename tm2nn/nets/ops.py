@@ -125,11 +125,19 @@ class Loop(Op):
     weights are shared between iterations.  Emitted as a Python loop in torch and an
     ONNX ``Loop``, so the model does not grow with ``trips``.  With ``scan`` the value
     is every state ``x_0 .. x_trips`` (a ``sequence`` of vectors, or ``grids``), not
-    only the last."""
+    only the last.
+
+    With ``until_fixed`` the emitted loop stops after the first trip whose output equals
+    its input exactly (every element of the batch): the body is a function, so every
+    later trip would give that state again.  The value is the same as without it (the
+    scan is completed with copies of the last state); only the work is less.  The RCNN's
+    machine mode uses it, since B.2's filter leaves the grid of a halted machine as it
+    is."""
 
     body: "Net" = None  # type: ignore[assignment]
     trips: int = 1
     scan: bool = False
+    until_fixed: bool = False
     kind: ClassVar[str] = "loop"
 
     def in_kinds(self) -> tuple[str, ...]:

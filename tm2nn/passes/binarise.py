@@ -127,6 +127,11 @@ class BinaryLowering(Lowering):
         takes ``N'(3w - 2) + 2w - 2`` (+1 if counted), which is no more."""
         return source_steps * (3 * self.width - 2)
 
+    def lowered_columns(self, lo: int, hi: int) -> tuple[int, int]:
+        """Source column ``c`` is the block ``[c·w, c·w + w − 1]``; the head reads, writes
+        and walks only inside the blocks of source cells it visits (module docstring)."""
+        return lo * self.width, hi * self.width + self.width - 1
+
     # -- blocks ---------------------------------------------------------------------------------
     def _decode(self, word: str) -> int:
         """A block's letters -> source symbol index (Goel et al., B.1.1: a cell is 0 or ±1)."""

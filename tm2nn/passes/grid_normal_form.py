@@ -103,6 +103,11 @@ class NormalFormLowering(Lowering):
         n = source_steps
         return PREAMBLE + n + 2 * max(input_len, n) + 3 * n + 8
 
+    def lowered_columns(self, lo: int, hi: int) -> tuple[int, int]:
+        """The cleanup peeks one cell past either end of the run of non-blank cells, and
+        the marker at (1, 0) is in ``[lo, hi]`` since ``lo <= 0``."""
+        return lo - 1, hi + 1
+
     def source_config(self, state: str, head, cells: dict):
         if state not in self.source.state_index:
             return None

@@ -38,6 +38,9 @@ class GridLowering(Lowering):
     def lowered_steps(self, source_steps: int, input_len: int = 0) -> int:
         return source_steps
 
+    def lowered_columns(self, lo: int, hi: int) -> tuple[int, int]:
+        return lo, hi
+
     def source_config(self, state: str, head, cells: dict):
         if head[0] != 0 or any(r != 0 for r, _c in cells):
             raise ValueError("a configuration of a lowered line machine has everything on row 0")

@@ -94,6 +94,12 @@ class Lowering:
     def _map(self, lowered: RunResult) -> Mapped:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def lowered_columns(self, lo: int, hi: int) -> tuple[int, int]:
+        """Columns ``[lo', hi']`` that hold every non-blank lowered cell and the lowered
+        head, given that the upper run keeps its non-blank cells and head in columns
+        ``[lo, hi]`` (with ``lo <= 0 <= hi``).  Backends size finite tapes with it."""
+        raise NotImplementedError(f"{type(self).__name__} does not bound its columns")
+
     # -- shared ------------------------------------------------------------------------------
     def lowered_input_len(self, input_len: int) -> int:
         """Length of ``lower_input`` of an upper input of ``input_len`` cells."""
@@ -230,6 +236,11 @@ class Chain(Lowering):
             source_steps = s.lowered_steps(source_steps, input_len)
             input_len = s.lowered_input_len(input_len)
         return source_steps
+
+    def lowered_columns(self, lo: int, hi: int) -> tuple[int, int]:
+        for s in self.steps:
+            lo, hi = s.lowered_columns(lo, hi)
+        return lo, hi
 
     def source_config(self, state: str, head, cells: dict):
         conf = (state, head, cells)

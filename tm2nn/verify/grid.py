@@ -18,14 +18,25 @@ class GridModel:
     """The compiled model's encodings, for encoding inputs and decoding outputs."""
 
     def __init__(self, compiled: Compiled) -> None:
+        self._setup(compiled.source, compiled.input_encoding, compiled.output_encoding)
+
+    @classmethod
+    def from_metadata(cls, enc_in: dict, enc_out: dict) -> "GridModel":
+        """From a saved model's encodings: the machine is rebuilt from its text."""
+        from tm2nn.syntax import parse_text
+
+        gm = cls.__new__(cls)
+        gm._setup(parse_text(enc_in["machine"], "tm", "<model metadata>")[0], enc_in, enc_out)
+        return gm
+
+    def _setup(self, source, enc: dict, enc_out: dict) -> None:
         from tm2nn.backends.rcnn import machine_form
 
-        enc = compiled.input_encoding
-        self.source = compiled.source
-        self.chain, self.code = machine_form(compiled.source, enc)
+        self.source = source
+        self.chain, self.code = machine_form(source, enc)
         self.window = tuple(enc["window"])
-        self.steps = int(compiled.output_encoding["source_steps"])
-        self.filter_steps = int(compiled.output_encoding["filter_steps"])
+        self.steps = int(enc_out["source_steps"])
+        self.filter_steps = int(enc_out["filter_steps"])
         self.max_input = int(enc["max_input"])
 
     def batch(self) -> int:

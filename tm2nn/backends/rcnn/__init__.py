@@ -38,12 +38,13 @@ def machine_form(m, enc: dict | None = None):
 
 def estimate(m, steps: int, max_input: int) -> dict:
     """Sizes of the machine-mode model, computed before building it."""
-    from tm2nn.backends.rcnn.window import head_window
+    from tm2nn.backends.rcnn.window import head_window, source_columns
 
     chain, code = machine_form(m)
     low_len = chain.lowered_input_len(max_input)
     filter_steps = chain.lowered_steps(steps, input_len=max_input)
-    window = head_window(chain.machine, filter_steps, low_len)
+    columns = chain.lowered_columns(*source_columns(steps, max_input))
+    window = head_window(chain.machine, filter_steps, low_len, columns)
     floats = (filter_steps + 1) * window[2] * window[3]
     return {"chain": chain, "code": code, "filter_steps": filter_steps, "window": window, "floats": floats}
 
@@ -72,13 +73,21 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
     chain, code = est["chain"], est["code"]
     filt = filter_for(chain.machine, code)
     net = machine_net(filt.body, est["filter_steps"], m.name)
-    enc_in = {"kind": "rcnn_grid", "lowering": chain.to_json(), "code": code.to_json(),
+    from tm2nn.syntax import dump
+
+    # The machine's text rides along so that `tm2nn eval` can encode inputs and decode
+    # grids from the model file alone (the lowering is rebuilt from it and checked).
+    enc_in = {"kind": "rcnn_grid", "machine": dump(m, "tm"), "lowering": chain.to_json(), "code": code.to_json(),
               "window": list(est["window"]), "max_input": max_input, "pad": 1 / 6}
     enc_out = {"kind": "rcnn_trace", "source_steps": int(steps), "filter_steps": est["filter_steps"],
                "digits": code.n_digits}
     return Compiled(
         backend="rcnn", net=net, source=m, input_encoding=enc_in, output_encoding=enc_out,
-        bounds=filt.bounds,
+        bounds=[*filt.bounds,
+                ("filter steps L", f"{est['filter_steps']:,} for T = {steps} source steps",
+                 "L applications of one filter (Def. 5)"),
+                ("grid (rows x columns)", f"{est['window'][2]} x {est['window'][3]}",
+                 "every cell the head can reach (B.2 pads with p = 1/6)")],
         options={"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
                  "window": list(est["window"]), "states": len(chain.machine.states),
                  "digits": code.n_digits, "d_rc": filt.width},

@@ -131,3 +131,40 @@ def sample_machine(s: int) -> GridMachine:
 def size_table(states=(2, 4, 8, 16)) -> list[dict]:
     """:func:`size_report` for :func:`sample_machine` of each ``s``."""
     return [size_report(build_filter(machine_table(sample_machine(s)))) for s in states]
+
+
+def _sci(log10: float) -> str:
+    return f"~10^{log10:.1f}"
+
+
+def bounds_rows(rep: dict) -> list[tuple[str, str, str]]:
+    """``tm2nn info``'s rows ``(quantity, this network, paper)`` from :func:`size_report`:
+    Definition 5's widths and parameters against Algorithm 1, Lemma 5's widths (on all of
+    𝒳 as B.4 applies it, and on our analysed domain), and the distinct weight values
+    against Lemma 6 and Corollary 3 (``|U| ≤ 24|𝒳_i| + 5``)."""
+    o, p, h = rep["ours"], rep["paper"], rep["head"]
+    s = o["states"]
+    xi_ours = 4 * s + 10
+    w = o["widths"]
+    lemma6 = ", ".join(f"{k} ≤ {v:,}" for k, v in p["lemma6_U"].items())
+    rows = [
+        ("states s (B.1.2 form), digits D (B.1.1)", f"{s}, {o['digits']}", ""),
+        ("values per patch coordinate |𝒳_i|", f"{xi_ours:,} reachable",
+         f"{p['X_i']:,} (all 3^(D-1) codes and p, B.4)"),
+        ("d_rc (Def. 5 width)", f"{o['d_rc']:,}", f"{p['alg1_d_rc']:,} (Alg. 1: 100s)"),
+        ("widths V1..V5", " / ".join(f"{x:,}" for x in w),
+         f"Lemma 5 on 𝒳: d1 {_sci(p['lemma5_log10_d1'])}, d2 {_sci(p['lemma5_log10_d2'])}"
+         + (f"; on our domain: d1 {p['lemma5_on_domain_d1']:,}, d2 {p['lemma5_on_domain_d2']:,}"
+            if "lemma5_on_domain_d1" in p else "")),
+        ("parameters, Def. 5 dense shapes", f"{o['params_dense']:,}",
+         f"~{p['alg1_params_approx']:,} (Alg. 1: d_rc = 100s)"),
+        ("parameters, nonzero", f"{o['params_nonzero']:,}", ""),
+        ("distinct weight values, all layers", f"{o['distinct_values']:,}",
+         f"Cor. 3: ≤ 24|𝒳_i|+5 = {p['cor3_U']:,} (B.4 quotes 24·16s+5 = {p['b4_quoted_U']:,});"
+         f" on our domain {p['cor3_U_on_domain']:,}"),
+        ("distinct values per layer V1..V5", " / ".join(str(x) for x in o["distinct_values_per_layer"]),
+         f"Lemma 6: {lemma6}"),
+        ("f_head width d_head (B.2)", f"{h['d_head']}", f"{h['paper_d_head']} (Alg. 1)"),
+        ("input tolerance (float32-exact bumps)", f"{o['input_tolerance']:.3g}", ""),
+    ]
+    return rows

@@ -54,20 +54,22 @@ class Filter:
 
 def filter_for(g, code) -> Filter:
     """B.2's filter for the machine ``g`` in B.1.2 form (:mod:`.filter_net`), as a net."""
-    from tm2nn.backends.rcnn.bounds import size_report
+    from tm2nn.backends.rcnn.bounds import bounds_rows, size_report
     from tm2nn.backends.rcnn.filter_net import build_filter
     from tm2nn.backends.rcnn.filter_spec import machine_table
 
     f = build_filter(machine_table(g))
     body = filter_body(list(zip(f.weights, f.biases)), [list(lab) for lab in f.labels[:4]])
     rep = size_report(f)
-    return Filter(body, f.d_rc, [(str(k), str(v), "") for k, v in rep.items()])
+    return Filter(body, f.d_rc, bounds_rows(rep))
 
 
 def machine_net(body: Net, steps: int, name: str) -> Net:
     """Input grid ``grid`` -> ``states``: the grid before and after each of ``steps``
-    applications of the shared filter (one machine step each, B.2's f̄_TM)."""
+    applications of the shared filter (one machine step each, B.2's f̄_TM).  The loop may
+    stop at a fixed point (``until_fixed``): B.2's filter leaves a halted machine's grid
+    unchanged, so the states after it are copies."""
     step = Net("rc_layer", (Port("g", CELL, kind="grid"),),
                (PatchMap("filter", ("g",), body=body, pad=PAD, cite=CITE_FILTER),), ("filter",))
     return Net(name, (Port("grid", CELL, kind="grid"),),
-               (Loop("states", ("grid",), body=step, trips=steps, scan=True),), ("states",))
+               (Loop("states", ("grid",), body=step, trips=steps, scan=True, until_fixed=True),), ("states",))

@@ -54,16 +54,24 @@ def decode_run(chain, code: CellCode, window, grids: np.ndarray, text: str, step
     """``grids`` ``[L+1, H, W]`` (the state before and after each filter step) for input
     ``text`` -> the source machine's run (with trace), cut at ``steps`` source steps.
     Raises :class:`~tm2nn.errors.Tm2nnError` naming the step of a grid that is not a
-    valid cell code or has no head."""
+    valid cell code, or of the start grid if it has no head.
+
+    The run read back ends at the lowered machine's halt, or at the first grid without a
+    head: the window (:mod:`.window`) holds every cell of the first ``steps`` source
+    steps, but a machine that has not halted by then goes on for the rest of the L
+    filter steps and may walk off it.  A head lost earlier shows as a run shorter than
+    the interpreter's, which the comparison reports."""
     g = chain.machine
     digits = unpack(from_value(grids, code.n_digits, tol=VALUE_TOL), code.n_digits)
     configs = []
     halted = False
     for k, (state, head, cells, _phase) in enumerate(configs_from_grids(code, digits, window)):
         if state is None:
-            from tm2nn.errors import Tm2nnError
+            if k == 0:
+                from tm2nn.errors import Tm2nnError
 
-            raise Tm2nnError(f"grid after filter step {k} has no head")
+                raise Tm2nnError("the start grid has no head")
+            break
         configs.append((k, state, head, cells))
         if lowered_halted(g, state, head, cells):
             halted = True

@@ -1,0 +1,93 @@
+"""rcnn backend: filter throughput and size against the number of states (issue 5).
+
+**Throughput.** The machine-mode net of examples/binary_counter.tm (it never halts, so
+every filter step changes the grid and all L steps run) on grids of 16×64 and 64×256
+cells: the start grid of B.1.2 (input on row 0, compute phase) in a window of that size,
+a batch of counters, L filter steps.  Cell-updates per second = batch · H · W · L / wall
+time, in torch (float32, the emitted module) and in onnxruntime (the ONNX ``Loop`` over
+the shared filter).  Each run is also decoded and checked against the interpreter.
+
+**Size.** Filter width d_rc and parameters for s = 2, 4, 8, 16 states
+(:func:`tm2nn.backends.rcnn.bounds.size_table`): d_rc = 80s + 128, nonzero parameters
+and distinct weight values are O(s); Definition 5's dense shapes are O(s²).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = ((16, 64, 8, 60), (64, 256, 2, 40))  # rows, columns, batch, filter steps
+REPEATS = 2
+
+
+def bench_grid(m, rows: int, cols: int, batch: int, steps: int) -> dict:
+    import numpy as np
+
+    from tm2nn.backends.rcnn import machine_form
+    from tm2nn.backends.rcnn.build import filter_for, machine_net
+    from tm2nn.backends.rcnn.machine_io import decode_run, start_grids
+    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.torch_emit import run_torch, to_torch
+    from tm2nn.interp import run_machine
+
+    chain, code = machine_form(m)
+    filt = filter_for(chain.machine, code)
+    net = machine_net(filt.body, steps, m.name)
+    window = (0, -cols // 4, rows, cols)
+    # Counters of cols/8 digits, least significant first: none overflows (halts) in L steps.
+    texts = [format(i, "b")[::-1].ljust(cols // 8, "0") for i in range(batch)]
+    x = start_grids(chain, code, texts, window)
+    cells = batch * rows * cols * steps
+    row = {"bench": f"rcnn grid {rows}x{cols}", "batch": batch, "filter_steps": steps, "d_rc": filt.width}
+    module, blob = to_torch(net), to_onnx(net).SerializeToString()
+    for eng, run in (("torch", lambda: run_torch(module, x, batch_size=batch)),
+                     ("onnxruntime", lambda: run_onnx(blob, x, batch_size=batch))):
+        best, states = float("inf"), None
+        for _ in range(REPEATS):  # the best of REPEATS runs: the machine is shared
+            t0 = time.perf_counter()
+            states = np.asarray(run())
+            best = min(best, time.perf_counter() - t0)
+        row[f"{eng}_s"] = round(best, 3)
+        row[f"{eng}_cell_updates_per_s"] = f"{cells / best:.3g}"
+        for text, s in zip(texts, states):  # every run decodes to the interpreter's
+            got = decode_run(chain, code, window, s, text, steps)
+            n = got.steps
+            assert got.report() == run_machine(m, text, n).report(), f"{eng} disagrees on {text!r}"
+    return row
+
+
+def size_rows() -> list[dict]:
+    from tm2nn.backends.rcnn.bounds import size_table
+
+    rows = []
+    for rep in size_table():
+        o = rep["ours"]
+        rows.append({"bench": f"rcnn filter s={o['states']}", "d_rc": o["d_rc"], "widths": o["widths"],
+                     "params_nonzero": o["params_nonzero"], "params_dense_def5": o["params_dense"],
+                     "distinct_values": o["distinct_values"], "paper_alg1_d_rc": rep["paper"]["alg1_d_rc"],
+                     "paper_cor3_U": rep["paper"]["cor3_U"]})
+    return rows
+
+
+def main(argv: list[str]) -> list[dict]:
+    from tm2nn.syntax import load
+
+    m = load(ROOT / "examples" / "binary_counter.tm")
+    grids = GRIDS[:1] if "--quick" in argv else GRIDS
+    rows = []
+    for g in grids:
+        rows.append(bench_grid(m, *g))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    rows += size_rows()
+    return rows
+
+
+if __name__ == "__main__":
+    from rich.console import Console
+
+    for r in main(sys.argv[1:]):
+        Console().print(r)
