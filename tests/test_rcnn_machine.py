@@ -64,7 +64,6 @@ def test_busy_beaver_champions(stem):
     assert rep["halted"] and rep["steps"] == steps and rep["sigma"] == sigma
 
 
-@pytest.mark.slow
 def test_hundred_corpus_machines():
     rows = corpus("2x2") + corpus("3x2")
     for m, steps, _sigma in random.Random(5).sample(rows, 100):

@@ -212,10 +212,6 @@ class _Emitter:
             produced[step] = value
         return produced
 
-    def reduce_all(self, step: str, op_type: str, x: str, base: str) -> tuple:
-        """A ``Reduce*`` step over every axis, to a scalar."""
-        return (step, op_type, [x], {"keepdims": 0})
-
     def reduce(self, step: str, op_type: str, x: str, base: str, axis: int, keepdims: int) -> tuple:
         """A ``Reduce*`` step over one axis (axes are an input from opset 18, or 13 for ReduceSum)."""
         if op_type == "ReduceSum" or self.opset >= 18:
@@ -289,7 +285,7 @@ class _Emitter:
                 ("same", "Equal", [result, carried], {}),
                 ("changed", "Not", ["@same"], {}),
                 ("count", "Cast", ["@changed"], {"to": TensorProto.INT32}),
-                self.reduce_all("any", "ReduceMax", "@count", f"{base}/cond"),
+                ("any", "ReduceMax", ["@count"], {"keepdims": 0}),  # over every axis
                 ("cond", "Cast", ["@any"], {"to": TensorProto.BOOL}),
             ], bare=False)
         else:
@@ -314,13 +310,13 @@ class _Emitter:
         tail = []
         if op.until_fixed:  # the trips not run would each give `last` again
             tail = [
+                ("last_shape", "Shape", [last], {}),
                 ("done", "Shape", [states], {"start": 0, "end": 1}),
                 ("left", "Sub", [self.ints(base, op.trips), "@done"], {}),
                 ("shape", "Concat", ["@left", "@last_shape"], {"axis": 0}),
                 ("last1", "Unsqueeze", [last, self.ints(base, 0)], {}),
                 ("rest", "Expand", ["@last1", "@shape"], {}),
             ]
-            tail.insert(0, ("last_shape", "Shape", [last], {}))
         self.steps(out, base, final, [  # x_0 in front of x_1 .. x_trips
             *tail,
             ("first", "Unsqueeze", [x, self.ints(base, 0)], {}),
