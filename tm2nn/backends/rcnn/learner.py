@@ -23,7 +23,18 @@ import torch
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.head import build_head
 from tm2nn.backends.rcnn.learner_form import Shape
-from tm2nn.nets import Affine, GridReadout, Loop, MemoryGrid, Net, PatchMap, Port, ReLU, Space, SparseMatrix
+from tm2nn.nets import (
+    Affine,
+    GridReadout,
+    Loop,
+    MemoryGrid,
+    Net,
+    PatchMap,
+    Port,
+    ReLU,
+    Space,
+    SparseMatrix,
+)
 
 #: Algorithm 1 / Lemma 2: the learning rate.
 ETA = 1.0 / 54.0
