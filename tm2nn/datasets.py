@@ -66,9 +66,10 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         if width is None:
             width = len(row)
         elif len(row) != width:
+            # point where the missing field should start, or at the first extra one
+            col = len(line) + 1 if len(row) < width else len(",".join(fields[:width])) + 2
             raise Tm2nnError(f"this example has {len(row)} fields, the first one has {width} "
-                             f"({width - 1} features and a label)", file=path, line=ln,
-                             col=min(len(line), len(",".join(fields[:width])) + 1), snippet=line)
+                             f"({width - 1} features and a label)", file=path, line=ln, col=col, snippet=line)
         rows.append(row)
     if not rows:
         raise Tm2nnError(f"the training set {path} has no examples", file=path, line=1, col=1)
