@@ -17,8 +17,10 @@
 # rows and columns in its states: it is for this shape only (tm2nn learn refuses data of
 # another shape when the run would leave the grid).
 #
-# Steps: 1 + (m+1)(d+1) + m(d+2) = 25.  Try it:
-#   tm2nn learn examples/learner_match.tm --train examples/learner_match.csv --json
+# Steps: 1 + (m+1)(d+1) + m(d+2) = 25.  Train its RCNN by SGD (Algorithm 1) on a CSV
+# of 3 examples (d = 2 signs, then the label) and compare with the interpreter:
+#   tm2nn learn THIS.tm --train DATA.csv --json
+# (examples/learner_match.csv is such a training set for m = 3, d = 2.)
 
 machine learner_match_m3_d2 {
   tape: grid

@@ -61,6 +61,9 @@ def test_example_is_the_generated_match_learner_and_in_learner_form():
     check_learner_form(g)
     X, Y = load_csv(EXAMPLE_CSV)
     assert X.shape == (3, 2) and Y.shape == (3,)
+    # as the CSV's comment documents: the first of two equal examples wins
+    got = [reference_answer(g, X, Y, np.array(x), Shape(3, 2, 1), 25)[0] for x in [(1, -1), (-1, 1), (1, 1), (-1, -1)]]
+    assert got == [-1, -1, 1, 1]
 
 
 @settings(max_examples=40, deadline=None)

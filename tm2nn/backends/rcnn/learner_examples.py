@@ -101,8 +101,10 @@ def match_learner(m: int, d: int) -> str:
 # rows and columns in its states: it is for this shape only (tm2nn learn refuses data of
 # another shape when the run would leave the grid).
 #
-# Steps: 1 + (m+1)(d+1) + m(d+2) = {steps}.  Try it:
-#   tm2nn learn examples/learner_match.tm --train examples/learner_match.csv --json
+# Steps: 1 + (m+1)(d+1) + m(d+2) = {steps}.  Train its RCNN by SGD (Algorithm 1) on a CSV
+# of {m} examples (d = {d} signs, then the label) and compare with the interpreter:
+#   tm2nn learn THIS.tm --train DATA.csv --json
+# (examples/learner_match.csv is such a training set for m = 3, d = 2.)
 """
     body = "\n".join(rules)
     return (f"{head}\nmachine learner_match_m{m}_d{d} {{\n  tape: grid\n  alphabet: _ - +\n  blank: _\n"
