@@ -161,6 +161,13 @@ def test_algorithm1_memorizes_every_example(dtype):
     assert [n for n, _ in tr.module.named_parameters()] == ["memory.weight"]
 
 
+def test_oversize_training_is_refused_before_allocating(monkeypatch):
+    monkeypatch.setattr(learner_mod, "MAX_TRAIN_FLOATS", 1000)
+    X, Y = data(np.random.default_rng(0), 3, 2)
+    with pytest.raises(Tm2nnError, match="refusing to train: 26 filter steps on a 4x4 grid"):
+        learn(load(EXAMPLE), X, Y, depth=26, work=1)
+
+
 def test_the_lemma4_check_can_fail(monkeypatch):
     """With another learning rate the rows are not y·z/3: ``memorized`` is False."""
     monkeypatch.setattr(learner_mod, "ETA", 1 / 50)
@@ -268,6 +275,7 @@ def test_trained_net_agrees_with_the_interpreter_on_20_datasets():
         with torch.no_grad(), learner_mod.one_thread():
             y, grid = tr.module(z)
         assert np.abs(y[:, 0].numpy() - want).max() < 1e-9
+        assert np.mean(np.where(y[:, 0].numpy() >= 0, 1, -1) == want) == 1.0  # the agreement
         for i, x in enumerate(xs):
             ref = run_filter(memorized_grid(X, Y, x, D, 1), table, 26)[-1, 0]
             assert np.array_equal(from_value(grid[i].numpy(), D, tol=0.01), ref)

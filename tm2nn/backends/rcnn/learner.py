@@ -23,6 +23,7 @@ import torch
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.head import build_head
 from tm2nn.backends.rcnn.learner_form import Shape
+from tm2nn.errors import Tm2nnError
 from tm2nn.nets import (
     Affine,
     GridReadout,
@@ -104,6 +105,10 @@ class Trained:
         return y[:, 0].numpy().astype(np.float64)
 
 
+#: Refuse a training step whose backward pass would keep more floats than this.
+MAX_TRAIN_FLOATS = 250_000_000
+
+
 def output_tolerance(dtype, cells: int) -> float:
     """How far from 0 ``ŷ`` may be during memorization: f̄_head at the float nearest to
     −3⁻² is 0 up to the rounding of its four ReLU terms (of the order 18·(1/6)), summed
@@ -128,6 +133,12 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     m, d = X.shape
     shape = Shape(m, d, work)
     filt = filter_for(g, cell_code(g))
+    # backward keeps every layer's hidden units: about 1.4 d_rc floats per cell and layer
+    floats = int(1.4 * filt.width) * shape.rows * shape.cols * depth
+    if floats > MAX_TRAIN_FLOATS:
+        raise Tm2nnError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
+                         f"about {floats:,} floats for the backward pass (limit {MAX_TRAIN_FLOATS:,}); "
+                         "pass a smaller --steps or --work, or use fewer examples")
     module = to_torch(learner_net(filt.body, shape, depth, g.name), dtype=dtype)
     params = list(module.parameters())
     assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
@@ -195,9 +206,10 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     ``t``-step machine can reach, and a run that leaves the grid is refused), train by Algorithm 1
     (:func:`learn`), then compare the trained net's prediction with the interpreter's
     ``A(S)[x]`` on ``test`` fresh points (uniform ±1, numpy ``seed``).
-    ``progress(phase, done, total)`` reports ``"train"`` and ``"test"``."""
+    ``progress(phase, done, total)`` reports ``"train"`` and ``"test"``.  The report's
+    keys starting with ``_`` hold objects for callers (the :class:`Trained` model, the test
+    points, the interpreter's and the net's answers), not for JSON."""
     from tm2nn.backends.rcnn.learner_form import check_learner_form, reference_answer
-    from tm2nn.errors import Tm2nnError
 
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)

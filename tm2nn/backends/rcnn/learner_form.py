@@ -32,8 +32,9 @@ def check_learner_form(g: Machine) -> None:
     * "First step": every rule of the start state rewrites the symbol it reads and does
       not move, and the start state is not halting; it has a rule for ``+``, the symbol
       under the head at the start (the dummy example's label, B.3's ``(m+1, d+1)``);
-    * no rule leads back into the start state (its state digits are all 0, and B.2's
-      ``f̄_msg`` case 3 is the only place a head in that state appears).
+    * no rule leads back into the start state: B.1.2 gets the no-op first step from "a
+      single additional state with a path to the starting state", entered once; a
+      learner that re-enters it repeats the no-op, which is almost surely a mistake.
     """
     where = g.loc
     if not isinstance(g, GridMachine):
