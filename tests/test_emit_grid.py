@@ -62,7 +62,8 @@ def rcnn_net(rng, d_mem=3, d_in=4, ones=2, trips=3, pad=1 / 6, column=3) -> Net:
         Loop("last", ("mem",), body=step, trips=trips),
         GridReadout("col", ("last",), body=head_net(), column=column),
         GridReadout("all", ("last",), body=head_net()),
-    ), ("states", "col", "all"))
+        GridReadout("left", ("last",), body=head_net(), width=2),
+    ), ("states", "col", "all", "left"))
 
 
 # -- the reference ------------------------------------------------------------------------
@@ -98,7 +99,8 @@ def ref_rcnn(net: Net, z: np.ndarray) -> list[np.ndarray]:
     head = net.node("col").body
     col = np.array([[sum(ref_filter(head, np.array([last[n, a, 3]])) for a in range(d_mem))] for n in range(len(z))])
     every = np.array([[sum(ref_filter(head, np.array([v])) for v in last[n].ravel())] for n in range(len(z))])
-    return [np.stack(states, 1), col, every]
+    left = np.array([[sum(ref_filter(head, np.array([v])) for v in last[n, :, :2].ravel())] for n in range(len(z))])
+    return [np.stack(states, 1), col, every, left]
 
 
 def run_torch(net, *xs):
@@ -147,7 +149,7 @@ def test_the_memory_layer_is_trainable():
     params = dict(mod.named_parameters())
     assert list(params) == ["mem.weight"]
     z = torch.ones(1, 4)
-    _states, col, _all = mod(z)
+    _states, col, _all, _left = mod(z)
     col.sum().backward()
     assert params["mem.weight"].grad is not None and params["mem.weight"].grad.shape == (3, 4)
     assert not any(b.requires_grad for b in mod.buffers())
@@ -177,6 +179,8 @@ def test_malformed_grid_ops_are_refused():
         Net("n", (Port("g", wide, kind="grid"),), (PatchMap("f", ("g",), body=filter_net(rng)),), ("f",))
     with pytest.raises(NetIRError, match="expects"):
         Net("n", (Port("g", CELL),), (PatchMap("f", ("g",), body=filter_net(rng)),), ("f",))
+    with pytest.raises(NetIRError, match="not both"):
+        Net("n", (Port("g", CELL, kind="grid"),), (GridReadout("r", ("g",), body=head_net(), column=0, width=1),), ("r",))
     with pytest.raises(NetIRError, match="W must be"):
         Net("n", (Port("z", Space.named("z", range(3))),),
             (MemoryGrid("m", ("z",), weight=np.zeros((2, 4)), out=CELL),), ("m",))

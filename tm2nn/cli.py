@@ -137,6 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("learn", help="train a learner machine's network by SGD (rcnn: Algorithm 1) and "
+                       "compare it with the interpreter on fresh points")
+    _add_source(p)
+    p.add_argument("--train", required=True, help="training set: CSV, one example a line, d features then the "
+                   "label, each +1 or -1 (an optional header line is skipped)")
+    p.add_argument("--test", type=int, default=100, help="fresh random test points (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the test points (default 0)")
+    p.add_argument("--backend", default="rcnn", help=f"construction to train (default rcnn; "
+                   f"available: {', '.join(_LEARN_BACKENDS)})")
+    p.add_argument("--steps", type=int, help="rcnn: the learner's step bound t; L = t + 1 filter steps "
+                   "(default: the most steps it takes on the training inputs)")
+    p.add_argument("--work", type=int, help="rcnn: working columns right of the input (default 1; Definition 5 has L)")
+    p.add_argument("--json", action="store_true", help="end with one JSON line: examples, memorized, "
+                   "test_agreement")
+
     p = sub.add_parser("demo", help="check and run every example; print a table")
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
     return ap
@@ -558,9 +573,58 @@ def cmd_demo(args) -> int:
     return run_demo(args.examples)
 
 
+def _learn_rcnn(args, obj, X, Y) -> dict:
+    from tm2nn.backends.rcnn.learner import run as learn_run
+
+    def fn(cb):
+        def progress(phase, done, total):  # one bar: the m + 1 SGD steps, then the test points
+            if cb is not None:
+                cb(done if phase == "train" else X.shape[0] + 1 + done)
+        return learn_run(obj, X, Y, test=args.test, seed=args.seed, steps=args.steps, work=args.work,
+                         progress=progress)
+    return _with_progress(fn, X.shape[0] + 1 + max(args.test, 0), args.json, "learning")
+
+
+#: ``learn --backend B``: one function per construction, ``(args, machine, X, Y) -> report``
+#: with at least ``examples``, ``memorized`` and ``test_agreement``.
+_LEARN_BACKENDS = {"rcnn": _learn_rcnn}
+
+
+def cmd_learn(args) -> int:
+    from tm2nn.datasets import load_csv
+    from tm2nn.syntax import load
+
+    fn = _LEARN_BACKENDS.get(args.backend)
+    if fn is None:
+        raise Tm2nnError(f"unknown learn backend {args.backend!r} (available: {', '.join(_LEARN_BACKENDS)})")
+    if args.test < 0:
+        raise Tm2nnError("--test must be >= 0")
+    obj = load(args.source, args.format, args.name)
+    X, Y = load_csv(args.train)
+    rep = fn(args, obj, X, Y)
+    ok = rep["memorized"] and rep["test_agreement"] == 1.0
+    if not args.json:
+        from rich.console import Console
+
+        c = Console()
+        c.print(f"{rep['examples']} examples of {rep.get('features', X.shape[1])} features, memorized: "
+                + ("[green]yes[/]" if rep["memorized"] else "[red]no[/]"))
+        for k in ("steps", "filter_steps", "working_columns", "max_w_error", "max_memorization_output",
+                  "max_prediction_error"):
+            if k in rep:
+                c.print(f"  {k.replace('_', ' ')}: {rep[k]}")
+        c.print(f"agreement with the interpreter on {args.test} fresh points: "
+                + (f"[green]{rep['test_agreement']:.4f}[/]" if ok else f"[red]{rep['test_agreement']:.4f}[/]"))
+    if args.json:
+        print(json.dumps({"examples": rep["examples"], "memorized": rep["memorized"],
+                          "test_agreement": rep["test_agreement"]}))
+    return EXIT_OK if ok else EXIT_FAIL
+
+
 _VERBS = {
     "check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile,
     "eval": cmd_eval, "info": cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo,
+    "learn": cmd_learn,
 }
 
 

@@ -7,7 +7,7 @@ A grid is ``[batch, height, width]`` inside the graph as outside.  ``PatchMap`` 
 ops are the vector ops), the body, then ``Reshape`` back to the grid's shape.
 ``MemoryGrid`` ``X``: ``X.weight`` ``[d_mem, d_in]`` times ``z`` broadcast over rows,
 then the ``ones`` columns (``Expand``) concatenated.  ``GridReadout`` ``X``: the column
-(``Gather`` axis 2) or all cells, the body on ``[1, n]``, ``ReduceSum`` per batch row.
+(``Gather`` axis 2), the first ``width`` columns (``Slice``) or all cells, the body on ``[1, n]``, ``ReduceSum`` per batch row.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def grid_readout(em, op: GridReadout, out: list, x: str, base: str, final: str) 
              ("batch", "Slice", ["@shape", em.ints(base, 0), em.ints(base, 1)], {})]
     if op.column is not None:
         steps.append(("cells", "Gather", [x, em.init(f"{base}.column", np.array(op.column, np.int64))], {"axis": 2}))
+    elif op.width is not None:
+        steps.append(("left", "Slice", [x, em.ints(base, 0), em.ints(base, op.width), em.ints(base, 2)], {}))
+        steps.append(("cells", "Reshape", ["@left", em.ints(base, 0, -1)], {}))             # [B, h·width]
     else:
         steps.append(("cells", "Reshape", [x, em.ints(base, 0, -1)], {}))                    # [B, n]
     steps.append(("row", "Reshape", ["@cells", em.ints(base, 1, -1)], {}))                   # [1, B·n]

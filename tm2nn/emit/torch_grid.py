@@ -77,7 +77,7 @@ class MemoryGridModule(nn.Module):
 
 
 class GridReadoutModule(nn.Module):
-    """``Σ body(cell)`` over one column (or every cell)."""
+    """``Σ body(cell)`` over one column, the first ``width`` columns, or every cell."""
 
     def __init__(self, op: GridReadout, dtype: torch.dtype) -> None:
         super().__init__()
@@ -86,14 +86,20 @@ class GridReadoutModule(nn.Module):
         self.op_name = op.name
         self.cite = op.cite
         self.column = op.column
+        self.width = op.width
         self.body = NetModule(op.body, dtype)
 
     def extra_repr(self) -> str:
-        return f"column={self.column}"
+        return f"column={self.column}" if self.width is None else f"width={self.width}"
 
     def fm(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, H, W]`` -> feature-major ``[k, B]``."""
-        cells = x[:, :, self.column] if self.column is not None else x.reshape(x.shape[0], -1)
+        if self.column is not None:
+            cells = x[:, :, self.column]
+        elif self.width is not None:
+            cells = x[:, :, :self.width].reshape(x.shape[0], -1)
+        else:
+            cells = x.reshape(x.shape[0], -1)
         b, n = cells.shape
         y = self.body._run_fm((cells.reshape(1, -1),))[0]                  # [k, B·n]
         return y.reshape(y.shape[0], b, n).sum(2)

@@ -135,16 +135,23 @@ def run_machine(
     max_steps: int = DEFAULT_MAX_STEPS,
     trace: bool = False,
     progress: Callable[[int], None] | None = None,
+    start: tuple[int, int] | None = None,
 ) -> RunResult:
     """Run ``m`` on ``input`` (written from the start cell rightwards; for grid
     machines rows are separated by ``/``) for at most ``max_steps`` steps.
+
+    Grid machines only: ``start = (row, col)`` puts the head on that cell of the input
+    instead of its first cell (positions in the result and the trace are then relative
+    to the input's first cell; the RCNN learner starts on the bottom-right input cell).
 
     ``progress(steps)`` is called about every 2**20 steps, for progress bars.
     """
     if max_steps < 0:
         raise Tm2nnError(f"--max-steps must be >= 0, got {max_steps}")
     if isinstance(m, GridMachine):
-        return _run_grid(m, input, max_steps, trace, progress)
+        return _run_grid(m, input, max_steps, trace, progress, start or (0, 0))
+    if start is not None:
+        raise ValueError("start= is for grid machines")
     check_input(m, input)
     t = _Tables(m)
     K, W, D, N, n_live = t.K, t.write, t.dcol, t.next, t.n_live
@@ -233,7 +240,8 @@ def _grow(tape: bytearray, h: int, origin: int, size: int, blank: int):
     return tape + extra, h, origin, 2 * size
 
 
-def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress) -> RunResult:
+def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress,
+              start: tuple[int, int] = (0, 0)) -> RunResult:
     rows = input.split("/") if "/" not in m.symbol_index else [input]
     for r, row in enumerate(rows):
         check_input(m, row, what="--input" if len(rows) == 1 else f"--input row {r}")
@@ -246,7 +254,7 @@ def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress)
             s = m.symbol_index[ch]
             if s != blank:
                 grid[(r, c)] = s
-    hr = hc = 0
+    hr, hc = int(start[0]), int(start[1])
     q = t.sidx[m.start]
     steps = 0
     missing = False

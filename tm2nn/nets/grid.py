@@ -103,12 +103,15 @@ class MemoryGrid(Op):
 
 @dataclass(frozen=True, eq=False)
 class GridReadout(Op):
-    """``Σ_cells body(x[cell])`` over column ``column`` of the grid (every cell when
-    None): Goel et al.'s ``sum(f_head(·_{:, d_in}))``, with ``body`` the pixel-wise
-    head (a 1-dim vector to the output space)."""
+    """``Σ_cells body(x[cell])`` over column ``column`` of the grid, or over the first
+    ``width`` columns (the input region ``[:, :d_in]`` of Goel et al.'s learner, see
+    docs/rcnn.md "Learner mode"), or every cell when both are None: Goel et al.'s
+    ``sum(f_head(·_{:, d_in}))``, with ``body`` the pixel-wise head (a 1-dim vector to
+    the output space)."""
 
     body: "Net" = None  # type: ignore[assignment]
     column: int | None = None
+    width: int | None = None
     cite: str = ""
     kind: ClassVar[str] = "grid_readout"
 
@@ -122,4 +125,8 @@ class GridReadout(Op):
             raise NetIRError(f"grid readout {self.name!r}: the body maps one vector to one vector")
         if b.inputs[0].space != ins[0]:
             raise NetIRError(f"grid readout {self.name!r}: the body must read the grid's cell space")
+        if self.column is not None and self.width is not None:
+            raise NetIRError(f"grid readout {self.name!r}: give a column or a width, not both")
+        if self.width is not None and self.width < 1:
+            raise NetIRError(f"grid readout {self.name!r}: the width must be >= 1")
         return b.spaces[b.outputs[0]]

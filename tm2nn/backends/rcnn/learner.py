@@ -1,0 +1,244 @@
+"""Learner mode of the RCNN backend: Goel et al.'s Algorithm 1 (SGD on the memory layer of
+the RCNN of Definition 5), checked against Lemma 4 after every example.
+
+The net (network IR, emitted with :func:`tm2nn.emit.to_torch`)::
+
+    z = [x, 1] ──MemoryGrid (W, trainable)──▶ [W diag(z)  1] ──Loop L × PatchMap(filter)──▶ grid
+          ──GridReadout(f̄_head, first d+1 columns)──▶ ŷ
+
+:func:`learn` runs Algorithm 1 with ``torch.optim.SGD`` (η = 1/54, batch size 1, loss
+``½(y − ŷ)²``) on the ``m`` examples and the dummy ``(1_d, 1)``, W starting at 0, and
+checks after each example that W's rows are ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the examples seen
+and 0 after them, and that ``ŷ`` was 0.  See docs/rcnn.md "Learner mode (Algorithm 1)".
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
+from tm2nn.backends.rcnn.head import build_head
+from tm2nn.backends.rcnn.learner_form import Shape
+from tm2nn.errors import Tm2nnError
+from tm2nn.nets import (
+    Affine,
+    GridReadout,
+    Loop,
+    MemoryGrid,
+    Net,
+    PatchMap,
+    Port,
+    ReLU,
+    Space,
+    SparseMatrix,
+)
+
+#: Algorithm 1 / Lemma 2: the learning rate.
+ETA = 1.0 / 54.0
+CITE_MEM = "Goel et al., Def. 5: f_mem(z) = [W diag(z)  1_{d_mem x l}], W trained by Algorithm 1 (W(1) = 0)"
+CITE_HEAD = "Goel et al., Def. 5 and B.3: sum of f_head over the input region, f_head = B.2's f̄_head (4 ReLUs)"
+OUT = Space(("y:prediction",))
+
+
+def head_body() -> Net:
+    """Goel et al., B.2/B.3: ``f̄_head(c) = U1 σ(U2 c + b2) + b1`` on one cell
+    (:func:`tm2nn.backends.rcnn.head.build_head`, Definition 5's ``f_head`` with biases)."""
+    h = build_head()
+    hidden = Space(tuple(h.labels))
+    return Net("f_head", (Port("cell", CELL),), (
+        Affine("U2", ("cell",), weight=SparseMatrix.from_dense(h.U2), bias=h.b2, out=hidden),
+        ReLU("relu", ("U2",)),
+        Affine("U1", ("relu",), weight=SparseMatrix.from_dense(h.U1), bias=h.b1, out=OUT),
+    ), ("U1",))
+
+
+def learner_net(filter_body: Net, shape: Shape, depth: int, name: str = "rcnn_learner") -> Net:
+    """Goel et al., Definition 5 and Algorithm 1: ``f(z) = Σ f_head(f_Conv2D^{(L)}(f_mem(z)))``
+    over the input region, with ``W`` (``(m+1) × (d+1)``) zero and trainable,
+    ``shape.work`` columns of ones, ``L = depth`` applications of the shared filter.
+    Outputs ``("prediction", "grid")``: ``ŷ`` and the last grid."""
+    z = Space(tuple(f"z:x{b}" for b in range(shape.d)) + ("z:1",))
+    step = Net("rc_layer", (Port("g", CELL, kind="grid"),),
+               (PatchMap("filter", ("g",), body=filter_body, pad=PAD, cite=CITE_FILTER),), ("filter",))
+    return Net(name, (Port("z", z),), (
+        MemoryGrid("memory", ("z",), weight=np.zeros((shape.rows, shape.d + 1)), ones=shape.work, out=CELL,
+                   trainable=True, cite=CITE_MEM),
+        Loop("grid", ("memory",), body=step, trips=depth),
+        GridReadout("prediction", ("grid",), body=head_body(), width=shape.d + 1, cite=CITE_HEAD),
+    ), ("prediction", "grid"))
+
+
+def lemma4_target(X: np.ndarray, Y: np.ndarray, seen: int) -> np.ndarray:
+    """Goel et al., Lemma 4 (and Lemma 2 part 1): W after ``seen`` SGD steps: row
+    ``a < seen`` is ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` (the dummy ``(1_d, 1)`` is example ``m + 1``),
+    the other rows 0."""
+    Xd = np.concatenate([np.asarray(X, float), np.ones((1, X.shape[1]))], 0)
+    Yd = np.append(np.asarray(Y, float), 1.0)
+    W = np.zeros((Xd.shape[0], Xd.shape[1] + 1))
+    W[:seen, :-1] = Yd[:seen, None] * Xd[:seen] / 3
+    W[:seen, -1] = Yd[:seen] / 3
+    return W
+
+
+@dataclass
+class Trained:
+    """The trained model and what the checks saw."""
+
+    module: torch.nn.Module
+    shape: Shape
+    depth: int
+    dtype: torch.dtype
+    memorized: bool
+    w_error: list[float] = field(default_factory=list)     # max |W − fl(Lemma 4's W)| after each step
+    outputs: list[float] = field(default_factory=list)     # ŷ at each memorization step
+
+    def predict(self, xs: np.ndarray) -> np.ndarray:
+        """``ŷ`` for test points ``xs`` ``[n, d]`` (±1): B.3's read-out, ±1 when the learner
+        ran to its halting position."""
+        z = np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1)
+        with torch.no_grad():
+            y, _grid = self.module(torch.tensor(z, dtype=self.dtype))
+        return y[:, 0].numpy().astype(np.float64)
+
+
+#: Refuse a training step whose backward pass would keep more floats than this.
+MAX_TRAIN_FLOATS = 250_000_000
+
+
+def output_tolerance(dtype, cells: int) -> float:
+    """How far from 0 ``ŷ`` may be during memorization: f̄_head at the float nearest to
+    −3⁻² is 0 up to the rounding of its four ReLU terms (of the order 18·(1/6)), summed
+    over ``cells`` input cells."""
+    return 64 * float(torch.finfo(dtype).eps) * cells
+
+
+def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch.float32,
+          progress=None) -> Trained:
+    """Goel et al., Algorithm 1 with the construction's Θ_rc and Θ_head (B.2, B.3): SGD on
+    W only (``torch.optim.SGD``, lr = 1/54, one example per step, loss ``½(y − ŷ)²``) over
+    the ``m`` examples then the dummy ``(1_d, 1)``, from ``W = 0``.  After each step it
+    checks Lemma 4 exactly: W equals, bit for bit, the float (of ``dtype``) nearest to
+    Lemma 4's W (rows ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the examples seen, 0 after), and the output
+    during the step was 0 (to :func:`output_tolerance`).  ``progress(i, m + 1)`` after
+    each step."""
+    from tm2nn.backends.rcnn.encoding import cell_code
+    from tm2nn.emit import to_torch
+
+    X = np.asarray(X, dtype=np.int64)
+    Y = np.asarray(Y, dtype=np.int64)
+    m, d = X.shape
+    shape = Shape(m, d, work)
+    filt = filter_for(g, cell_code(g))
+    # backward keeps every layer's hidden units: about 1.4 d_rc floats per cell and layer
+    floats = int(1.4 * filt.width) * shape.rows * shape.cols * depth
+    if floats > MAX_TRAIN_FLOATS:
+        raise Tm2nnError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
+                         f"about {floats:,} floats for the backward pass (limit {MAX_TRAIN_FLOATS:,}); "
+                         "pass a smaller --steps or --work, or use fewer examples")
+    module = to_torch(learner_net(filt.body, shape, depth, g.name), dtype=dtype)
+    params = list(module.parameters())
+    assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
+    W = params[0]
+    opt = torch.optim.SGD(params, lr=ETA)
+    Xd = np.concatenate([X, np.ones((1, d), dtype=np.int64)], 0)
+    Yd = np.append(Y, 1)
+    out_tol = output_tolerance(dtype, shape.rows * (d + 1))
+    res = Trained(module, shape, depth, dtype, memorized=True)
+    for i in range(m + 1):
+        z = torch.tensor(np.append(Xd[i], 1)[None, :], dtype=dtype)
+        opt.zero_grad()
+        y_hat, _grid = module(z)
+        loss = 0.5 * (float(Yd[i]) - y_hat[0, 0]) ** 2
+        loss.backward()
+        opt.step()
+        want = torch.tensor(lemma4_target(X, Y, i + 1)).to(dtype)
+        err = float((W.detach() - want).abs().max())
+        res.w_error.append(err)
+        res.outputs.append(float(y_hat.detach()[0, 0]))
+        if err != 0.0 or abs(res.outputs[-1]) > out_tol:
+            res.memorized = False
+        if progress is not None:
+            progress(i + 1, m + 1)
+    return res
+
+
+@contextmanager
+def one_thread():
+    """Run torch on one thread, then restore the setting: the learner's grids are tiny
+    (``(m+1) × (d+1+work)`` cells), so threads only add overhead and contention."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+#: Test points per forward pass (the filter's hidden layer is ~80s floats per cell).
+PREDICT_BATCH = 16
+
+#: The default step bound's search: the learner must halt on the training inputs within this.
+MAX_STEPS = 1_000_000
+
+
+def step_bound(g, X: np.ndarray, Y: np.ndarray, shape: Shape) -> int:
+    """Theorem 1's ``t`` when not given: the most steps the learner takes (by the
+    interpreter) on the memorized layout for the inputs ``x⁽¹⁾ … x⁽ᵐ⁾`` and ``1_d`` (the
+    training set decides it, not the test points; a test run that needs more is refused
+    by :func:`~tm2nn.backends.rcnn.learner_form.reference_answer`)."""
+    from tm2nn.backends.rcnn.learner_form import reference_answer
+
+    wide = Shape(shape.m, shape.d, MAX_STEPS)
+    xs = np.concatenate([X, np.ones((1, X.shape[1]), dtype=np.int64)], 0)
+    return max(reference_answer(g, X, Y, x, wide, MAX_STEPS)[1] for x in xs)
+
+
+def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, steps: int | None = None,
+        work: int | None = None, dtype=torch.float64, progress=None) -> dict:
+    """Learner mode end to end (docs/rcnn.md "Learner mode"): check the learner's form,
+    choose ``L = t + 1`` filter steps (the head is placed by B.2's case 3 one step after
+    memorization ends, then the machine runs ``t`` steps) and ``work`` working columns
+    (default 1: B.2's case 3 needs one, Definition 5's ``1_{d_mem × l}`` is the most a
+    ``t``-step machine can reach, and a run that leaves the grid is refused), train by Algorithm 1
+    (:func:`learn`), then compare the trained net's prediction with the interpreter's
+    ``A(S)[x]`` on ``test`` fresh points (uniform ±1, numpy ``seed``).
+    ``progress(phase, done, total)`` reports ``"train"`` and ``"test"``.  The report's
+    keys starting with ``_`` hold objects for callers (the :class:`Trained` model, the test
+    points, the interpreter's and the net's answers), not for JSON."""
+    from tm2nn.backends.rcnn.learner_form import check_learner_form, reference_answer
+
+    check_learner_form(g)
+    X = np.asarray(X, dtype=np.int64)
+    Y = np.asarray(Y, dtype=np.int64)
+    m, d = X.shape
+    if steps is None:
+        steps = step_bound(g, X, Y, Shape(m, d, 0))
+    if steps < 1:
+        raise Tm2nnError("--steps must be >= 1")
+    depth = max(steps + 1, m + 1)  # Lemma 3 needs m + 1 layers to fill the band
+    work = 1 if work is None else int(work)
+    if work < 1:
+        raise Tm2nnError("--work must be >= 1 (B.2's case 3 places the head beside a working cell)")
+    shape = Shape(m, d, work)
+    rng = np.random.default_rng(seed)
+    xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
+    want = np.array([reference_answer(g, X, Y, x, shape, steps)[0] for x in xs], dtype=np.int64)
+    got = np.zeros(0)
+    with one_thread():
+        trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype,
+                        progress=(lambda i, n: progress("train", i, n)) if progress else None)
+        for s in range(0, test, PREDICT_BATCH):
+            got = np.concatenate([got, trained.predict(xs[s:s + PREDICT_BATCH])])
+            if progress:
+                progress("test", min(s + PREDICT_BATCH, test), test)
+    pred = np.where(got >= 0, 1, -1)
+    agree = float((pred == want).mean()) if test else 1.0
+    return {"examples": int(m), "memorized": bool(trained.memorized), "test_agreement": agree,
+            "features": int(d), "steps": int(steps), "filter_steps": int(depth), "working_columns": int(work),
+            "max_w_error": max(trained.w_error), "max_memorization_output": max(abs(v) for v in trained.outputs),
+            "max_prediction_error": float(np.abs(got - want).max()) if test else 0.0,
+            "_trained": trained, "_xs": xs, "_want": want, "_got": got}

@@ -1,0 +1,136 @@
+"""Learners in Goel et al.'s B.1.2 form with the XOR input (docs/rcnn.md "Learner mode"):
+the checker, the tape layout the memorized RCNN holds, and the reference answer
+``A(S)[x]`` by the interpreter.
+
+A learner is a :class:`~tm2nn.ir.GridMachine` written directly in that form (no lowering:
+:func:`tm2nn.passes.rcnn_form.to_rcnn_form` keeps machines on one row, and a learner must
+move up and down).  :func:`check_learner_form` checks what can be checked before a run;
+:func:`reference_answer` runs the interpreter on the memorized layout and checks the rest
+(the run stays on the network's grid, halts within the step bound, and ends with the
+answer in the top-left cell and the rest of the input region blank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tm2nn.errors import error_at
+from tm2nn.interp.machine import run_machine
+from tm2nn.ir import GridMachine, Machine
+
+SIGNS = ("-", "+")
+
+
+def check_learner_form(g: Machine) -> None:
+    """Goel et al., B.1.2: ``g`` is a learner in the form the RCNN runs, or a
+    :class:`~tm2nn.errors.Tm2nnError` at the offending declaration or rule:
+
+    * a grid machine (moves U/D/L/R/S, "2D tape instead of 1D tape");
+    * over ``_ - +`` with blank ``_`` (B.1.1 digit 1: blank 0, ±1);
+    * "First step": every rule of the start state rewrites the symbol it reads and does
+      not move, and the start state is not halting; it has a rule for ``+``, the symbol
+      under the head at the start (the dummy example's label, B.3's ``(m+1, d+1)``);
+    * no rule leads back into the start state: B.1.2 gets the no-op first step from "a
+      single additional state with a path to the starting state", entered once; a
+      learner that re-enters it repeats the no-op, which is almost surely a mistake.
+    """
+    where = g.loc
+    if not isinstance(g, GridMachine):
+        raise error_at(where, f"machine {g.name!r} is not a learner: B.1.2 learners run on a 2D tape "
+                       "(declare 'tape: grid')")
+    if g.blank != "_" or set(g.alphabet) != {"_", "-", "+"}:
+        raise error_at(where, f"machine {g.name!r} is not a learner: its symbols must be _ - + with blank _ "
+                       f"(B.1.1 codes a cell as blank, -1, +1); it has {' '.join(g.alphabet)} with blank {g.blank}")
+    if g.start in g.halting:
+        raise error_at(where, f"learner {g.name!r}: the start state {g.start!r} halts, but B.1.2's first step "
+                       "is a no-op move")
+    starts = [r for r in g.rules if r.state == g.start]
+    for r in starts:
+        if r.write != r.read or r.move != "S":
+            raise error_at(r.loc or where, f"learner {g.name!r}: the first step must neither move nor write "
+                           f"(B.1.2 'First step'), but this rule writes {r.write!r} and moves {r.move}")
+    if not any(r.read == "+" for r in starts):
+        raise error_at(where, f"learner {g.name!r}: the start state {g.start!r} has no rule for '+', the symbol "
+                       "under the head at the start (the dummy example's label)")
+    for r in g.rules:
+        if r.next == g.start:
+            raise error_at(r.loc or where, f"learner {g.name!r}: this rule goes back to the start state "
+                           f"{g.start!r}; only the first step is in it (B.1.2)")
+
+
+def xor_rows(X: np.ndarray, Y: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Goel et al., B.1.2 "XOR input" as Lemma 4's memory layer writes it (times 3):
+    ``[m+1, d+1]`` signs; row ``a < m`` is ``y⁽ᵃ⁾ (x ∘ x⁽ᵃ⁾)`` then ``y⁽ᵃ⁾`` (the cell is
+    ``W_ab z_b`` with ``W_ab = y⁽ᵃ⁾x⁽ᵃ⁾_b/3``, ``W_{a,d+1} = y⁽ᵃ⁾/3``, ``z = [x, 1]``), and
+    the last row is the dummy example ``(1_d, 1)``: ``x`` then ``+1``.  B.1.2 prints the
+    last column as ``y⁽ⁱ⁾·y⁽ⁱ⁾``; the memory layer holds ``y⁽ⁱ⁾`` (docs/rcnn.md)."""
+    X = np.asarray(X, dtype=np.int64)
+    Y = np.asarray(Y, dtype=np.int64)
+    x = np.asarray(x, dtype=np.int64)
+    rows = np.concatenate([np.concatenate([Y[:, None] * X * x[None, :], Y[:, None]], 1),
+                           np.append(x, 1)[None, :]], 0)
+    return rows
+
+
+def layout_text(rows: np.ndarray) -> str:
+    """The interpreter's input for a sign matrix: rows joined by ``/``."""
+    return "/".join("".join("+" if v > 0 else "-" for v in row) for row in rows)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The network's grid for ``m`` examples of ``d`` features: ``m + 1`` rows,
+    ``d + 1`` input columns and ``work`` working columns (Def. 5's ``1_{d_mem × l}``)."""
+
+    m: int
+    d: int
+    work: int
+
+    @property
+    def rows(self) -> int:
+        return self.m + 1
+
+    @property
+    def cols(self) -> int:
+        return self.d + 1 + self.work
+
+
+def reference_answer(g: GridMachine, X, Y, x, shape: Shape, max_steps: int) -> tuple[int, int]:
+    """``(A(S)[x], steps)``: the learner run by :func:`tm2nn.interp.run_machine` on the
+    memorized layout (:func:`xor_rows`, working columns blank), head on the bottom-right
+    input cell (B.3).  Refuses (``Tm2nnError`` at the rule or the machine) a run that
+    leaves the network's grid, does not halt within ``max_steps``, or does not end in
+    B.1.2's halting position with a ±1 answer and the head on the answer cell or the
+    working columns (any other head cell would change B.3's read-out)."""
+    rows = xor_rows(X, Y, x)
+    m, d = shape.m, shape.d
+    run = run_machine(g, layout_text(rows), max_steps, trace=True, start=(m, d))
+    tr = run.trace
+    hr = np.asarray(tr.head_row, dtype=np.int64)
+    hc = np.asarray(tr.head, dtype=np.int64)
+    out = np.flatnonzero((hr < 0) | (hr >= shape.rows) | (hc < 0) | (hc >= shape.cols))
+    shape_note = (f"the grid is {shape.rows} x {shape.cols} (m + 1 = {m + 1} rows for m = {m} examples, "
+                  f"d + 1 = {d + 1} input columns for d = {d} features, {shape.work} working columns)")
+    if out.size:
+        k = int(out[0])
+        rule = g.delta.get((g.states[tr.state[k - 1]] if k else g.start, g.alphabet[tr.read[k]]))
+        raise error_at(getattr(rule, "loc", None) or g.loc,
+                       f"learner {g.name!r} leaves the RCNN's grid at step {k + 1} (to row {hr[k]}, column "
+                       f"{hc[k]}); {shape_note}. A B.1.2 learner sees no marks on the top and left edges, so "
+                       "it must be written for this shape (or give it more working columns: --work)")
+    if not run.halted:
+        raise error_at(g.loc, f"learner {g.name!r} did not halt within {max_steps} steps "
+                       f"(the RCNN runs L = steps + 1 filter steps); pass a larger --steps")
+    bad = [(r, c) for (r, c) in run.cells if r < shape.rows and c <= d and (r, c) != (0, 0)]
+    ans = run.cells.get((0, 0))
+    if bad or ans is None:
+        what = (f"cell {bad[0]} of the input region is not blank" if bad else "the top-left cell is blank")
+        raise error_at(g.loc, f"learner {g.name!r} halted, but {what}: B.1.2 wants the answer (+ or -) in "
+                       "the top-left cell and the rest of the input region blank")
+    h = run.head
+    if h != (0, 0) and h[1] <= d:
+        raise error_at(g.loc, f"learner {g.name!r} halted with the head on input cell {h}: B.3's read-out "
+                       "needs it on the answer cell (0, 0) or in the working columns")
+    return (1 if ans == "+" else -1), run.steps
