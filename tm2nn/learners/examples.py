@@ -1,0 +1,150 @@
+"""Example learners, written with the builder (:mod:`tm2nn.learners.builder`).
+
+Each is a Lemma 3 learner (h, g) with Theorem 4's learning/computing phase written
+into its circuits (Abbe & Sandon §4.1; see :mod:`tm2nn.ir.learner`).  The files
+``examples/parity8.circ`` and ``examples/majority7.circ`` are :func:`example_text`
+of these learners; a test checks they are equal, so they cannot rot.
+"""
+
+from __future__ import annotations
+
+from tm2nn.ir.learner import Learner
+from tm2nn.learners.builder import LearnerBuilder, eq_const, ge_const, increment, lowest_one, mux
+
+
+def parity_learner(n: int = 8, strict: bool = False, name: str | None = None) -> Learner:
+    """Learn a parity ``y = <s, x> mod 2`` by Gaussian elimination (Example 1, §4.1).
+
+    Memory (``n + n + n(n-1)/2`` bits), one *pivot slot* per position i = 0 .. n-1:
+
+    * ``full[i]``: slot i holds a stored sample;
+    * ``label[i]``: its label;
+    * ``row{i}[k]`` (k = 0 .. n-2-i): bit ``i+1+k`` of its input.  A row stored in
+      slot i has its lowest 1 at position i ("distinct pivots"), so bits below i
+      (all 0) and bit i (1) are not stored.
+
+    Each step reduces x against the slots, in order i = 0 .. n-1: if slot i is full
+    and the running ``z`` has bit i set, ``z ^= row_i`` and ``lab ^= label[i]``.  Then
+    ``z = 0`` exactly when x is in the span of the stored inputs, and ``lab`` is the
+    label of x there.
+
+    * **Computing** (``z = 0``): ``h = lab``; ``g`` keeps the memory.
+    * **Learning** (``z != 0``): ``h = r'`` (Theorem 4's A''); after a wrong output
+      the label is ``y = NOT r'`` and ``g`` stores ``(z, y ^ lab)`` in the slot of z's
+      lowest 1, which is empty (A').  Example 1 phrases the same step as "store
+      (x, y') and return NOT y'": equivalent, with y' = NOT r'.
+
+    A sample outside the span is stored with probability 1/2, so about 2n samples
+    fill all n slots when x is uniform (Example 1); from then on every x is in the
+    span and the learner computes the parity exactly.
+
+    ``strict=True`` uses Theorem 4's A'' literally: it predicts only once the memory
+    says it is done (all n slots full) and outputs r' before that, even on inputs
+    already in the span (the memory updates are the same).
+    """
+    if n < 1:
+        raise ValueError("parity_learner needs n >= 1")
+    lb = LearnerBuilder(name or (f"parity{n}" + ("_strict" if strict else "")))
+    x = lb.input("x", n)
+    rp = lb.coin("rp")
+    full = lb.memory("full", n)
+    label = lb.memory("label", n)
+    rows = [lb.memory(f"row{i}", n - 1 - i) if i < n - 1 else () for i in range(n)]
+
+    z = list(x)
+    lab = lb.zero
+    for i in range(n):
+        c = full[i] & z[i]
+        for k in range(n - 1 - i):
+            j = i + 1 + k
+            z[j] = z[j] ^ (c & rows[i][k])
+        z[i] = z[i] & ~full[i]
+        lab = lab ^ (c & label[i])
+    in_span = ~lb.or_(*z)
+    done = lb.and_(*full) if strict else in_span
+    h = mux(done, lab, rp)
+
+    sel = lowest_one(z)  # all 0 in the computing phase: g keeps the memory
+    y = ~rp  # the label, whenever g is applied in the learning phase
+    new_label = y ^ lab
+    for i in range(n):
+        lb.update(full[i], full[i] | sel[i])
+        lb.update(label[i], mux(sel[i], new_label, label[i]))
+        for k in range(n - 1 - i):
+            lb.update(rows[i][k], mux(sel[i], z[i + 1 + k], rows[i][k]))
+    return lb.build(h)
+
+
+def majority_learner(T: int = 7, n: int = 1, name: str | None = None) -> Learner:
+    """Majority vote of the labels of T learned samples, ignoring x (n input bits).
+
+    Memory: ``seen[w]`` (samples learned so far) and ``ones[w]`` (how many had label
+    1), unsigned, bit 0 least significant, ``w = T.bit_length()``.
+
+    Theorem 4's phases, with the memory saying when it is done (A''):
+
+    * **Learning** (``seen < T``): ``h = r'``; after a wrong output (y = NOT r'),
+      ``seen += 1`` and ``ones += y``.  Each sample is learned with probability 1/2,
+      independently of its label, so the learned labels have the stream's
+      distribution (the point of A' in Theorem 4's proof).
+    * **Computing** (``seen = T``): ``h = [2 ones > T]``; ``g`` keeps the memory.
+    """
+    if T < 1:
+        raise ValueError("majority_learner needs T >= 1")
+    w = T.bit_length()
+    lb = LearnerBuilder(name or f"majority{T}")
+    lb.input("x", n)
+    rp = lb.coin("rp")
+    seen = lb.memory("seen", w)
+    ones = lb.memory("ones", w)
+    done = eq_const(seen, T)
+    maj = ge_const(ones, T // 2 + 1)
+    lb.update(seen, increment(seen, ~done)[0])
+    lb.update(ones, increment(ones, ~done & ~rp)[0])
+    return lb.build(mux(done, maj, rp))
+
+
+#: file name in ``examples/`` -> (builder call, header comment)
+EXAMPLES = {
+    "parity8.circ": (lambda: parity_learner(8), """\
+parity8: learns a parity y = <s, x> mod 2 over 8 bits by Gaussian elimination
+(Abbe & Sandon, Example 1, with Theorem 4's learning/computing phases).
+Generated by tm2nn.learners.examples.parity_learner(8); do not edit by hand.
+
+Ports of h and g, in order: x[0..7] (data), rp (the coin r'), then the memory.
+Memory (44 bits, all 0 at the start), one pivot slot per position i = 0..7:
+  full[i]   slot i holds a stored sample
+  label[i]  its label
+  rowI[k]   bit I+1+k of its input (its lowest 1 is at I, so lower bits aren't kept)
+Each step reduces x against the full slots (z ^= row_i when z has bit i set).
+  z = 0 (x in the span):  h = the reduced label; g keeps the memory.
+  z != 0 (learning):      h = rp; after a wrong output (y = NOT rp) g stores the
+                          reduced z and its label in the slot of z's lowest 1.
+About 2n = 16 uniform samples fill all 8 slots; then h is the parity everywhere.
+"""),
+    "majority7.circ": (lambda: majority_learner(7), """\
+majority7: the majority vote of the labels of 7 learned samples (x is ignored).
+Theorem 4's phases (Abbe & Sandon, section 4.1): the memory says when it is done.
+Generated by tm2nn.learners.examples.majority_learner(7); do not edit by hand.
+
+Ports of h and g, in order: x[0] (data, unused), rp (the coin r'), then the memory.
+Memory (6 bits, all 0 at the start), unsigned, bit 0 least significant:
+  seen[0..2]  samples learned so far (0..7)
+  ones[0..2]  how many of them had label 1
+  seen < 7 (learning):   h = rp; after a wrong output (y = NOT rp)
+                         seen += 1, ones += y.
+  seen = 7 (computing):  h = 1 if ones >= 4 else 0; g keeps the memory.
+"""),
+}
+
+
+def example_text(filename: str) -> str:
+    """The exact text of ``examples/<filename>``."""
+    from tm2nn.syntax.circuit_dsl import dump_learner
+
+    build, header = EXAMPLES[filename]
+    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return comment + "\n" + dump_learner(build(), header=False)
+
+
+__all__ = ["parity_learner", "majority_learner", "EXAMPLES", "example_text"]
