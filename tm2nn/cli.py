@@ -202,6 +202,17 @@ def cmd_check(args) -> int:
     return EXIT_OK
 
 
+def _reject_learner(obj, verb: str) -> None:
+    """A clear error for verbs that take one input, given a learner (which needs a sample stream)."""
+    from tm2nn.ir import Learner
+
+    if isinstance(obj, Learner):
+        raise Tm2nnError(
+            f"{obj.name!r} is a learner: it runs on a stream of samples, not on one --input, so "
+            f"'{verb}' cannot run it (tm2nn.interp.learner.run_learner does; 'check' summarises it). "
+            f"--name {obj.h.name} or --name {obj.g.name} picks one of its circuits")
+
+
 def cmd_run(args) -> int:
     from tm2nn.api import default_input, run_circuit
     from tm2nn.interp import DEFAULT_MAX_STEPS, run_machine
@@ -211,6 +222,7 @@ def cmd_run(args) -> int:
     if args.backend not in ("interp", "transformer", "rcnn"):
         raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer, rcnn)")
     obj = load(args.source, args.format, args.name)
+    _reject_learner(obj, "run")
     text = args.input
     if text is None:
         text = default_input(args.source, args.format, args.name) or ""
@@ -535,6 +547,7 @@ def cmd_margin(args) -> int:
     if args.backend != "relu-circuit":
         raise Tm2nnError(f"margin is measured for the relu-circuit backend, not {args.backend!r}")
     ir = load(args.source, args.format, args.name)
+    _reject_learner(ir, "margin")
     if isinstance(ir, Circuit):
         circuit = ir
         n = len(circuit.inputs)

@@ -54,6 +54,12 @@ def compile(
     from tm2nn.syntax import load
 
     ir = source if isinstance(source, (Machine, Circuit)) else load(source, format, name)
+    from tm2nn.ir import Learner
+
+    if isinstance(ir, Learner):
+        raise Tm2nnError(f"{ir.name!r} is a learner (h and g circuits, Abbe & Sandon Lemma 3); the "
+                         f"{backend} backend compiles machines and circuits.  Compile one of its "
+                         f"circuits with --name {ir.h.name} or --name {ir.g.name}")
     mod = backend_module(backend)
     if backend == "transformer":
         if isinstance(ir, Circuit):

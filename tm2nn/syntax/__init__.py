@@ -103,7 +103,9 @@ def select(items: list, name: str | None, path: str = "") -> object:
 
 
 def load(path: str | Path, fmt: str | None = None, name: str | None = None):
-    """One machine or circuit from ``path`` (``name`` picks one from a multi-item file)."""
+    """One machine, circuit or learner from ``path`` (``name`` picks one from a
+    multi-item file).  A ``.circ`` file with a ``learner`` block lists its learners
+    first, so without ``name`` this returns the (first) learner."""
     return select(load_all(path, fmt), name, str(path))
 
 
@@ -112,9 +114,11 @@ def dump(obj, fmt: str) -> str:
     mod = format_module(fmt)
     if not hasattr(mod, "dump"):
         raise Tm2nnError(f"tm2nn cannot write the {fmt!r} format")
-    from tm2nn.ir import Circuit
+    from tm2nn.ir import Circuit, Learner
 
-    want = "circuit" if isinstance(obj, Circuit) else "machine"
+    if isinstance(obj, Learner) and fmt != "circ":
+        raise Tm2nnError(f"only the 'circ' format can hold a learner, not {fmt!r}")
+    want = "circuit" if isinstance(obj, (Circuit, Learner)) else "machine"
     if mod.KIND != want:
         raise Tm2nnError(f"the {fmt!r} format holds {mod.KIND}s, not {want}s")
     return mod.dump(obj)

@@ -89,7 +89,9 @@ GRAMMAR_PATH = grammar_path("circuit.lark")
 #: Gate calls the language knows; the value is the IR op.
 CALLS = {op: op for op in ("AND", "OR", "NOT", "XOR", "NAND", "NOR", "XNOR", "BUF")}
 _INFIX_OP = {"&": "AND", "^": "XOR", "|": "OR"}
-KEYWORDS = frozenset({"input", "output", "circuit"})
+KEYWORDS = frozenset({"input", "output", "circuit", "learner"})
+#: The item words of a ``learner`` block, in the order :func:`dump_learner` writes them.
+LEARNER_WORDS = ("input", "random", "coin", "memory", "init", "output", "update")
 #: Largest vector one declaration may expand to.
 MAX_VECTOR = 1 << 20
 
@@ -145,6 +147,20 @@ class _Assign:
 
 @dataclass
 class _Block:
+    name: _Sig
+    line: int
+    col: int
+    items: list
+
+
+@dataclass
+class _LItem:
+    word: Token
+    sigs: list
+
+
+@dataclass
+class _LearnerBlock:
     name: _Sig
     line: int
     col: int
@@ -260,6 +276,20 @@ class _Builder:
         items = [c for c in children[3:-1] if isinstance(c, (_Decl, _Assign))]
         return _Block(name, kw.line, kw.column, items)
 
+    def lword(self, children):
+        return children[0]
+
+    def learner(self, children):
+        kw, name = children[0], children[1]
+        items = []
+        rest = [c for c in children[3:-1] if isinstance(c, (Token, _Sig))]
+        for c in rest:
+            if isinstance(c, Token) and c.type in ("NAME", "INPUT", "OUTPUT"):
+                items.append(_LItem(c, []))
+            elif isinstance(c, _Sig):
+                items[-1].sigs.append(c)
+        return _LearnerBlock(name, kw.line, kw.column, items)
+
     def start(self, children):
         return list(children)
 
@@ -306,7 +336,7 @@ _DESCRIBE = {
     "$END": "end of file",
 }
 _ORDER = ["NAME", "QUOTED", "NUMBER", "NOT_OP", "LPAR", "RPAR", "COMMA", "EQUAL",
-          "AND_OP", "XOR_OP", "OR_OP", "INPUT", "OUTPUT", "CIRCUIT", "LBRACE", "RBRACE",
+          "AND_OP", "XOR_OP", "OR_OP", "INPUT", "OUTPUT", "CIRCUIT", "LEARNER", "LBRACE", "RBRACE",
           "_NL", "$END"]
 
 
@@ -389,20 +419,100 @@ def parse(src: SourceText) -> list[Circuit]:
         raise src.error("input nested too deeply", None) from None
     if not items:
         return []
-    if isinstance(items[0], _Block):
+    if isinstance(items[0], (_Block, _LearnerBlock)):
         out, seen = [], {}
         for b in items:
             if b.name.name in seen:
                 first = seen[b.name.name]
-                raise src.error(f"circuit {b.name.name!r} is defined twice", b.name.line,
+                what = "circuit" if isinstance(b, _Block) else "learner"
+                raise src.error(f"{what} {b.name.name!r} is defined twice (circuit and learner names "
+                                "share one namespace)", b.name.line,
                                 b.name.col, notes=(f"{first}: note: first definition is here",))
             seen[b.name.name] = src.loc(b.name.line, b.name.col)
-            out.append(_build(src, b.name.name, b.items, src.loc(b.line, b.col)))
-        return out
+            if isinstance(b, _Block):
+                out.append(_build(src, b.name.name, b.items, src.loc(b.line, b.col)))
+        circuits = {c.name: c for c in out}
+        learners = [_build_learner(src, b, circuits) for b in items if isinstance(b, _LearnerBlock)]
+        return learners + out
     name = Path(src.path).stem or "circuit"
     first = items[0]
     pos = first.target if isinstance(first, _Assign) else first.sigs[0]
     return [_build(src, name, items, src.loc(pos.line, 1))]
+
+
+def _expand(src: SourceText, s: _Sig) -> list[str]:
+    if s.index is None:
+        return [s.name]
+    if s.index == 0:
+        raise src.error(f"vector {s.base}[0] has no elements", s.line, s.col)
+    if s.index > MAX_VECTOR:
+        raise src.error(f"vector {s.base}[{s.index}] is too large (at most {MAX_VECTOR} elements)",
+                        s.line, s.col)
+    return [f"{s.base}[{i}]" for i in range(s.index)]
+
+
+def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circuit]):
+    """A ``learner`` block: groups (vectors expand as in ``input``), the h and g
+    circuits by name, ``init`` listing the memory bits that start at 1."""
+    from tm2nn.ir.learner import Learner
+
+    groups: dict[str, list[str]] = {"input": [], "random": [], "coin": [], "memory": []}
+    locs: dict[str, Loc] = {}
+    refs: dict[str, _Sig] = {}
+    ones: list[tuple[str, _Sig]] = []
+    for it in b.items:
+        word = it.word.value
+        here = src.loc(it.word.line, it.word.column)
+        if word not in LEARNER_WORDS:
+            close = difflib.get_close_matches(word, LEARNER_WORDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise src.error(f"unknown learner item {word!r} (known: {', '.join(LEARNER_WORDS)}){hint}",
+                            it.word.line, it.word.column)
+        if word in ("output", "update"):
+            key = "h" if word == "output" else "g"
+            if key in refs:
+                raise src.error(f"the learner's {word} circuit is given twice", it.word.line, it.word.column,
+                                notes=(f"{locs[key]}: note: first given here",))
+            if len(it.sigs) != 1:
+                raise src.error(f"'{word}' names exactly one circuit, got {len(it.sigs)}",
+                                it.word.line, it.word.column)
+            s = it.sigs[0]
+            refs[key] = s
+            locs[key] = src.loc(s.line, s.col)
+            continue
+        if word == "init":
+            locs.setdefault("init", here)
+            for s in it.sigs:
+                ones += [(n, s) for n in _expand(src, s)]
+            continue
+        locs.setdefault(word, here)
+        for s in it.sigs:
+            for n in _expand(src, s):
+                locs.setdefault("port:" + n, src.loc(s.line, s.col))
+                groups[word].append(n)
+    for key, word in (("h", "output"), ("g", "update")):
+        if key not in refs:
+            raise src.error(f"learner {b.name.name!r} has no '{word}' item naming its "
+                            f"{'output (h)' if key == 'h' else 'memory-update (g)'} circuit",
+                            b.name.line, b.name.col)
+    found = {}
+    for key, s in refs.items():
+        c = circuits.get(s.name)
+        if c is None:
+            close = difflib.get_close_matches(s.name, sorted(circuits), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise src.error(f"no circuit named {s.name!r} in this file{hint}", s.line, s.col)
+        found[key] = c
+    mem = set(groups["memory"])
+    init_ones = set()
+    for n, s in ones:
+        if n not in mem:
+            raise src.error(f"'init' lists {n!r}, which is not a memory bit", s.line, s.col)
+        init_ones.add(n)
+    return Learner(b.name.name, tuple(groups["input"]), tuple(groups["memory"]), found["h"], found["g"],
+                   random=tuple(groups["random"]), coin=tuple(groups["coin"]),
+                   init=tuple(int(n in init_ones) for n in groups["memory"]),
+                   loc=src.loc(b.line, b.col), locs=locs)
 
 
 def _walk(expr: _Expr):
@@ -594,8 +704,11 @@ def _gate_line(g: Gate) -> str:
     return "\n".join(body)
 
 
-def dump(c: Circuit) -> str:
-    """``c`` in the circuit language: one ``circuit`` block, one line per gate."""
+def dump(c) -> str:
+    """``c`` in the circuit language: one ``circuit`` block, one line per gate (a
+    :class:`~tm2nn.ir.Learner` is written by :func:`dump_learner`)."""
+    if not isinstance(c, Circuit):
+        return dump_learner(c)
     lines = ["# converted by tm2nn", f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", [port_name(x) for x in c.inputs])
     lines += _wrap("output", [port_name(x) for x in c.outputs])
@@ -604,4 +717,56 @@ def dump(c: Circuit) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["KIND", "parse", "dump", "port_name", "signal_name", "GRAMMAR_PATH"]
+def compact_ports(names) -> list[str]:
+    """Port names as written in a declaration, with each whole vector ``v[0] .. v[k-1]``
+    (every ``v[...]`` in ``names``, consecutive and in order) written ``v[k]``."""
+    names = list(names)
+    bases: dict[str, int] = {}
+    for n in names:
+        m = _INDEXED.fullmatch(n)
+        if m:
+            bases[m.group(1)] = bases.get(m.group(1), 0) + 1
+    out, i = [], 0
+    while i < len(names):
+        m = _INDEXED.fullmatch(names[i])
+        if m and m.group(2) == "0" and m.group(1) not in KEYWORDS:
+            base, k = m.group(1), bases[m.group(1)]
+            if names[i:i + k] == [f"{base}[{j}]" for j in range(k)]:
+                out.append(f"{base}[{k}]")
+                i += k
+                continue
+        out.append(port_name(names[i]))
+        i += 1
+    return out
+
+
+def _block_text(c: Circuit) -> list[str]:
+    lines = [f"circuit {signal_name(c.name)} {{"]
+    lines += _wrap("input", compact_ports(c.inputs))
+    lines += _wrap("output", compact_ports(c.outputs))
+    lines += [_gate_line(g) for g in c.topo]
+    lines.append("}")
+    return lines
+
+
+def dump_learner(lr, header: bool = True) -> str:
+    """``lr`` (a :class:`~tm2nn.ir.Learner`) as a ``learner`` block followed by its h and
+    g circuit blocks; ``parse(dump_learner(lr))[0] == lr``."""
+    lines = ["# converted by tm2nn"] if header else []
+    lines.append(f"learner {signal_name(lr.name)} {{")
+    for word, names in (("input", lr.inputs), ("random", lr.random), ("coin", lr.coin),
+                        ("memory", lr.memory),
+                        ("init", [b for b, v in zip(lr.memory, lr.init) if v])):
+        if names:
+            lines += _wrap(word, compact_ports(names))
+    lines.append(f"  output {signal_name(lr.h.name)}")
+    lines.append(f"  update {signal_name(lr.g.name)}")
+    lines.append("}")
+    for c in (lr.h,) if lr.h.name == lr.g.name else (lr.h, lr.g):
+        lines.append("")
+        lines += _block_text(c)
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["KIND", "parse", "dump", "dump_learner", "compact_ports", "port_name", "signal_name",
+           "GRAMMAR_PATH"]
