@@ -420,6 +420,7 @@ def test_parse_target():
     assert parse_target("parity:1011", 4).secret == (1, 0, 1, 1)
     assert parse_target("parity:0,3", 4).secret == (1, 0, 0, 1)
     assert parse_target("parity:", 3).secret == (0, 0, 0)
+    assert parse_target("const:1", 2)(np.zeros((3, 2))).tolist() == [True] * 3
     for bad, msg in (("parity:101", "has 3 bits"), ("parity:0,9", "not an input index"),
                      ("majority:1", "unknown target"), ("parity", "unknown target")):
         with pytest.raises(Tm2nnError, match=msg):

@@ -4,6 +4,9 @@ Each example documents itself in header comments::
 
     # input: 1011        the input to run it on (machines: tape, circuits: bits)
     # output: 1100       the expected tape (machines) or output bits (circuits)
+    # target: parity:1011   learners: the target the samples come from
+    # samples: 100          learners: how many samples (seed 0); ok = h equals the
+    #                       target on every input afterwards
 
 The demo runs every example on its documented input with the reference
 interpreter and compares with the documented output.
@@ -17,7 +20,7 @@ from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
 
-_KEY = re.compile(r"^\s*[#;]\s*(input|output|outcome)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_KEY = re.compile(r"^\s*[#;]\s*(input|output|outcome|target|samples)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 
 
 def example_header(path: Path) -> dict[str, str]:
@@ -41,7 +44,7 @@ def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
     from tm2nn.api import run_circuit
     from tm2nn.interp import run_machine
-    from tm2nn.ir import Circuit
+    from tm2nn.ir import Circuit, Learner
     from tm2nn.syntax import EXTENSIONS, load
 
     rows = []
@@ -53,7 +56,13 @@ def run_examples(folder: Path) -> list[dict]:
         row = {"example": path.name, "input": hdr.get("input", "")}
         try:
             obj = load(path)
-            if isinstance(obj, Circuit):
+            if isinstance(obj, Learner):
+                s = obj.summary()
+                row["size"] = (f"learner: {s['inputs']} inputs, {s['memory']} memory bits, "
+                               f"h {s['h_gates']} / g {s['g_gates']} gates")
+                row["input"] = f"{hdr.get('samples', '?')} samples of {hdr.get('target', '?')}"
+                row["result"], ok = _run_learner_example(obj, hdr)
+            elif isinstance(obj, Circuit):
                 s = obj.summary()
                 row["size"] = f"{s['gates']} gates, depth {s['depth']}"
                 got = run_circuit(obj, row["input"])["outputs"]
@@ -76,6 +85,22 @@ def run_examples(folder: Path) -> list[dict]:
         row["ms"] = (time.perf_counter() - t0) * 1000
         rows.append(row)
     return rows
+
+
+def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
+    """Train ``lr`` on the documented target and check it computes it everywhere."""
+    from tm2nn.interp.circuit import exhaustive_inputs
+    from tm2nn.interp.learner import predict, run_learner
+    from tm2nn.learners.targets import parse_target, samples
+
+    if "target" not in hdr or not hdr.get("samples", "").isdigit() or lr.n > 16:
+        return "a learner needs '# target:' and '# samples:' header lines (and n <= 16)", False
+    tg = parse_target(hdr["target"], lr.n)
+    S = samples(tg, int(hdr["samples"]), 0, random_bits=len(lr.random))
+    run = run_learner(lr, S.xs, S.ys, S.rs, S.r2s if lr.coin else None)
+    X = exhaustive_inputs(lr.n)
+    acc = float((predict(lr, run.final, X) == tg(X)).mean())
+    return f"{int(run.wrong.sum())} wrong outputs; then {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
 
 
 def run_demo(folder: str | None = None) -> int:

@@ -121,6 +121,9 @@ Each step reduces x against the full slots (z ^= row_i when z has bit i set).
   z != 0 (learning):      h = rp; after a wrong output (y = NOT rp) g stores the
                           reduced z and its label in the slot of z's lowest 1.
 About 2n = 16 uniform samples fill all 8 slots; then h is the parity everywhere.
+
+target: parity:10110010
+samples: 64
 """),
     "majority7.circ": (lambda: majority_learner(7), """\
 majority7: the majority vote of the labels of 7 learned samples (x is ignored).
@@ -134,6 +137,9 @@ Memory (6 bits, all 0 at the start), unsigned, bit 0 least significant:
   seen < 7 (learning):   h = rp; after a wrong output (y = NOT rp)
                          seen += 1, ones += y.
   seen = 7 (computing):  h = 1 if ones >= 4 else 0; g keeps the memory.
+
+target: const:1
+samples: 40
 """),
 }
 

@@ -6,6 +6,8 @@ length n (``parity:10110000``, character i is ``s_i``) or a comma-separated list
 the indices in the subset (``parity:0,2,3``; ``parity:`` with nothing is the empty
 parity, always 0).  A string of 0/1 characters whose length is not n is read as an
 index list only if it contains a comma, so ``parity:1`` with n = 8 is an error.
+
+``--target const:B``: the constant label B (0 or 1).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ class Target:
     name: str
     n: int
     secret: tuple[int, ...]  # parity: s_i per input bit
+    offset: int = 0  # y = (<s, x> + offset) mod 2
 
     def __call__(self, xs) -> np.ndarray:
         """Labels, bool ``[...]`` for inputs ``[..., n]``."""
         xs = np.asarray(xs, dtype=np.int64)
-        return (xs @ np.asarray(self.secret, dtype=np.int64)) % 2 == 1
+        return (xs @ np.asarray(self.secret, dtype=np.int64) + self.offset) % 2 == 1
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,14 @@ class Samples:
 
 
 def parse_target(spec: str, n: int) -> Target:
-    """``parity:SECRET`` for n input bits (see the module doc)."""
+    """``parity:SECRET`` or ``const:B`` for n input bits (see the module doc)."""
     kind, sep, arg = spec.partition(":")
-    if kind != "parity" or not sep:
-        raise Tm2nnError(f"unknown target {spec!r} (known: parity:SECRET, e.g. parity:1011 or parity:0,2)")
     arg = arg.strip()
+    if kind == "const" and arg in ("0", "1"):
+        return Target(spec, n, (0,) * n, int(arg))
+    if kind != "parity" or not sep:
+        raise Tm2nnError(f"unknown target {spec!r} (known: parity:SECRET, e.g. parity:1011 or "
+                         "parity:0,2; const:0, const:1)")
     if arg and set(arg) <= {"0", "1"} and "," not in arg:
         if len(arg) != n:
             raise Tm2nnError(f"target {spec!r}: the secret has {len(arg)} bits, the learner has {n} inputs "
