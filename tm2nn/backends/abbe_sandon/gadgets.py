@@ -102,7 +102,7 @@ class Gadget:
 
 
 # ---------------------------------------------------------------- Definition 6
-def m_s(s: Number, sqrt3: Number | None = None) -> Gadget:
+def ms_gadget(s: Number, sqrt3: Number | None = None) -> Gadget:
     """M_s (Abbe & Sandon, Definition 6): 12 vertices v0..v5, vc, v3', v4', v5', vc', v6.
 
     Edges (weights in units of s; ``3**(3 - t/2) s`` for t = 1..6 is 9 sqrt3 s, 9 s,
@@ -162,7 +162,7 @@ def ms_bit(g: Gadget) -> int:
 
 
 # ---------------------------------------------------------------- Definition 7
-def m_prime(num: Callable[[Fraction, Fraction, Fraction], Number] | None = None) -> Gadget:
+def mprime_gadget(num: Callable[[Fraction, Fraction, Fraction], Number] | None = None) -> Gadget:
     """M' (Abbe & Sandon, Definition 7): 9 vertices v0..v5, vc, vc', vr.
 
     1. v_t -> v_{t+1}, weight 3**(-t/2)/4 for t = 0..4 (the paper's "for each t");
