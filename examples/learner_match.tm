@@ -20,7 +20,9 @@
 # Steps: 1 + (m+1)(d+1) + m(d+2) = 25.  Train its RCNN by SGD (Algorithm 1) on a CSV
 # of 3 examples (d = 2 signs, then the label) and compare with the interpreter:
 #   tm2nn learn THIS.tm --train DATA.csv --json
-# (examples/learner_match.csv is such a training set for m = 3, d = 2.)
+# (examples/learner_match.csv is such a training set for m = 3, d = 2; tm2nn demo
+# runs the interpreter on it for every x:)
+# train: learner_match.csv
 
 machine learner_match_m3_d2 {
   tape: grid

@@ -14,6 +14,14 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 EXAMPLES = ROOT / "examples"
 
 
+def example_circuits() -> list[Path]:
+    """The example ``.circ`` files that hold a plain circuit (not a learner)."""
+    from tm2nn.ir import Circuit
+    from tm2nn.syntax import load
+
+    return [p for p in sorted(EXAMPLES.glob("*.circ")) if isinstance(load(p), Circuit)]
+
+
 @pytest.fixture
 def corpus() -> Path:
     if not CORPUS.is_dir():

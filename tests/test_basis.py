@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from tests.conftest import CORPUS, EXAMPLES
+from tests.conftest import CORPUS, example_circuits
 from tests.strategies import circuits
 from tm2nn import load
 from tm2nn.interp import eval_circuit, random_inputs, truth_table
@@ -126,7 +126,7 @@ def test_outputs_that_are_inputs_or_constants():
     assert (truth_table(low) == truth_table(c)).all()
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.circ")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", example_circuits(), ids=lambda p: p.stem)
 def test_example_circuits(path):
     c = load(path)
     low = check_lowering(c)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS, EXAMPLES
+from tests.conftest import CORPUS, EXAMPLES, example_circuits
 from tests.strategies import circuits
 from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.backends.relu_circuit.layers import (
@@ -193,7 +193,7 @@ def test_op_names_and_cites():
     assert f"L{q}.round_a" not in names and f"L{q - 1}.round_a" in names  # none after the last
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.circ")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", example_circuits(), ids=lambda p: p.stem)
 def test_example_circuits_exhaustive(path):
     c = load(path)
     x = exhaustive_inputs(len(c.inputs))

@@ -7,6 +7,8 @@ Each example documents itself in header comments::
     # target: parity:1011   learners: the target the samples come from
     # samples: 100          learners: how many samples (seed 0); ok = h equals the
     #                       target on every input afterwards
+    # train: data.csv       RCNN learner machines (B.1.2 form): the training set; the
+    #                       interpreter answers A(S)[x] for every x in {±1}^d
 
 The demo runs every example on its documented input with the reference
 interpreter and compares with the documented output.
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
 
-_KEY = re.compile(r"^\s*[#;]\s*(input|output|outcome|target|samples)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_KEY = re.compile(r"^\s*[#;]\s*(input|output|outcome|target|samples|train)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 
 
 def example_header(path: Path) -> dict[str, str]:
@@ -68,6 +70,10 @@ def run_examples(folder: Path) -> list[dict]:
                 got = run_circuit(obj, row["input"])["outputs"]
                 row["result"] = got
                 ok = got == hdr["output"] if "output" in hdr else None
+            elif "train" in hdr:
+                row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
+                row["input"] = f"training set {hdr['train']}"
+                row["result"], ok = _run_rcnn_learner_example(obj, path.parent / hdr["train"])
             else:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 r = run_machine(obj, row["input"], 10_000_000)
@@ -101,6 +107,29 @@ def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     X = exhaustive_inputs(lr.n)
     acc = float((predict(lr, run.final, X) == tg(X)).mean())
     return f"{int(run.wrong.sum())} wrong outputs; then {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
+
+
+def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
+    """A learner machine in Goel et al.'s B.1.2 form on its training set: the
+    interpreter's ``A(S)[x]`` for every ``x`` in ``{±1}^d`` (each run checked to end in
+    B.1.2's halting position)."""
+    import itertools
+
+    import numpy as np
+
+    from tm2nn.backends.rcnn.learner import MAX_STEPS
+    from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form, reference_answer
+    from tm2nn.datasets import load_csv
+
+    check_learner_form(g)
+    X, Y = load_csv(train)
+    shape = Shape(X.shape[0], X.shape[1], 1)
+    xs, answers = [], []
+    for x in itertools.product((-1, 1), repeat=X.shape[1]):
+        a, _ = reference_answer(g, X, Y, np.array(x), shape, MAX_STEPS)
+        xs.append("".join("+" if v > 0 else "-" for v in x))
+        answers.append("+" if a > 0 else "-")
+    return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True
 
 
 def run_demo(folder: str | None = None) -> int:

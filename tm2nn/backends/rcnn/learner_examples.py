@@ -104,7 +104,9 @@ def match_learner(m: int, d: int) -> str:
 # Steps: 1 + (m+1)(d+1) + m(d+2) = {steps}.  Train its RCNN by SGD (Algorithm 1) on a CSV
 # of {m} examples (d = {d} signs, then the label) and compare with the interpreter:
 #   tm2nn learn THIS.tm --train DATA.csv --json
-# (examples/learner_match.csv is such a training set for m = 3, d = 2.)
+# (examples/learner_match.csv is such a training set for m = 3, d = 2; tm2nn demo
+# runs the interpreter on it for every x:)
+# train: learner_match.csv
 """
     body = "\n".join(rules)
     return (f"{head}\nmachine learner_match_m{m}_d{d} {{\n  tape: grid\n  alphabet: _ - +\n  blank: _\n"
