@@ -16,7 +16,7 @@ is never exact, and Finding 1's amplification (2D-3 = 725 per flip) takes over. 
 * activation ``fpl`` (our choice; p = 1 in Remark 9's family, with §4.2's dead zone):
   odd, continuous, nondecreasing, piecewise linear with dyadic breakpoints and slopes::
 
-      |x| <= a            : 0                      (dead zone, a = 2**-64; f' = 0)
+      |x| <= a            : 0                      (dead zone, a = 2**-48; f' = 0)
       a < |x| < 2a        : sign(x) 2(|x| - a)     (ramp, slope 2)
       2a <= |x| <= 5/4    : x                      (identity, slope 1)
       5/4 < |x| < 3/2     : sign(x)(3|x| - 5/2)    (slope 3)
@@ -43,8 +43,15 @@ gamma * gradient, the output's input m'P = ±1 -- is ±2**e with |e| <= 6k + 3 (
 or a sum of at most m' <= 2**53 equal terms), so float64 (indeed float32 for k <= 9)
 computes all of it exactly: a flip maps the exact weights to the exact negated weights
 and Finding 1's instability has nothing to amplify.  ``k <= K_MAX = 9`` keeps the
-output's sum of m' = 2**(6k-1) contributions exact (2**53) and v5's input 2 s**5 above
-the dead zone (needs k <= 12).
+output's sum of m' = 2**(6k-1) contributions exact (2**53) and v5's input 2 s**5 >= 2**-44
+on the identity piece (which starts at 2**-47).
+
+Exactness is essential, not a convenience: a weight that is off by a relative 1e-13
+breaks the gadget within three flips (``tests/test_abbe_sandon_float64.py``,
+``test_exactness_is_essential``): the inactive path's gate v4' then gets a residual
+input ~5e-14 instead of 0, outside the dead zone, and the "frozen" path and its control
+edge receive gradient; on the active path the error also grows 9x per flip (Finding 1's
+2D - 3 with D = 6).
 """
 
 from __future__ import annotations
@@ -58,10 +65,11 @@ import numpy as np
 
 from . import gadgets
 
-#: The dead zone |x| <= DEAD of :func:`fpl` (f = 0, f' = 0).
-DEAD = 2.0**-64
+#: The dead zone |x| <= DEAD of :func:`fpl` (f = 0, f' = 0): as wide as K_MAX allows
+#: (v5's input 2 s**5 = 2**-44 at k = 9 must reach the identity piece).
+DEAD = 2.0**-48
 #: End of the ramp / start of the identity piece.
-RAMP_END = 2.0**-63
+RAMP_END = 2.0**-47
 #: End of the identity piece.
 LIN_END = 1.25
 #: Saturation: f = ±2, f' = 0 for |x| >= SAT (as the paper's f beyond 3/2).
