@@ -175,8 +175,8 @@ def flip_run(g: gadgets.Gadget, d: f64.Dyadic, steps: int) -> list[float]:
 
 def test_exactness_is_essential():
     """Measured: exact dyadic weights stay exact for ever; a relative error of 1e-13 in one
-    weight breaks the gadget within three flips (the inactive gate v4' gets a residual
-    ~5e-14 > the dead zone, and the active path amplifies ~9x per flip)."""
+    weight breaks the gadget at the second flip (the inactive gate v4' gets a residual
+    ~5e-14 > the dead zone 2**-48, so its control edge gets gradient)."""
     d = f64.Dyadic(1)
     assert flip_run(f64.ms_fpl_gadget(1, float), d, 200) == [0.0] * 200
     g = f64.ms_fpl_gadget(1, float)

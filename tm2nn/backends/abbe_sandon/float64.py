@@ -47,11 +47,11 @@ output's sum of m' = 2**(6k-1) contributions exact (2**53) and v5's input 2 s**5
 on the identity piece (which starts at 2**-47).
 
 Exactness is essential, not a convenience: a weight that is off by a relative 1e-13
-breaks the gadget within three flips (``tests/test_abbe_sandon_float64.py``,
+breaks the gadget at the second flip (``tests/test_abbe_sandon_float64.py``,
 ``test_exactness_is_essential``): the inactive path's gate v4' then gets a residual
-input ~5e-14 instead of 0, outside the dead zone, and the "frozen" path and its control
-edge receive gradient; on the active path the error also grows 9x per flip (Finding 1's
-2D - 3 with D = 6).
+input ~5e-14 instead of 0, outside the dead zone (2**-48 ~ 3.6e-15), so the "frozen"
+path and its control edge receive gradient (the control weight moves by 126x); on the
+active path the error also grows ~9x per flip (Finding 1's 2D - 3 with D = 6).
 """
 
 from __future__ import annotations
