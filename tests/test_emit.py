@@ -22,17 +22,32 @@ from tm2nn.emit import ELL_MAX_DENSITY, ELL_MAX_K, SCATTER_MAX_DENSITY, affine_f
 from tm2nn.emit import onnx_emit as onnx_emit_mod
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, save_onnx, to_onnx
 from tm2nn.emit.torch_emit import NetModule, run_torch, to_torch
-from tm2nn.nets import Affine, Concat, Loop, Net, NetIRError, Port, ReLU, Slice, Space, SparseMatrix
+from tm2nn.nets import (
+    Activation,
+    Affine,
+    Concat,
+    Loop,
+    Net,
+    NetIRError,
+    Port,
+    ReLU,
+    Slice,
+    Space,
+    SparseMatrix,
+    activations,
+)
 
 
 # -- the reference ------------------------------------------------------------------------
 def np_vector_op(op, xs: list[np.ndarray]) -> np.ndarray | None:
-    """Reference value of an affine, ReLU, concat, slice or loop op on batch-major
+    """Reference value of an affine, ReLU, activation, concat, slice or loop op on batch-major
     inputs; None for any other kind (test_emit_seq adds the sequence ops)."""
     if isinstance(op, Affine):
         return xs[0] @ op.weight.dense().T + op.bias
     if isinstance(op, ReLU):
         return np.maximum(xs[0], 0.0)
+    if isinstance(op, Activation):  # the registry's numpy reference (emitters use torch / ONNX code)
+        return activations.get(op.fn).numpy(xs[0])
     if isinstance(op, Concat):
         return np.concatenate(xs, axis=1)
     if isinstance(op, Slice):

@@ -84,6 +84,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tm2nn import __version__
 from tm2nn.emit import affine_form, onnx_grid
 from tm2nn.nets import (
+    Activation,
     Affine,
     BinaryPositions,
     Concat,
@@ -322,6 +323,20 @@ class _Emitter:
             ("first", "Unsqueeze", [x, self.ints(base, 0)], {}),
             ("states", "Concat", ["@first", states, *(["@rest"] if tail else [])], {"axis": 0}),
         ], bare=False)
+
+    def activation(self, op: Activation, out: list, x: str, base: str, final: str) -> None:
+        """The registry's ONNX formula for ``op.fn``; its scalar constants are float32
+        initializers ``<op>.<tag>`` (one per tag)."""
+        from tm2nn.nets.activations import get
+
+        consts: dict[str, str] = {}
+
+        def const(tag: str, value: float) -> str:
+            if tag not in consts:
+                consts[tag] = self.init(f"{base}.{tag}", np.array(value, dtype=np.float32))
+            return consts[tag]
+
+        self.steps(out, base, final, get(op.fn).onnx(x, const), op.cite or get(op.fn).cite, bare=False)
 
     def memory_kv(self, op: Attention, out: list, mem: str, base: str) -> tuple[str, str]:
         """Keys ``[L, dk, B]`` and values ``[L, dv, B]`` of a cross-attention's memory."""
@@ -618,6 +633,8 @@ class _Emitter:
             self.affine(op, out, ins[0], base, final)
         elif isinstance(op, ReLU):
             self.steps(out, base, final, [("relu", "Relu", ins, {})])
+        elif isinstance(op, Activation):
+            self.activation(op, out, ins[0], base, final)
         elif isinstance(op, Concat):
             self.steps(out, base, final, [("concat", "Concat", ins, {"axis": 0})])
         elif isinstance(op, Slice):
@@ -684,6 +701,8 @@ def _weight_bytes(net: Net) -> int:
             total += 8 * n_out
         elif isinstance(op, Slice):
             total += 8 * len(op.indices)
+        elif isinstance(op, Activation):
+            total += 4 * 16  # its scalar constants (at most 16)
         elif isinstance(op, Loop):
             total += _weight_bytes(op.body)
         elif isinstance(op, Attention):

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 from tm2nn.emit import affine_form
 from tm2nn.emit.torch_grid import GridReadoutModule, MemoryGridModule, PatchMapModule
 from tm2nn.nets import (
+    Activation,
     Affine,
     Attention,
     BinaryPositions,
@@ -150,6 +151,28 @@ class ReLUModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x)
+
+    fm = forward
+
+
+class ActivationModule(nn.Module):
+    """Elementwise ``fn(x)`` (:class:`tm2nn.nets.Activation`), the registry's torch code:
+    autograd gives the function's derivative (see :mod:`tm2nn.nets.activations`)."""
+
+    def __init__(self, op: Activation) -> None:
+        super().__init__()
+        from tm2nn.nets.activations import get
+
+        self.op_name = op.name
+        self.fn = op.fn
+        self.cite = op.cite
+        self._impl = get(op.fn).torch
+
+    def extra_repr(self) -> str:
+        return f"fn={self.fn}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._impl(x)
 
     fm = forward
 
@@ -491,6 +514,8 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
         return AffineModule(op, dtype)
     if isinstance(op, ReLU):
         return ReLUModule(op)
+    if isinstance(op, Activation):
+        return ActivationModule(op)
     if isinstance(op, Concat):
         return ConcatModule(op)
     if isinstance(op, Slice):

@@ -4,6 +4,7 @@ from tm2nn.nets.grid import GridReadout, MemoryGrid, PatchMap, patch_space
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.net import Net
 from tm2nn.nets.ops import (
+           Activation,
            Affine,
            Attention,
            Concat,
@@ -19,5 +20,5 @@ from tm2nn.nets.ops import (
 from tm2nn.nets.positions import BinaryPositions
 from tm2nn.nets.space import Space
 
-__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Activation", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
            "SparseMatrix", "NetIRError"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from tm2nn.nets.grid import GridReadout, PatchMap
 from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.ops import Affine, Attention, Decode, Loop, NetIRError, Op, Port, ReLU
+from tm2nn.nets.ops import Activation, Affine, Attention, Decode, Loop, NetIRError, Op, Port, ReLU
 from tm2nn.nets.space import Space
 
 
@@ -91,9 +91,9 @@ class Net:
         return [op for op in self.all_ops() if isinstance(op, Attention)]
 
     def depth(self) -> dict[str, int]:
-        """Longest path in affine, ReLU and attention layers (a loop counts ``trips``
-        times, a decoder its prologue plus ``steps`` bodies)."""
-        keys = ("affine", "relu", "attention")
+        """Longest path in affine, ReLU, other activation and attention layers (a loop
+        counts ``trips`` times, a decoder its prologue plus ``steps`` bodies)."""
+        keys = ("affine", "relu", "activation", "attention")
         d: dict[str, dict[str, int]] = {p.name: dict.fromkeys(keys, 0) for p in self.inputs}
         for op in self.nodes:
             cur = {k: max((d[i][k] for i in op.inputs), default=0) for k in keys}
@@ -101,6 +101,8 @@ class Net:
                 cur["affine"] += 1
             elif isinstance(op, ReLU):
                 cur["relu"] += 1
+            elif isinstance(op, Activation):
+                cur["activation"] += 1
             elif isinstance(op, Attention):
                 cur["attention"] += 1
             elif isinstance(op, Loop):
@@ -155,4 +157,10 @@ class Net:
         att = self.attention_layers()
         if att:
             out["attention_layers"] = len(att)
+        acts: dict[str, int] = {}
+        for op in self.all_ops():
+            if isinstance(op, Activation):
+                acts[op.fn] = acts.get(op.fn, 0) + 1
+        if acts:
+            out["activations"] = dict(sorted(acts.items()))
         return out

@@ -91,6 +91,32 @@ class ReLU(Op):
 
 
 @dataclass(frozen=True, eq=False)
+class Activation(Op):
+    """Elementwise ``y = fn(x)`` for a function named in the activation registry
+    (:mod:`tm2nn.nets.activations`): ``"abbe_sandon_f"`` (Abbe & Sandon §4.1's f),
+    ``"abbe_sandon_fstar"`` (§4.2's f*), ``"abbe_sandon_fpl"`` (the float64
+    parametrisation of Def. 6 / Lemma 2, docs/abbe_sandon.md).  The output keeps the
+    input's labels.  The registry holds one formula per name in numpy (the reference),
+    torch (autograd gives the function's derivative: exactly 0 on flat pieces) and ONNX
+    (standard ops only), so both emitters compute the same function.  No weights."""
+
+    fn: str = ""
+    cite: str = ""
+    kind: ClassVar[str] = "activation"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from tm2nn.nets.activations import REGISTRY
+
+        if self.fn not in REGISTRY:
+            raise NetIRError(f"activation {self.name!r}: unknown function {self.fn!r} "
+                             f"(registered: {sorted(REGISTRY)})")
+
+    def out_space(self, ins: list[Space]) -> Space:
+        return ins[0]
+
+
+@dataclass(frozen=True, eq=False)
 class Concat(Op):
     kind: ClassVar[str] = "concat"
     arity: ClassVar[int | None] = None
