@@ -31,6 +31,10 @@ def _q(x: Fraction):
     return mpmath.mpf(x.numerator) / x.denominator
 
 
+#: (Mono, other) -> sign of the difference; comparisons repeat every SGD step
+_CMP_CACHE: dict = {}
+
+
 class NotExact(ArithmeticError):
     """A sum of monomials with different irrational parts (not representable)."""
 
@@ -45,17 +49,30 @@ class SRelation:
     b: Fraction
 
 
+def _vp(x: int, p: int) -> tuple[int, int]:
+    """x = x' * p**e with p not dividing x' (x != 0): (x', e).  Powers of 2 by bit tricks,
+    other primes by repeated squaring of the divisor (fast for the large powers here)."""
+    if p == 2:
+        e = (x & -x).bit_length() - 1
+        return x >> e, e
+    e = 0
+    while x % p == 0:
+        q, k = p, 1
+        while x % (q * q) == 0:
+            q, k = q * q, 2 * k
+        x //= q
+        e += k
+    return x, e
+
+
 def _strip(c: Fraction, p: int) -> tuple[Fraction, int]:
     """Move the powers of the prime p out of c: c = c' * p**e."""
-    e = 0
     num, den = c.numerator, c.denominator
-    while num and num % p == 0:
-        num //= p
-        e += 1
-    while den % p == 0:
-        den //= p
-        e -= 1
-    return Fraction(num, den), e
+    if not num:
+        return c, 0
+    num, e1 = _vp(num, p)
+    den, e2 = _vp(den, p)
+    return Fraction(num, den), e1 - e2
 
 
 @dataclass(frozen=True)
@@ -158,6 +175,16 @@ class Mono:
             return _q(self.c) * mpmath.power(2, _q(self.a)) * mpmath.power(3, _q(self.b)) * s**self.k
 
     def _cmp(self, o) -> int:
+        key = (self.rel, self, o if isinstance(o, Mono) else Fraction(o))
+        hit = _CMP_CACHE.get(key)
+        if hit is None:
+            hit = self._cmp_uncached(o)
+            if len(_CMP_CACHE) > 100_000:
+                _CMP_CACHE.clear()
+            _CMP_CACHE[key] = hit
+        return hit
+
+    def _cmp_uncached(self, o) -> int:
         if isinstance(o, float):
             o = Fraction(o)
         d = self - o if isinstance(o, Mono) else None
