@@ -63,7 +63,29 @@ def _norm(x):
 
 
 def _is_zero(x) -> bool:
-    return x == 0
+    return not x  # ints, Fractions and Mono (Mono.__bool__: c != 0)
+
+
+
+def _f(x, cache: dict):
+    """f (:func:`.activation.f_scalar`), with a fast path for integers (|x| >= 2 > C
+    gives ±2, |x| <= 1 gives x**3) and a memo for other exact numbers."""
+    if type(x) is int:
+        return x**3 if -1 <= x <= 1 else (2 if x > 0 else -2)
+    hit = cache.get(x)
+    if hit is None:
+        hit = cache[x] = _norm(f_scalar(x))
+    return hit
+
+
+def _df(x, cache: dict):
+    """f' (:func:`.activation.df_scalar`), likewise."""
+    if type(x) is int:
+        return 3 * x * x if -1 <= x <= 1 else 0
+    hit = cache.get(x)
+    if hit is None:
+        hit = cache[x] = _norm(df_scalar(x))
+    return hit
 
 
 class Engine:
@@ -89,6 +111,8 @@ class Engine:
         self.input_pos = {v: i for i, v in enumerate(net.inputs)}
         self.z: list[Number] = [0] * V
         self.y: list[Number] = [0] * V
+        self._fc: dict = {}
+        self._dfc: dict = {}
 
     # ------------------------------------------------------------ passes
     def forward(self, inputs) -> Number:
@@ -110,7 +134,7 @@ class Engine:
                 acc = term if _is_zero(acc) else acc + term
             acc = _norm(acc)
             z[v] = acc
-            y[v] = _norm(f_scalar(acc))
+            y[v] = _f(acc, self._fc)
         return y[net.out]
 
     def backward(self, label: Number) -> dict[int, Number]:
@@ -120,14 +144,14 @@ class Engine:
         V = len(net.names)
         delta: list[Number] = [0] * V
         out = net.out
-        delta[out] = _norm(df_scalar(z[out]) * 2 * (y[out] - label))
+        delta[out] = _norm(_df(z[out], self._dfc) * 2 * (y[out] - label))
         for v in range(V - 1, -1, -1):
             if v == out or self.clamped[v]:
                 continue
             live = [e for e in self.out_edges[v] if not _is_zero(delta[dst[e]])]
             if not live:
                 continue
-            d = _norm(df_scalar(z[v]))
+            d = _df(z[v], self._dfc)
             if _is_zero(d):
                 continue
             acc = 0
