@@ -300,4 +300,52 @@ def predict(net: Net, xs, rs=None, r2s=None, engine: Engine | None = None) -> np
     return np.array([eng.predict(z) == 1 for z in Z], dtype=bool)
 
 
-__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs"]
+__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs", "learn"]
+
+
+# ---------------------------------------------------------------- the `learn` verb
+def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
+          progress: Callable[[int, str], None] | None = None) -> dict:
+    """Build G_n for ``lr``, train on the stream, then predict the test inputs.
+
+    Returns a dict: ``steps`` (SGD steps run), ``samples_used`` (the step of the last memory
+    change, :attr:`TrainReport.samples_used`), ``test_accuracy``, ``mismatches`` (0 or 1:
+    training stops at the first), ``test_inputs``, and for the human report
+    ``memory_changes``, ``train_accuracy``, ``steps_per_second``, ``mismatch`` (text) and
+    ``size`` (the rows of :meth:`.net.Net.size_report`)."""
+    from .net import build_net
+
+    net = build_net(lr)
+    eng = Engine(net)
+    T = len(xs)
+
+    def on_step(t, acc):
+        if progress is not None:
+            progress(t, f"training (running accuracy {acc:.2f})")
+
+    rep = train(net, xs, ys, rs, r2s, progress=on_step, engine=eng)
+    acc = float("nan")
+    N = len(test_xs)
+    if rep.mismatch is None and N:
+        right = 0
+        rs_t = np.zeros((N, len(lr.random)), bool) if test_rs is None else np.asarray(test_rs, bool).reshape(N, -1)
+        r2_t = np.zeros((N, len(lr.coin)), bool) if test_r2s is None else np.asarray(test_r2s, bool).reshape(N, -1)
+        Z = net_inputs(test_xs, rs_t, r2_t)
+        for i in range(N):
+            right += eng.predict(Z[i]) == int(test_ys[i])
+            if progress is not None and (i % 10 == 9 or i == N - 1):
+                progress(T + i + 1, f"testing (accuracy {right / (i + 1):.3f})")
+        acc = right / N
+    mm = rep.mismatch
+    return {
+        "steps": rep.steps,
+        "samples_used": rep.samples_used,
+        "test_accuracy": acc,
+        "mismatches": 0 if mm is None else 1,
+        "test_inputs": N,
+        "memory_changes": len(rep.memory_changes),
+        "train_accuracy": rep.correct / rep.steps if rep.steps else float("nan"),
+        "steps_per_second": rep.steps_per_second,
+        "mismatch": None if mm is None else f"step {mm.step}: {mm.what} mismatch: {mm.detail}",
+        "size": net.size_report(),
+    }
