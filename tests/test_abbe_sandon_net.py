@@ -40,8 +40,16 @@ def learners(draw):
     for _ in range(draw(st.integers(0, 10))):
         op = draw(st.sampled_from(["and", "or", "xor", "not", "mux"]))
         a, b, c = (sig[draw(st.integers(0, len(sig) - 1))] for _ in range(3))
-        sig.append({"and": lambda: a & b, "or": lambda: a | b, "xor": lambda: a ^ b, "not": lambda: ~a,
-                    "mux": lambda: lb.mux(a, b, c)}[op]())
+        if op == "and":
+            sig.append(a & b)
+        elif op == "or":
+            sig.append(a | b)
+        elif op == "xor":
+            sig.append(a ^ b)
+        elif op == "not":
+            sig.append(~a)
+        else:
+            sig.append(lb.mux(a, b, c))
     pick = st.integers(0, len(sig) - 1)
     lb.update(mem, [sig[draw(pick)] for _ in range(m)])
     return lb.build(sig[draw(pick)])
