@@ -300,9 +300,6 @@ def predict(net: Net, xs, rs=None, r2s=None, engine: Engine | None = None) -> np
     return np.array([eng.predict(z) == 1 for z in Z], dtype=bool)
 
 
-__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs", "learn"]
-
-
 # ---------------------------------------------------------------- the `learn` verb
 def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
           progress: Callable[[int, str], None] | None = None) -> dict:
@@ -349,3 +346,6 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
         "mismatch": None if mm is None else f"step {mm.step}: {mm.what} mismatch: {mm.detail}",
         "size": net.size_report(),
     }
+
+
+__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs", "learn"]
