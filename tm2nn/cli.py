@@ -137,20 +137,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("learn", help="train a learner machine's network by SGD (rcnn: Algorithm 1) and "
-                       "compare it with the interpreter on fresh points")
+    p = sub.add_parser("learn", help="train a network by SGD and compare it with the interpreter: a learner "
+                       "machine (rcnn: Algorithm 1) or a learner circuit (abbe-sandon: Lemma 3's net, exact)")
     _add_source(p)
-    p.add_argument("--train", required=True, help="training set: CSV, one example a line, d features then the "
+    p.add_argument("--train", help="rcnn: training set: CSV, one example a line, d features then the "
                    "label, each +1 or -1 (an optional header line is skipped)")
-    p.add_argument("--test", type=int, default=100, help="fresh random test points (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the test points (default 0)")
-    p.add_argument("--backend", default="rcnn", help=f"construction to train (default rcnn; "
-                   f"available: {', '.join(_LEARN_BACKENDS)})")
+    p.add_argument("--samples", help="abbe-sandon: sample stream, a CSV of +1/-1 rows: n input bits (x) then "
+                   "the label, or x, r, r' then the label (else r, r' are drawn from --seed)")
+    p.add_argument("--target", help="abbe-sandon: draw the stream: parity:SECRET (e.g. parity:1011 or "
+                   "parity:0,2) or const:B; x, r, r' uniform from --seed")
+    p.add_argument("--test", type=int, default=None, help="fresh random test points (default 100 for rcnn, "
+                   "1000 for abbe-sandon)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samples and test points (default 0)")
+    p.add_argument("--backend", default=None, help="construction to train (default: abbe-sandon for a learner "
+                   f"circuit file, rcnn otherwise; available: {', '.join(_LEARN_BACKENDS)})")
     p.add_argument("--steps", type=int, help="rcnn: the learner's step bound t; L = t + 1 filter steps "
-                   "(default: the most steps it takes on the training inputs)")
+                   "(default: the most steps it takes on the training inputs).  abbe-sandon: SGD steps, "
+                   "one sample each (required with --target; default: every --samples row)")
     p.add_argument("--work", type=int, help="rcnn: working columns right of the input (default 1; Definition 5 has L)")
-    p.add_argument("--json", action="store_true", help="end with one JSON line: examples, memorized, "
-                   "test_agreement")
+    p.add_argument("--json", action="store_true", help="end with one JSON line (rcnn: examples, memorized, "
+                   "test_agreement; abbe-sandon: steps, samples_used, test_accuracy, mismatches, test_inputs)")
 
     p = sub.add_parser("demo", help="check and run every example; print a table")
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
@@ -331,7 +337,8 @@ def _print_report(report: dict) -> None:
 
 
 def _with_progress(fn, total: int, quiet: bool, label: str):
-    """Run ``fn(callback)``; on a terminal, show a rich progress bar fed by the callback."""
+    """Run ``fn(callback)``; on a terminal, show a rich progress bar fed by the callback
+    ``callback(n, description=None)`` (a description replaces the bar's label)."""
     if quiet or not sys.stderr.isatty():
         return fn(None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -339,7 +346,13 @@ def _with_progress(fn, total: int, quiet: bool, label: str):
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), transient=True) as prog:
         task = prog.add_task(label, total=total)
-        return fn(lambda n: prog.update(task, completed=n))
+
+        def update(n, description=None):
+            if description is None:
+                prog.update(task, completed=n)
+            else:
+                prog.update(task, completed=n, description=description)
+        return fn(update)
 
 
 def cmd_convert(args) -> int:
@@ -462,6 +475,8 @@ def cmd_info(args) -> int:
         info = json.loads(meta["tm2nn.info"])
         bounds = json.loads(meta["tm2nn.bounds"])
         backend = meta["tm2nn.backend"]
+    elif args.backend == "abbe-sandon":
+        return _info_abbe_sandon(args)
     else:
         args.no_corrections = getattr(args, "no_corrections", False)
         compiled = _compile_from_args(args)
@@ -484,6 +499,34 @@ def cmd_info(args) -> int:
                   "distinct_weight_values"):
             v = info[k]
             t.add_row(k, f"{v:,.6g}" if isinstance(v, float) else f"{v:,}", "")
+    Console().print(t)
+    return EXIT_OK
+
+
+def _info_abbe_sandon(args) -> int:
+    """``info --backend abbe-sandon``: the size of Lemma 3's net G_n for a learner."""
+    from tm2nn.backends.abbe_sandon.net import build_net
+    from tm2nn.ir import Learner
+    from tm2nn.syntax import load
+
+    obj = load(args.source, args.format, args.name)
+    if not isinstance(obj, Learner):
+        raise Tm2nnError(f"the abbe-sandon backend builds a net for a learner (h and g circuits); "
+                         f"{obj.name!r} is a {type(obj).__name__.lower()}")
+    rows = build_net(obj).size_report()
+    if args.json:
+        print(json.dumps({"backend": "abbe-sandon", "info": {q.strip(): v for q, v, _ in rows},
+                          "bounds": [list(r) for r in rows]}))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{args.source}: abbe-sandon (Lemma 3's G_n, exact weights)", title_justify="left")
+    t.add_column("quantity")
+    t.add_column("this network", justify="right")
+    t.add_column("paper")
+    for q, ours, paper in rows:
+        t.add_row(q, ours, paper)
     Console().print(t)
     return EXIT_OK
 
@@ -598,23 +641,18 @@ def _learn_rcnn(args, obj, X, Y) -> dict:
     return _with_progress(fn, X.shape[0] + 1 + max(args.test, 0), args.json, "learning")
 
 
-#: ``learn --backend B``: one function per construction, ``(args, machine, X, Y) -> report``
-#: with at least ``examples``, ``memorized`` and ``test_agreement``.
-_LEARN_BACKENDS = {"rcnn": _learn_rcnn}
-
-
-def cmd_learn(args) -> int:
+def _learn_rcnn_verb(args, obj) -> int:
     from tm2nn.datasets import load_csv
-    from tm2nn.syntax import load
 
-    fn = _LEARN_BACKENDS.get(args.backend)
-    if fn is None:
-        raise Tm2nnError(f"unknown learn backend {args.backend!r} (available: {', '.join(_LEARN_BACKENDS)})")
+    if args.train is None:
+        raise Tm2nnError("learn --backend rcnn needs --train CSV (the training set)")
+    if args.samples is not None or args.target is not None:
+        raise Tm2nnError("--samples and --target are for --backend abbe-sandon; rcnn reads --train")
+    args.test = 100 if args.test is None else args.test
     if args.test < 0:
         raise Tm2nnError("--test must be >= 0")
-    obj = load(args.source, args.format, args.name)
     X, Y = load_csv(args.train)
-    rep = fn(args, obj, X, Y)
+    rep = _learn_rcnn(args, obj, X, Y)
     ok = rep["memorized"] and rep["test_agreement"] == 1.0
     if not args.json:
         from rich.console import Console
@@ -632,6 +670,100 @@ def cmd_learn(args) -> int:
         print(json.dumps({"examples": rep["examples"], "memorized": rep["memorized"],
                           "test_agreement": rep["test_agreement"]}))
     return EXIT_OK if ok else EXIT_FAIL
+
+
+def _abbe_sandon_stream(args, lr):
+    """(train xs, ys, rs, r2s, test xs, ys, rs, r2s) as bool arrays for ``learn --backend abbe-sandon``."""
+    import numpy as np
+
+    from tm2nn.learners.targets import parse_target, samples
+
+    k_r, k_c = len(lr.random), len(lr.coin)
+    if (args.samples is None) == (args.target is None):
+        raise Tm2nnError("learn --backend abbe-sandon needs exactly one of --samples CSV or --target SPEC")
+    if args.train is not None:
+        raise Tm2nnError("--train is for --backend rcnn; the abbe-sandon backend reads --samples or --target")
+    if args.steps is not None and args.steps < 1:
+        raise Tm2nnError("--steps must be >= 1")
+    n_test = 1000 if args.test is None else args.test
+    if n_test < 0:
+        raise Tm2nnError("--test must be >= 0")
+    rng = np.random.default_rng([args.seed, 1])
+    if args.target is not None:
+        if args.steps is None:
+            raise Tm2nnError("--target needs --steps N (the number of SGD steps, one fresh sample each)")
+        tgt = parse_target(args.target, lr.n)
+        tr = samples(tgt, args.steps, args.seed, random_bits=k_r)
+        tx = rng.integers(0, 2, size=(n_test, lr.n)).astype(bool)
+        return (tr.xs, tr.ys, tr.rs, tr.r2s[:, None][:, :k_c], tx, tgt(tx),
+                rng.integers(0, 2, size=(n_test, k_r)).astype(bool),
+                rng.integers(0, 2, size=(n_test, k_c)).astype(bool))
+    from tm2nn.datasets import load_csv
+
+    X, Y = load_csv(args.samples)
+    X, Y = X > 0, Y > 0
+    rows, d = X.shape
+    if d not in (lr.n, lr.n + k_r + k_c):
+        raise Tm2nnError(f"{args.samples}: rows have {d} features; learner {lr.name!r} has {lr.n} input bits "
+                         f"(and {k_r + k_c} random bits r, r')")
+    steps = rows if args.steps is None else args.steps
+    if steps > rows:
+        raise Tm2nnError(f"--steps {steps} but {args.samples} has only {rows} samples")
+    if d == lr.n:
+        rb = rng.integers(0, 2, size=(rows, k_r + k_c)).astype(bool)
+        X = np.concatenate([X, rb], axis=1)
+    xs, rs, r2 = X[:, :lr.n], X[:, lr.n:lr.n + k_r], X[:, lr.n + k_r:]
+    # no target: the trained net is tested on the stream's own rows (documented)
+    return xs[:steps], Y[:steps], rs[:steps], r2[:steps], xs, Y, rs, r2
+
+
+def _learn_abbe_sandon(args, obj) -> int:
+    from tm2nn.backends.abbe_sandon.train import learn
+    from tm2nn.ir import Learner
+
+    if not isinstance(obj, Learner):
+        raise Tm2nnError(f"the abbe-sandon backend trains a learner (h and g circuits, Abbe & Sandon Lemma 3); "
+                         f"{obj.name!r} is a {type(obj).__name__.lower()}")
+    xs, ys, rs, r2s, txs, tys, trs, tr2s = _abbe_sandon_stream(args, obj)
+    total = len(xs) + len(txs)
+
+    def fn(cb):
+        return learn(obj, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb)
+    rep = _with_progress(fn, total, args.json, "training")
+    if not args.json:
+        from rich.console import Console
+
+        c = Console(highlight=False)
+        c.print(f"{obj.name}: {rep['steps']} SGD steps in exact arithmetic ({rep['steps_per_second']:.1f} steps/s), "
+                f"memory changed in {rep['memory_changes']} steps, last at step {rep['samples_used']}")
+        c.print(f"  training accuracy (net output = label): {rep['train_accuracy']:.3f}")
+        if rep["mismatch"]:
+            c.print(f"[red]mismatch with the learner at {rep['mismatch']}[/]")
+        else:
+            c.print("  net output and decoded memory = the learner's at every step; no weight outside "
+                    "the M_s copies changed")
+            c.print(f"test accuracy on {rep['test_inputs']} inputs: {rep['test_accuracy']:.4f}")
+    else:
+        acc = rep["test_accuracy"]
+        print(json.dumps({"steps": rep["steps"], "samples_used": rep["samples_used"],
+                          "test_accuracy": None if acc != acc else acc, "mismatches": rep["mismatches"],
+                          "test_inputs": rep["test_inputs"]}))
+    return EXIT_OK if not rep["mismatches"] else EXIT_FAIL
+
+
+#: ``learn --backend B``: one function per construction, ``(args, source object) -> exit code``.
+_LEARN_BACKENDS = {"rcnn": _learn_rcnn_verb, "abbe-sandon": _learn_abbe_sandon}
+
+
+def cmd_learn(args) -> int:
+    from tm2nn.ir import Learner
+    from tm2nn.syntax import load
+
+    if args.backend is not None and args.backend not in _LEARN_BACKENDS:
+        raise Tm2nnError(f"unknown learn backend {args.backend!r} (available: {', '.join(_LEARN_BACKENDS)})")
+    obj = load(args.source, args.format, args.name)
+    backend = args.backend or ("abbe-sandon" if isinstance(obj, Learner) else "rcnn")
+    return _LEARN_BACKENDS[backend](args, obj)
 
 
 _VERBS = {

@@ -17,7 +17,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, GridMachine, Machine
 
 BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer",
-            "rcnn": "tm2nn.backends.rcnn"}
+            "rcnn": "tm2nn.backends.rcnn", "abbe-sandon": "tm2nn.backends.abbe_sandon"}
 DEFAULT_MAX_GATES = 5_000_000
 
 
@@ -53,6 +53,10 @@ def compile(
     """
     from tm2nn.syntax import load
 
+    if backend == "abbe-sandon":
+        raise Tm2nnError("the abbe-sandon net (Abbe & Sandon Lemma 3) has ~1e80 vertices and is trained in "
+                         "exact arithmetic, so it is not exported as a model: use 'tm2nn learn LEARNER.circ' "
+                         "to train it and 'tm2nn info LEARNER.circ --backend abbe-sandon' for its size")
     ir = source if isinstance(source, (Machine, Circuit)) else load(source, format, name)
     from tm2nn.ir import Learner
 

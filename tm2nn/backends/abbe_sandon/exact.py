@@ -31,6 +31,14 @@ def _q(x: Fraction):
     return mpmath.mpf(x.numerator) / x.denominator
 
 
+#: (Mono, other) -> sign of the difference; comparisons repeat every SGD step
+_CMP_CACHE: dict = {}
+#: products repeat every SGD step too (the weights only change sign); memoised by value
+_MUL_CACHE: dict = {}
+_ADD_CACHE: dict = {}
+_RELS: dict = {}
+
+
 class NotExact(ArithmeticError):
     """A sum of monomials with different irrational parts (not representable)."""
 
@@ -43,19 +51,6 @@ class SRelation:
     coef: Fraction
     a: Fraction
     b: Fraction
-
-
-def _strip(c: Fraction, p: int) -> tuple[Fraction, int]:
-    """Move the powers of the prime p out of c: c = c' * p**e."""
-    e = 0
-    num, den = c.numerator, c.denominator
-    while num and num % p == 0:
-        num //= p
-        e += 1
-    while den % p == 0:
-        den //= p
-        e -= 1
-    return Fraction(num, den), e
 
 
 @dataclass(frozen=True)
@@ -77,12 +72,15 @@ class Mono:
             c *= rel.coef**q
             a += rel.a * q
             b += rel.b * q
-        c, e2 = _strip(c, 2)
-        c, e3 = _strip(c, 3)
-        a += e2
-        b += e3
+        # Move the integer parts of a and b into c.  (Stripping c's own powers of 2 and 3
+        # first, as the original version did, changes nothing: c * 2**-e * 2**floor(a + e)
+        # = c * 2**floor(a) for an integer e.)  The form is canonical: a, b in [0, 1).
         ia, ib = floor(a), floor(b)
-        return Mono(c * Fraction(2) ** ia * Fraction(3) ** ib, a - ia, b - ib, r, rel)
+        if ia:
+            c = c * (1 << ia) if ia > 0 else c / (1 << -ia)
+        if ib:
+            c = c * 3**ib if ib > 0 else c / 3**-ib
+        return Mono(c, a - ia, b - ib, r, rel)
 
     def like(self, x) -> "Mono":
         if isinstance(x, Mono):
@@ -91,8 +89,16 @@ class Mono:
 
     # -------------------------------------------------------------- arithmetic
     def __mul__(self, o):
-        o = self.like(o)
-        return Mono.make(self.c * o.c, self.a + o.a, self.b + o.b, self.k + o.k, self.rel)
+        key = (id(self.rel), self, o)
+        hit = _MUL_CACHE.get(key)
+        if hit is None:
+            _RELS[id(self.rel)] = self.rel  # keeps the id valid as a key
+            o = self.like(o)
+            hit = Mono.make(self.c * o.c, self.a + o.a, self.b + o.b, self.k + o.k, self.rel)
+            if len(_MUL_CACHE) > 200_000:
+                _MUL_CACHE.clear()
+            _MUL_CACHE[key] = hit
+        return hit
 
     __rmul__ = __mul__
 
@@ -124,7 +130,21 @@ class Mono:
     def __pos__(self):
         return self
 
+    def __bool__(self):
+        return bool(self.c)
+
     def __add__(self, o):
+        key = (id(self.rel), self, o)
+        hit = _ADD_CACHE.get(key)
+        if hit is None:
+            _RELS[id(self.rel)] = self.rel
+            hit = self._add(o)
+            if len(_ADD_CACHE) > 200_000:
+                _ADD_CACHE.clear()
+            _ADD_CACHE[key] = hit
+        return hit
+
+    def _add(self, o):
         o = self.like(o)
         if o.c == 0:
             return self
@@ -158,6 +178,16 @@ class Mono:
             return _q(self.c) * mpmath.power(2, _q(self.a)) * mpmath.power(3, _q(self.b)) * s**self.k
 
     def _cmp(self, o) -> int:
+        key = (self.rel, self, o if isinstance(o, Mono) else Fraction(o))
+        hit = _CMP_CACHE.get(key)
+        if hit is None:
+            hit = self._cmp_uncached(o)
+            if len(_CMP_CACHE) > 100_000:
+                _CMP_CACHE.clear()
+            _CMP_CACHE[key] = hit
+        return hit
+
+    def _cmp_uncached(self, o) -> int:
         if isinstance(o, float):
             o = Fraction(o)
         d = self - o if isinstance(o, Mono) else None
@@ -193,7 +223,11 @@ class Mono:
         return q is not None and q == o
 
     def __hash__(self):
-        return hash((self.c, self.a, self.b, self.k))
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.c, self.a, self.b, self.k))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __float__(self):
         return float(self.mp(30))

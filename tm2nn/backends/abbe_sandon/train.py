@@ -1,0 +1,351 @@
+"""Plain SGD on G_n in exact arithmetic, checked against the learner at every step
+(Abbe & Sandon §4.1, Lemma 3; Theorem 4's inputs and loss).
+
+Engine
+------
+A small reverse-mode over :class:`.net.Net` (no per-gadget rule; the closed forms of
+:mod:`.gadgets` are only used by tests as cross-checks).  One step on a sample
+``(z, y)``, ``z = (2x - 1, 2r - 1, 2r' - 1)``, label ``y`` in {-1, +1} (Theorem 4):
+
+* forward, in topological order: clamped vertices output the input (``const`` outputs 1);
+  every other vertex ``v`` gets ``z_v = sum_{(u,v)} k(u,v) w(u,v) y_u`` and outputs
+  ``y_v = f(z_v)`` (:func:`.activation.f_scalar`; the output vertex too -- Lemma 2's
+  "derivative of the loss w.r.t. the input to the output vertex is 12" is
+  ``f'(1) * 2 * 2``);
+* loss ``L = (y_out - y)**2`` (Theorem 4: "loss function L(x) = x^2" on the error), so
+  ``delta_out = f'(z_out) * 2 (y_out - y)``;
+* backward, in reverse order: ``delta_v = f'(z_v) sum_{(v,w)} k'(v,w) w(v,w) delta_w``;
+* update of **every** weight: ``w <- w - gamma * y_u * delta_v`` (``gamma`` Lemma 2's).
+
+``k`` / ``k'`` account for multiplicities (:mod:`.net` departure 1): an edge from a block
+of ``K`` identical vertices into a single vertex counts ``K`` times forward; an edge from
+a single vertex into a block counts ``K`` times backward (every copy sends its delta);
+each copy's own weight gets the gradient ``y_u delta_v``.  Exact zeros are
+short-circuited (a product with a zero delta or f' = 0 is 0, an update by 0 leaves the
+weight) -- this changes no number, it only skips work; whether a delta *is* zero is
+decided by the generic rule (f'(z_v) from the actual z_v).
+
+Numbers are exact: :class:`.exact.Mono` (c 2^a 3^b s^k, s symbolic) for the copies'
+weights and values, ints/Fractions elsewhere; a Mono whose value is rational is
+turned back into a Fraction, so the gate section runs on small rationals.
+
+Checks after each step (:func:`train`): the net's output sign equals the learner's
+``y*_t`` (:func:`tm2nn.interp.learner.run_learner`), the memory decoded from the first m
+copies (:func:`.gadgets.ms_bit`) equals ``b_t``, and no weight outside the copies of M_s
+changed.  The first mismatch stops training with a :class:`Mismatch` report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable
+
+import numpy as np
+
+from .activation import df_scalar, f_scalar
+from .exact import Mono
+from .net import Net
+
+Number = Any
+
+
+def _norm(x):
+    """A Mono with a rational value becomes an int/Fraction (exactly the same number)."""
+    if isinstance(x, Mono):
+        q = x.rational()
+        if q is not None:
+            return int(q) if q.denominator == 1 else q
+    elif isinstance(x, Fraction) and x.denominator == 1:
+        return int(x)
+    return x
+
+
+def _is_zero(x) -> bool:
+    return not x  # ints, Fractions and Mono (Mono.__bool__: c != 0)
+
+
+
+def _f(x, cache: dict):
+    """f (:func:`.activation.f_scalar`), with a fast path for integers (|x| >= 2 > C
+    gives ±2, |x| <= 1 gives x**3) and a memo for other exact numbers."""
+    if type(x) is int:
+        return x**3 if -1 <= x <= 1 else (2 if x > 0 else -2)
+    hit = cache.get(x)
+    if hit is None:
+        hit = cache[x] = _norm(f_scalar(x))
+    return hit
+
+
+def _df(x, cache: dict):
+    """f' (:func:`.activation.df_scalar`), likewise."""
+    if type(x) is int:
+        return 3 * x * x if -1 <= x <= 1 else 0
+    hit = cache.get(x)
+    if hit is None:
+        hit = cache[x] = _norm(df_scalar(x))
+    return hit
+
+
+class Engine:
+    """Forward / backward / SGD over a :class:`Net` (module doc)."""
+
+    def __init__(self, net: Net, gamma: Number | None = None):
+        self.net = net
+        self.gamma = net.sec.gamma if gamma is None else gamma
+        V = len(net.names)
+        self.clamped = [k in ("const", "input") for k in net.kind]
+        self.in_edges: list[list[int]] = [[] for _ in range(V)]
+        self.out_edges: list[list[int]] = [[] for _ in range(V)]
+        for e, (u, v) in enumerate(zip(net.src, net.dst)):
+            self.in_edges[v].append(e)
+            self.out_edges[u].append(e)
+        mu, mv = [net.mult[u] for u in net.src], [net.mult[v] for v in net.dst]
+        # forward: a block feeding a single vertex counts K times; backward: the converse
+        self.kf = [a // b if a > b else 1 for a, b in zip(mu, mv)]
+        self.kb = [b // a if b > a else 1 for a, b in zip(mu, mv)]
+        for a, b in zip(mu, mv):
+            if (a > b and a % b) or (b > a and b % a):  # pragma: no cover - blocks are 1 or K
+                raise ValueError("multiplicities must divide each other")
+        self.input_pos = {v: i for i, v in enumerate(net.inputs)}
+        self.z: list[Number] = [0] * V
+        self.y: list[Number] = [0] * V
+        self._fc: dict = {}
+        self._dfc: dict = {}
+
+    # ------------------------------------------------------------ passes
+    def forward(self, inputs) -> Number:
+        """Outputs of all vertices for one net input vector (±1 entries); the net's output."""
+        net, w, src = self.net, self.net.w, self.net.src
+        z, y = self.z, self.y
+        for v in range(len(net.names)):
+            if self.clamped[v]:
+                y[v] = 1 if v == net.const else int(inputs[self.input_pos[v]])
+                continue
+            acc = 0
+            for e in self.in_edges[v]:
+                yu = y[src[e]]
+                if _is_zero(yu):
+                    continue
+                term = w[e] * yu
+                if self.kf[e] != 1:
+                    term = self.kf[e] * term
+                acc = term if _is_zero(acc) else acc + term
+            acc = _norm(acc)
+            z[v] = acc
+            y[v] = _f(acc, self._fc)
+        return y[net.out]
+
+    def backward(self, label: Number) -> dict[int, Number]:
+        """dL/dw for every edge with a nonzero gradient (all others are exactly 0)."""
+        net, w, dst = self.net, self.net.w, self.net.dst
+        z, y = self.z, self.y
+        V = len(net.names)
+        delta: list[Number] = [0] * V
+        out = net.out
+        delta[out] = _norm(_df(z[out], self._dfc) * 2 * (y[out] - label))
+        for v in range(V - 1, -1, -1):
+            if v == out or self.clamped[v]:
+                continue
+            live = [e for e in self.out_edges[v] if not _is_zero(delta[dst[e]])]
+            if not live:
+                continue
+            d = _df(z[v], self._dfc)
+            if _is_zero(d):
+                continue
+            acc = 0
+            for e in live:
+                term = w[e] * delta[dst[e]]
+                if self.kb[e] != 1:
+                    term = self.kb[e] * term
+                acc = term if _is_zero(acc) else acc + term
+            delta[v] = _norm(d * acc)
+        grads = {}
+        for v in range(V):
+            if _is_zero(delta[v]):
+                continue
+            for e in self.in_edges[v]:
+                g = _norm(y[net.src[e]] * delta[v])
+                if not _is_zero(g):
+                    grads[e] = g
+        return grads
+
+    def step(self, inputs, label: Number) -> tuple[Number, dict[int, Number]]:
+        """One SGD step: forward, backward, ``w <- w - gamma dL/dw``.  Returns (output, grads)."""
+        out = self.forward(inputs)
+        grads = self.backward(label)
+        w = self.net.w
+        for e, g in grads.items():
+            w[e] = _norm(w[e] - self.gamma * g)
+        return out, grads
+
+    def predict(self, inputs) -> int:
+        """The net's answer (0/1) for one input vector, without training."""
+        out = self.forward(inputs)
+        return 1 if out > 0 else 0
+
+
+# ---------------------------------------------------------------- training with checks
+@dataclass
+class Mismatch:
+    step: int  # 1-based
+    what: str  # "output", "memory", "weights", "value"
+    detail: str
+
+
+@dataclass
+class TrainReport:
+    steps: int
+    outputs: list[int] = field(default_factory=list)  # the net's y*_t (0/1)
+    memory_changes: list[int] = field(default_factory=list)  # steps (1-based) where memory changed
+    correct: int = 0  # steps where the net's output equalled the label
+    mismatch: Mismatch | None = None
+    seconds: float = 0.0
+
+    @property
+    def samples_used(self) -> int:
+        """The step of the last memory change: the samples the net needed to reach its
+        final memory (0 if it never changed)."""
+        return self.memory_changes[-1] if self.memory_changes else 0
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.seconds if self.seconds else float("nan")
+
+
+def net_inputs(xs, rs, r2s) -> np.ndarray:
+    """Theorem 4's net input ``(2x - 1, 2r - 1, 2r' - 1)`` as int rows [T, n + k]."""
+    xs = np.asarray(xs, dtype=np.int64)
+    T = xs.shape[0]
+    rs = np.zeros((T, 0), np.int64) if rs is None else np.asarray(rs, dtype=np.int64).reshape(T, -1)
+    r2s = np.zeros((T, 0), np.int64) if r2s is None else np.asarray(r2s, dtype=np.int64).reshape(T, -1)
+    return 2 * np.concatenate([xs, rs, r2s], axis=1) - 1
+
+
+def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
+          progress: Callable[[int, float], None] | None = None, engine: Engine | None = None) -> TrainReport:
+    """Train ``net`` by SGD on the samples ``((2x-1, 2r-1, 2r'-1), 2y-1)`` (bits in), one
+    step per sample, comparing with :func:`run_learner` after every step (module doc).
+
+    ``rs``/``r2s`` may be ``None`` when the learner has no such bits.  ``progress(t, acc)``
+    is called after each step with the running accuracy (output = label, last 100 steps)."""
+    from tm2nn.interp.learner import run_learner
+
+    lr = net.learner
+    xs = np.asarray(xs, dtype=bool)
+    ys = np.asarray(ys, dtype=bool)
+    T = xs.shape[0]
+    rs_a = None if not lr.random else np.asarray(rs, dtype=bool).reshape(T, -1)
+    r2_a = None if not lr.coin else np.asarray(r2s, dtype=bool).reshape(T)
+    ref = run_learner(lr, xs, ys, rs_a, r2_a)
+    Z = net_inputs(xs, rs_a, None if r2_a is None else r2_a[:, None])
+    eng = engine or Engine(net)
+    gadget_edges = net.gadget_edges()
+    frozen = [e for e in range(len(net.src)) if e not in gadget_edges]
+    frozen_w = [net.w[e] for e in frozen]
+    rep = TrainReport(0)
+    mem = list(net.memory_bits())
+    recent: list[int] = []
+    t0 = time.perf_counter()
+    for t in range(T):
+        label = 1 if ys[t] else -1
+        out, grads = eng.step(Z[t], label)
+        rep.steps = t + 1
+        if out not in (1, -1):
+            rep.mismatch = Mismatch(t + 1, "value", f"the net output {out!r}, not ±1 (Lemma 3)")
+            break
+        bit = 1 if out == 1 else 0
+        rep.outputs.append(bit)
+        ok = bit == int(ys[t])
+        rep.correct += ok
+        recent = (recent + [ok])[-100:]
+        if bit != int(ref.outputs[t]):
+            rep.mismatch = Mismatch(t + 1, "output", f"the net output {2 * bit - 1:+d}, the learner's "
+                                    f"y* is {int(ref.outputs[t])}")
+            break
+        new = net.memory_bits()
+        want = [int(b) for b in ref.memories[t]]
+        if new != want:
+            diff = [net.learner.memory[i] for i in range(lr.m) if new[i] != want[i]]
+            rep.mismatch = Mismatch(t + 1, "memory", f"decoded memory differs from the learner's at "
+                                    f"{', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''}")
+            break
+        if new != mem:
+            rep.memory_changes.append(t + 1)
+            mem = new
+        if check_weights:
+            bad = [e for e in grads if e not in gadget_edges]
+            bad += [e for e, w0 in zip(frozen, frozen_w) if net.w[e] != w0]
+            if bad:
+                e = bad[0]
+                rep.mismatch = Mismatch(t + 1, "weights", f"{len(bad)} weight(s) outside the M_s copies "
+                                        f"changed, e.g. {net.names[net.src[e]]} -> {net.names[net.dst[e]]}")
+                break
+        if progress is not None:
+            progress(t + 1, sum(recent) / len(recent))
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def predict(net: Net, xs, rs=None, r2s=None, engine: Engine | None = None) -> np.ndarray:
+    """The trained net's answers (bool [N]) on inputs ``xs`` [N, n] (random bits default 0)."""
+    lr = net.learner
+    xs = np.asarray(xs, dtype=bool)
+    N = xs.shape[0]
+    rs = np.zeros((N, len(lr.random)), bool) if rs is None else np.asarray(rs, bool).reshape(N, -1)
+    r2s = np.zeros((N, len(lr.coin)), bool) if r2s is None else np.asarray(r2s, bool).reshape(N, -1)
+    Z = net_inputs(xs, rs, r2s)
+    eng = engine or Engine(net)
+    return np.array([eng.predict(z) == 1 for z in Z], dtype=bool)
+
+
+# ---------------------------------------------------------------- the `learn` verb
+def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
+          progress: Callable[[int, str], None] | None = None) -> dict:
+    """Build G_n for ``lr``, train on the stream, then predict the test inputs.
+
+    Returns a dict: ``steps`` (SGD steps run), ``samples_used`` (the step of the last memory
+    change, :attr:`TrainReport.samples_used`), ``test_accuracy``, ``mismatches`` (0 or 1:
+    training stops at the first), ``test_inputs``, and for the human report
+    ``memory_changes``, ``train_accuracy``, ``steps_per_second``, ``mismatch`` (text) and
+    ``size`` (the rows of :meth:`.net.Net.size_report`)."""
+    from .net import build_net
+
+    net = build_net(lr)
+    eng = Engine(net)
+    T = len(xs)
+
+    def on_step(t, acc):
+        if progress is not None:
+            progress(t, f"training (running accuracy {acc:.2f})")
+
+    rep = train(net, xs, ys, rs, r2s, progress=on_step, engine=eng)
+    acc = float("nan")
+    N = len(test_xs)
+    if rep.mismatch is None and N:
+        right = 0
+        rs_t = np.zeros((N, len(lr.random)), bool) if test_rs is None else np.asarray(test_rs, bool).reshape(N, -1)
+        r2_t = np.zeros((N, len(lr.coin)), bool) if test_r2s is None else np.asarray(test_r2s, bool).reshape(N, -1)
+        Z = net_inputs(test_xs, rs_t, r2_t)
+        for i in range(N):
+            right += eng.predict(Z[i]) == int(test_ys[i])
+            if progress is not None and (i % 10 == 9 or i == N - 1):
+                progress(T + i + 1, f"testing (accuracy {right / (i + 1):.3f})")
+        acc = right / N
+    mm = rep.mismatch
+    return {
+        "steps": rep.steps,
+        "samples_used": rep.samples_used,
+        "test_accuracy": acc,
+        "mismatches": 0 if mm is None else 1,
+        "test_inputs": N,
+        "memory_changes": len(rep.memory_changes),
+        "train_accuracy": rep.correct / rep.steps if rep.steps else float("nan"),
+        "steps_per_second": rep.steps_per_second,
+        "mismatch": None if mm is None else f"step {mm.step}: {mm.what} mismatch: {mm.detail}",
+        "size": net.size_report(),
+    }
+
+
+__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs", "learn"]
