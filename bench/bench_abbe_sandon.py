@@ -37,8 +37,8 @@ TEST = 1000
 
 def bench_one(n: int, seed: int = 0) -> dict:
     import numpy as np
-
     from mlp_baseline import baseline
+
     from tm2nn.backends.abbe_sandon.net import build_net
     from tm2nn.backends.abbe_sandon.train import Engine, net_inputs, train
     from tm2nn.learners.examples import parity_learner
