@@ -238,10 +238,11 @@ def test_no_weight_outside_gadget_changes(seq):
         with torch.no_grad():
             for p in w.values():
                 p -= sec.float_gamma() * p.grad
-        # control edges: float64 leaks a gradient ~1e-188 (v4' input ~1e-23, not 0), far
-        # below half an ulp after the update -- the weights do not move (Lemma 2's proof)
-        assert w[("vc", "v4")].item() == g.initial[("vc", "v4")]
-        assert w[("vc'", "v4'")].item() == g.initial[("vc'", "v4'")]
+        # The M_s control edges (vc -> v4, vc' -> v4') are inside the gadget.  In exact
+        # arithmetic they never move (test_lemma2_exact); in float64 the
+        # paper's flips amplify rounding (Finding 1), v4's input drifts off 0 and they can
+        # move by ~1e-17 after a few flips, so this float64 test asserts only what lies
+        # outside the gadget: the gate units (Lemma 1), below.
     for n, v in (("rw", rd.weights[0]), ("rb", rd.bias), ("and_b", -2.0), ("not_w", -1.0)):
         assert gate_w[n].item() == v
 
