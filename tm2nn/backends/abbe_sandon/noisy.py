@@ -429,7 +429,8 @@ def train_noisy(lr: NoisyLearner, xs, ys, x_test, *, noise: float | Number = 1.0
     Checks (``check``): before each step and at the test input, the memory decoded from v2 / vr
     and from the read vertices equals the stream so far; the output on step k is within eps'
     of 1/2; every edge outside the copies of M' (except oc[k] -> out on step k, which Lemma 6's
-    proof lets move) has gradient exactly 0, so it changes only by the injected noise."""
+    proof lets move) has gradient exactly 0 and, after each step, weight = initial + the sum
+    of the noise injected into it (up to 10^(10 - DPS) relative rounding)."""
     with mpmath.workdps(DPS):
         return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode)
 
@@ -442,6 +443,8 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode) -> NoisyRep
     scale = mpmath.mpf(noise) * (noise_bound(n, t) if bound is None else bound)
     half, epsp = mpmath.mpf(1) / 2, eps_prime42()
     outputs, viol, nmax = [], [], mpmath.mpf(0)
+    w0, nsum, moved = list(net.w), [mpmath.mpf(0)] * len(net.w), set()
+    tol = mpmath.mpf(10) ** (10 - DPS)
     t_start = time.perf_counter()
     for k in range(t):
         yk = eng.forward(xs[k])
@@ -458,12 +461,20 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode) -> NoisyRep
                                              f"({net.part[e]}) has gradient {mpmath.nstr(g, 5)}"))
         for e, g in grads.items():
             net.w[e] -= eng.gamma * g
+        moved.add(net.oc_out[k])
         if scale:
             for e in range(len(net.w)):
                 u = rng.choice((-1, 1)) if mode == "max" else rng.uniform(-1.0, 1.0)
                 d = scale * u
                 net.w[e] += d
+                nsum[e] += d
                 nmax = max(nmax, abs(d))
+        if check:  # outside M' (and the used oc -> out edges): w = w0 + sum of the noise
+            for e in range(len(net.w)):
+                if net.part[e] != "mprime" and e not in moved and \
+                        abs(net.w[e] - w0[e] - nsum[e]) > tol * max(1, abs(w0[e])):
+                    viol.append(Violation(k, f"edge {net.names[net.src[e]]}->{net.names[net.dst[e]]} "
+                                             f"moved by more than its noise"))
     final = eng.forward(x_test)
     if check:
         viol += _check_memory(eng, t, xs, ys)
