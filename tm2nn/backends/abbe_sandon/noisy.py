@@ -405,7 +405,6 @@ def decode(eng: NoisyEngine) -> tuple[dict, list[str]]:
 
 def _check_memory(eng: NoisyEngine, step: int, xs, ys) -> list[Violation]:
     """The decoded samples equal the stream x(0..step-1), y(0..step-1) (module doc)."""
-    n, t = eng.net.lr.n, eng.net.lr.t
     mem, errs = decode(eng)
     out = [Violation(step, e) for e in errs]
     for (t0, i, z), (s, lab) in mem.items():
@@ -414,7 +413,6 @@ def _check_memory(eng: NoisyEngine, step: int, xs, ys) -> list[Violation]:
             out.append(Violation(step, f"M'[{t0},{i},{z}] set={s}, stream says {want}"))
         if s and i == 0 and lab != int(ys[t0]):
             out.append(Violation(step, f"label of step {t0} decoded {lab}, stream {ys[t0]}"))
-    del n, t
     return out
 
 
