@@ -1,0 +1,486 @@
+"""Abbe & Sandon §4.2: the noise-tolerant emulation net G_n of Lemma 6, trained by
+perturbed SGD in mpmath (Lemma 4's gamma), checked at every step.
+
+Construction (Lemma 6's proof; every vertex has activation f*, §4.2):
+
+* ``const`` (outputs 1) and n input vertices ``in[i]`` (outputs 2x_i - 1);
+* 2 n t copies of M' (Definition 7), labelled ``M'[t0,i,z]`` (0 <= t0 < t, 0 <= i < n --
+  the paper counts i from 1 -- and z in {0,1}); every copy's v0 is ``const`` and its v5 the
+  output vertex ``out``; an edge of weight 1 from ``const`` to every control vertex vc, vc';
+* output control vertices ``oc[t0]``, 0 <= t0 < t: an edge const -> oc[t0] of weight 1 and
+  oc[t0] -> out of weight cbrt(4)/4 - 2^-243 3^-29 n; ``oc[t]``: no constant edge, weight
+  49/100 to out;
+* the computation component (Lemma 5): one read vertex per net input and per copy's v2 and
+  vr (:func:`.gates.input_read` with y(0) = 2^-21 3^-3/2, y(1) = 2^-15 3^-3/2), one
+  saturating vertex per gate of the schedule circuit (:func:`schedule_circuit`, lowered by
+  :func:`tm2nn.passes.basis.to_basis` to 2-input AND/OR, NOT, BUF, constants: fan-in 2 is
+  what Lemma 5's margin 3/2 + d/6 <= 2 allows), and an edge of weight 1/2 from the gate
+  computing each control value to its control vertex (two gates feed oc[t], weight 1/2
+  each: oc[t]'s input is -2, 0 or 2).
+
+Schedule (the circuit's logic, Lemma 6's proof): set(t0,i,z) = [v2 of M'[t0,i,z] reads 1];
+step(t0) = set(t0,0,0) or set(t0,0,1); the current step is the first t0 with step(t0) = 0
+(``cur[t0] = step(t0-1) and not step(t0)``; ``cur[t] = step(t-1)``).  **Departure 1**: the
+paper takes "the smallest t such that no copy with t' >= t is set", over all copies; we test
+only the copies of bit 0 and only step(t0-1) -- equivalent while Lemma 4's invariant holds
+(exactly the n copies M'[t0, i, x(t0)_i] are set at step t0), and the check after each step
+asserts that invariant.  Controls: vc of M'[t0,i,z] is 2 iff it is not set and not being set
+(being set: cur[t0] and x_i = z), vc' is 2 iff it is set (Lemma 4's conditions 3-5);
+oc[t0] = 2 iff cur[t0] (t0 < t); oc[t] = 4h - 2 if cur[t], else 0, with
+x*(t0)_i = set(t0,i,1), y*(t0) = OR_z (set(t0,0,z) and vr of M'[t0,0,z] reads 1).
+
+Numbers: every weight is an ``mpmath.mpf`` at :data:`DPS` = 50 digits (docs Finding 2:
+float64 breaks Lemma 4, >= 27 digits work).  f* is :func:`fstar_mp` (the paper's pieces in
+closed form; its smooth blends -- never reached in a correct run -- fall back to float64).
+
+Noise (**departure 2**, :func:`noise_bound`): Lemma 6 allows |delta| <= 1/(n^2 t) per weight
+per step, but its proof then needs the per-edge total (t steps) to be at most
+eps = min(2^-134 3^-11, ...), i.e. n > 2^67 3^6.  For the small n we can run, we use the bound
+Lemma 4 itself needs: |delta| <= eps / t, so the total per edge over the t SGD steps is <= eps
+(Lemma 4 hypothesis 6, and < 1/12 for Lemma 5).  :func:`lemma6_bound` gives the paper's value.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import mpmath
+
+from . import activation as act
+from .gadgets import MP_PATH, mprime_gadget
+from .gates import gate as gate_unit
+from .noisy_learner import NoisyLearner
+
+Number = Any
+#: mpmath working precision (decimal digits) for G_n's weights and the training run.
+DPS = 50
+
+
+def _mp(c, a, b) -> mpmath.mpf:
+    """c 2^a 3^b as an mpf (a, b ints or Fractions)."""
+    a, b = Fraction(a), Fraction(b)
+    return (mpmath.mpf(c) * mpmath.power(2, mpmath.mpf(a.numerator) / a.denominator)
+            * mpmath.power(3, mpmath.mpf(b.numerator) / b.denominator))
+
+
+def fstar_mp(x):
+    """f* (§4.2) on an mpf: 0 on |x| <= 2^-121 3^-9, x^3 on [2^-120 3^-9, 1], ±2 beyond C
+    (closed forms, exact in mpmath); the smooth blends in float64 (never reached when the
+    run follows Lemmas 4-6; reached only when noise breaks it)."""
+    a = abs(x)
+    if a <= _A:
+        return mpmath.mpf(0)
+    if _B <= a <= 1:
+        return x**3
+    if a >= _C:
+        return mpmath.mpf(2) if x > 0 else mpmath.mpf(-2)
+    return mpmath.mpf(float(act.fstar(float(x))))
+
+
+def dfstar_mp(x):
+    """f*' on an mpf (exact 0 in the dead zone and beyond C; see :func:`fstar_mp`)."""
+    a = abs(x)
+    if a <= _A or a >= _C:
+        return 0
+    if _B <= a <= 1:
+        return 3 * x**2
+    return mpmath.mpf(float(act.dfstar(float(x))))
+
+
+with mpmath.workdps(DPS):
+    _A = mpmath.mpf(2) ** -121 * mpmath.mpf(3) ** -9
+    _B = mpmath.mpf(2) ** -120 * mpmath.mpf(3) ** -9
+    _C = mpmath.cbrt(2)
+
+
+def eps42() -> mpmath.mpf:
+    """Lemma 4's noise budget eps = 2^-134 3^-11 (total per edge over training)."""
+    return mpmath.mpf(2) ** -134 * mpmath.mpf(3) ** -11
+
+
+def eps_prime42() -> mpmath.mpf:
+    """Lemma 4's output slack eps' = 2^-123 3^-11."""
+    return mpmath.mpf(2) ** -123 * mpmath.mpf(3) ** -11
+
+
+def gamma42() -> mpmath.mpf:
+    """Lemma 4 / Lemma 6's learning rate gamma = 2^(716/3) 3^24."""
+    return mpmath.power(2, mpmath.mpf(716) / 3) * mpmath.mpf(3) ** 24
+
+
+def lemma6_bound(n: int, t: int) -> mpmath.mpf:
+    """Lemma 6's per-weight per-step noise bound 1/(n^2 t_n)."""
+    return mpmath.mpf(1) / (n * n * t)
+
+
+def noise_bound(n: int, t: int) -> mpmath.mpf:
+    """The per-step bound we use: min(1/(n^2 t), eps/t) (module doc, departure 2)."""
+    return min(lemma6_bound(n, t), eps42() / t)
+
+
+# ---------------------------------------------------------------- the schedule circuit
+def schedule_circuit(lr: NoisyLearner):
+    """Lemma 6's computation component as one Boolean circuit (module doc "Schedule").
+
+    Ports: ``in[i]``, ``v2[t0,i,z]``, ``vr[t0,i,z]``.  Outputs (labels returned alongside):
+    per copy ``M'[t0,i,z].vc``, ``.vc'``; ``oc[t0]`` for t0 < t; ``oc[t].a``, ``oc[t].b``."""
+    from tm2nn.learners.builder import CircuitBuilder
+    from tm2nn.passes.basis import to_basis
+
+    from .net import _inline
+    from .noisy_learner import ports as h_ports
+
+    n, t = lr.n, lr.t
+    cb = CircuitBuilder(prefix="s")
+    keys = [(t0, i, z) for t0 in range(t) for i in range(n) for z in (0, 1)]
+    names = [f"in[{i}]" for i in range(n)]
+    names += [f"v2[{k}]" for k in keys] + [f"vr[{k}]" for k in keys]
+    p = {nm: cb.port(nm) for nm in names}
+    x = [p[f"in[{i}]"] for i in range(n)]
+    st = {k: p[f"v2[{k}]"] for k in keys}
+    step = [st[(t0, 0, 0)] | st[(t0, 0, 1)] for t0 in range(t)]
+    cur = [~step[0]] + [step[t0 - 1] & ~step[t0] for t0 in range(1, t)] + [step[t - 1]]
+    hp = {}
+    for t0 in range(t):
+        for i in range(n):
+            hp[f"x{t0}[{i}]"] = st[(t0, i, 1)]
+        hp[f"y{t0}"] = (st[(t0, 0, 0)] & p[f"vr[{(t0, 0, 0)}]"]) | (st[(t0, 0, 1)] & p[f"vr[{(t0, 0, 1)}]"])
+    for i in range(n):
+        hp[f"x[{i}]"] = x[i]
+    assert set(hp) == set(h_ports(n, t))
+    (h,) = _inline(cb, lr.h, hp)
+    outs, labels = [], []
+    for (t0, i, z) in keys:
+        now = cur[t0] & (x[i] if z else ~x[i])
+        outs += [~st[(t0, i, z)] & ~now, st[(t0, i, z)]]
+        labels += [f"M'[{t0},{i},{z}].vc", f"M'[{t0},{i},{z}].vc'"]
+    for t0 in range(t):
+        outs.append(cur[t0])
+        labels.append(f"oc[{t0}]")
+    outs += [~cur[t] | h, cur[t] & h]
+    labels += [f"oc[{t}].a", f"oc[{t}].b"]
+    return to_basis(cb.circuit(f"{lr.name}_schedule", names, outs)), labels
+
+
+# ---------------------------------------------------------------- G_n
+@dataclass
+class NoisyNet:
+    """G_n of Lemma 6: labelled vertices, edges (src, dst, weight, part), in topological order.
+
+    ``part`` of an edge: ``mprime`` (inside a copy of M'), ``control`` (into vc / vc'),
+    ``oc`` (into an output control vertex), ``oc_out`` (output control -> out), ``read``,
+    ``gate``."""
+
+    lr: NoisyLearner
+    names: list[str] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    w: list[Number] = field(default_factory=list)
+    part: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+    copies: dict[tuple[int, int, int], dict[str, int]] = field(default_factory=dict)
+    copy_edges: dict[tuple[int, int, int], dict[tuple[str, str], int]] = field(default_factory=dict)
+    oc_out: dict[int, int] = field(default_factory=dict)  # t0 -> edge oc[t0] -> out
+    gates: int = 0
+
+    def vertex(self, name: str) -> int:
+        self.index[name] = len(self.names)
+        self.names.append(name)
+        return self.index[name]
+
+    def edge(self, u: int, v: int, w: Number, part: str) -> int:
+        self.src.append(u)
+        self.dst.append(v)
+        self.w.append(w)
+        self.part.append(part)
+        return len(self.w) - 1
+
+    def sizes(self) -> dict[str, int]:
+        from collections import Counter
+
+        return {"vertices": len(self.names), "edges": len(self.w), "copies": len(self.copies),
+                "schedule_gates": self.gates, **{f"edges_{k}": v for k, v in Counter(self.part).items()}}
+
+
+def build_noisy_net(lr: NoisyLearner) -> NoisyNet:
+    """G_n for h_n = ``lr`` (Lemma 6's proof; module doc).  Weights are mpf at :data:`DPS`."""
+    with mpmath.workdps(DPS):
+        return _build(lr)
+
+
+def _build(lr: NoisyLearner) -> NoisyNet:
+    n, t = lr.n, lr.t
+    net = NoisyNet(lr)
+    const = net.vertex("const")
+    for i in range(n):
+        net.vertex(f"in[{i}]")
+    one = mpmath.mpf(1)
+    half = mpmath.mpf(1) / 2
+    tmpl = mprime_gadget(_mp)
+    keys = [(t0, i, z) for t0 in range(t) for i in range(n) for z in (0, 1)]
+    # reads and gates need v2 / vr, which need v1, which needs only const: create copies'
+    # v1, vr, v2 first, then the computation component, then vc/vc', v3, v4 (topological order)
+    for k in keys:
+        lab = f"M'{list(k)}".replace(" ", "")
+        net.copies[k] = {"v0": const}
+        for vn in ("v1", "vr", "v2"):
+            net.copies[k][vn] = net.vertex(f"{lab}.{vn}")
+    y0, y1 = _mp(1, -21, Fraction(-3, 2)), _mp(1, -15, Fraction(-3, 2))
+    rw, rb = 4 / (y1 - y0), -2 * (y1 + y0) / (y1 - y0)  # Lemma 5's input read (gates.input_read)
+    circ, labels = schedule_circuit(lr)
+    net.gates = len(circ.gates)
+    src_of: dict[str, int] = {}
+    for nm in circ.inputs:
+        if nm.startswith("in["):
+            u = net.index[nm]
+        else:
+            kind, key = nm[:2], tuple(int(s) for s in nm[3:-1].strip("()").split(","))
+            u = net.copies[key][kind]
+        v = net.vertex(f"read:{nm}")
+        net.edge(u, v, rw, "read")
+        net.edge(const, v, rb, "read")
+        src_of[nm] = v
+    for g in circ.topo:
+        v = net.vertex(f"gate:{g.name}")
+        if g.op in ("CONST0", "CONST1"):
+            net.edge(const, v, mpmath.mpf(2 if g.op == "CONST1" else -2), "gate")
+        else:
+            unit = gate_unit("AND", 1) if g.op == "BUF" else gate_unit(g.op, len(g.inputs))
+            for s, wt in zip(g.inputs, unit.weights):
+                net.edge(src_of[s], v, mpmath.mpf(wt), "gate")
+            if unit.bias:
+                net.edge(const, v, mpmath.mpf(unit.bias), "gate")
+        src_of[g.name] = v
+    ctl_src: dict[str, int] = {}
+    for lab, sig in zip(labels, circ.outputs):
+        if sig not in src_of or sig in circ.inputs:  # an output that is a port: a BUF gate reads it
+            v = net.vertex(f"gate:buf:{sig}")
+            net.edge(src_of[sig], v, one, "gate")
+            src_of[sig] = v
+            net.gates += 1
+        ctl_src[lab] = src_of[sig]
+    # the rest of each copy, its controls, and the output control vertices
+    for k in keys:
+        lab = f"M'{list(k)}".replace(" ", "")
+        for vn in ("vc", "vc'"):
+            v = net.vertex(f"{lab}.{vn}")
+            net.copies[k][vn] = v
+            net.edge(const, v, one, "control")
+            net.edge(ctl_src[f"M'[{k[0]},{k[1]},{k[2]}].{vn}"], v, half, "control")
+        for vn in ("v3", "v4"):
+            net.copies[k][vn] = net.vertex(f"{lab}.{vn}")
+    ocs = []
+    for t0 in range(t + 1):
+        v = net.vertex(f"oc[{t0}]")
+        ocs.append(v)
+        if t0 < t:
+            net.edge(const, v, one, "oc")
+            net.edge(ctl_src[f"oc[{t0}]"], v, half, "oc")
+        else:
+            net.edge(ctl_src[f"oc[{t}].a"], v, half, "oc")
+            net.edge(ctl_src[f"oc[{t}].b"], v, half, "oc")
+    out = net.vertex("out")
+    for k in keys:
+        net.copies[k]["v5"] = out
+        net.copy_edges[k] = {e: net.edge(net.copies[k][e[0]], net.copies[k][e[1]], tmpl.weights[e], "mprime")
+                             for e in tmpl.weights}
+    w_oc = mpmath.cbrt(4) / 4 - _mp(n, -243, -29)
+    for t0 in range(t):
+        net.oc_out[t0] = net.edge(ocs[t0], out, w_oc, "oc_out")
+    net.oc_out[t] = net.edge(ocs[t], out, mpmath.mpf(49) / 100, "oc_out")
+    return net
+
+
+# ---------------------------------------------------------------- perturbed SGD
+class NoisyEngine:
+    """Forward / backward / perturbed SGD over a :class:`NoisyNet` in mpmath (f* everywhere;
+    L(x) = x^2 on (output - label); w <- w - gamma y_u delta_v + noise, every edge, every step).
+    A small reverse mode of its own: train.Engine is tied to §4.1's Net (f, Mono numbers)."""
+
+    def __init__(self, net: NoisyNet, gamma: Number | None = None):
+        self.net = net
+        with mpmath.workdps(DPS):
+            self.gamma = gamma42() if gamma is None else gamma
+        V = len(net.names)
+        self.ins = [[] for _ in range(V)]
+        self.outs = [[] for _ in range(V)]
+        for e, (u, v) in enumerate(zip(net.src, net.dst)):
+            self.ins[v].append(e)
+            self.outs[u].append(e)
+        self.n_in = net.lr.n
+        self.z: list[Number] = [mpmath.mpf(0)] * V
+        self.y: list[Number] = [mpmath.mpf(0)] * V
+
+    def forward(self, x) -> Number:
+        """One forward pass on net input 2x - 1 (x bits); returns the output vertex's output."""
+        net, w, src, z, y = self.net, self.net.w, self.net.src, self.z, self.y
+        y[0] = mpmath.mpf(1)
+        for i in range(self.n_in):
+            y[1 + i] = mpmath.mpf(2 * int(x[i]) - 1)
+        for v in range(1 + self.n_in, len(net.names)):
+            acc = mpmath.mpf(0)
+            for e in self.ins[v]:
+                yu = y[src[e]]
+                if yu:
+                    acc += w[e] * yu
+            z[v] = acc
+            y[v] = fstar_mp(acc)
+        return y[-1]
+
+    def backward(self, label: int) -> dict[int, Number]:
+        """dL/dw for every edge with a nonzero gradient (after :meth:`forward`)."""
+        net, w, dst, z, y = self.net, self.net.w, self.net.dst, self.z, self.y
+        V = len(net.names)
+        delta: list[Number] = [0] * V
+        delta[V - 1] = dfstar_mp(z[V - 1]) * 2 * (y[V - 1] - label)
+        grads: dict[int, Number] = {}
+        for v in range(V - 1, 0, -1):
+            if v < V - 1:
+                d = 0
+                for e in self.outs[v]:
+                    dv = delta[dst[e]]
+                    if dv:
+                        d += w[e] * dv
+                if not d:
+                    continue
+                fp = dfstar_mp(z[v])
+                if not fp:
+                    continue
+                delta[v] = fp * d
+            if delta[v]:
+                for e in self.ins[v]:
+                    yu = y[net.src[e]]
+                    if yu:
+                        grads[e] = yu * delta[v]
+        return grads
+
+
+@dataclass
+class Violation:
+    step: int
+    what: str
+
+
+@dataclass
+class NoisyReport:
+    outputs: list[Number]           # the net's output on each training step (Lemma 6 claim 3)
+    final: Number                   # the output on the test input
+    expected: int                   # h(x(0), y(0), ..., x) in {0,1}
+    noise_max: Number               # max |delta| actually injected
+    steps: int
+    seconds: float
+    violations: list[Violation]
+
+    @property
+    def ok(self) -> bool:
+        """Lemma 6's conclusion (|final - (2h - 1)| < 1/2) and every per-step check."""
+        return not self.violations and abs(self.final - (2 * self.expected - 1)) < mpmath.mpf(1) / 2
+
+
+def decode(eng: NoisyEngine) -> tuple[dict, list[str]]:
+    """Read the memory from the last forward pass: per copy (set?, label bit) from v2 / vr
+    (Lemma 4's intervals; a value in the gap [2^-21, 2^-15] 3^-3/2 is an error) and, as the
+    net itself sees it, from the read vertices (±2)."""
+    net, y = eng.net, eng.y
+    r = mpmath.mpf(3) ** (-mpmath.mpf(3) / 2)
+    lo, hi = mpmath.mpf(2) ** -21 * r, mpmath.mpf(2) ** -15 * r
+    mem, errs = {}, []
+    for k, vid in net.copies.items():
+        v2, vr = y[vid["v2"]], y[vid["vr"]]
+        if lo <= v2 <= hi:
+            errs.append(f"v2 of M'{k} = {mpmath.nstr(v2, 5)} in the read gap")
+        if abs(vr) != 2:
+            errs.append(f"vr of M'{k} = {mpmath.nstr(vr, 5)} is not ±2")
+        s, lab = int(v2 > hi), int(vr > 0)
+        seen = (int(y[net.index[f'read:v2[{k}]']] > 0), int(y[net.index[f'read:vr[{k}]']] > 0))
+        if seen != (s, lab):
+            errs.append(f"read vertices of M'{k} see {seen}, memory holds {(s, lab)}")
+        mem[k] = (s, lab)
+    return mem, errs
+
+
+def _check_memory(eng: NoisyEngine, step: int, xs, ys) -> list[Violation]:
+    """The decoded samples equal the stream x(0..step-1), y(0..step-1) (module doc)."""
+    mem, errs = decode(eng)
+    out = [Violation(step, e) for e in errs]
+    for (t0, i, z), (s, lab) in mem.items():
+        want = int(t0 < step and int(xs[t0][i]) == z)
+        if s != want:
+            out.append(Violation(step, f"M'[{t0},{i},{z}] set={s}, stream says {want}"))
+        if s and i == 0 and lab != int(ys[t0]):
+            out.append(Violation(step, f"label of step {t0} decoded {lab}, stream {ys[t0]}"))
+    return out
+
+
+def train_noisy(lr: NoisyLearner, xs, ys, x_test, *, noise: float | Number = 1.0, seed: int = 0,
+                bound: Number | None = None, net: NoisyNet | None = None, check: bool = True,
+                mode: str = "uniform") -> NoisyReport:
+    """Lemma 6: perturbed SGD on G_n over (2x(k) - 1, 2y(k) - 1), k < t, then run on 2x - 1.
+
+    Noise: every edge, every step, delta = noise * bound * u with u uniform in [-1, 1]
+    (``mode="uniform"``) or u = ±1 (``mode="max"``: the bound attained); ``bound`` defaults to
+    :func:`noise_bound`.  ``noise = 0`` is plain SGD; ``noise > 1`` leaves Lemma 6.
+    Checks (``check``): before each step and at the test input, the memory decoded from v2 / vr
+    and from the read vertices equals the stream so far; the output on step k is within eps'
+    of 1/2; every edge outside the copies of M' (except oc[k] -> out on step k, which Lemma 6's
+    proof lets move) has gradient exactly 0 and, after each step, weight = initial + the sum
+    of the noise injected into it (up to 10^(10 - DPS) relative rounding)."""
+    with mpmath.workdps(DPS):
+        return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode)
+
+
+def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode) -> NoisyReport:
+    n, t = lr.n, lr.t
+    net = build_noisy_net(lr) if net is None else net
+    eng = NoisyEngine(net)
+    rng = random.Random(seed)
+    scale = mpmath.mpf(noise) * (noise_bound(n, t) if bound is None else bound)
+    half, epsp = mpmath.mpf(1) / 2, eps_prime42()
+    outputs, viol, nmax = [], [], mpmath.mpf(0)
+    w0, nsum, moved = list(net.w), [mpmath.mpf(0)] * len(net.w), set()
+    tol = mpmath.mpf(10) ** (10 - DPS)
+    t_start = time.perf_counter()
+    for k in range(t):
+        yk = eng.forward(xs[k])
+        outputs.append(yk)
+        if check:
+            viol += _check_memory(eng, k, xs, ys)
+            if abs(yk - half) > epsp:
+                viol.append(Violation(k, f"output {mpmath.nstr(yk, 8)} not within eps' of 1/2"))
+        grads = eng.backward(2 * int(ys[k]) - 1)
+        if check:
+            for e, g in grads.items():
+                if net.part[e] != "mprime" and e != net.oc_out[k]:
+                    viol.append(Violation(k, f"edge {net.names[net.src[e]]}->{net.names[net.dst[e]]} "
+                                             f"({net.part[e]}) has gradient {mpmath.nstr(g, 5)}"))
+        for e, g in grads.items():
+            net.w[e] -= eng.gamma * g
+        moved.add(net.oc_out[k])
+        if scale:
+            for e in range(len(net.w)):
+                u = rng.choice((-1, 1)) if mode == "max" else rng.uniform(-1.0, 1.0)
+                d = scale * u
+                net.w[e] += d
+                nsum[e] += d
+                nmax = max(nmax, abs(d))
+        if check:  # outside M' (and the used oc -> out edges): w = w0 + sum of the noise
+            for e in range(len(net.w)):
+                if net.part[e] != "mprime" and e not in moved and \
+                        abs(net.w[e] - w0[e] - nsum[e]) > tol * max(1, abs(w0[e])):
+                    viol.append(Violation(k, f"edge {net.names[net.src[e]]}->{net.names[net.dst[e]]} "
+                                             f"moved by more than its noise"))
+    final = eng.forward(x_test)
+    if check:
+        viol += _check_memory(eng, t, xs, ys)
+    secs = time.perf_counter() - t_start
+    expected = lr(xs, ys, x_test)
+    return NoisyReport(outputs, final, expected, nmax, t, secs, viol)
+
+
+__all__ = ["DPS", "MP_PATH", "NoisyEngine", "NoisyNet", "NoisyReport", "build_noisy_net", "decode",
+           "eps42", "eps_prime42", "fstar_mp", "dfstar_mp", "gamma42", "lemma6_bound", "noise_bound",
+           "schedule_circuit", "train_noisy"]
