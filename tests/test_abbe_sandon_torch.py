@@ -28,6 +28,7 @@ from tm2nn.nets.space import Space
 from .conftest import EXAMPLES
 from .test_abbe_sandon_net import _stream, learners
 
+
 def _onnx1(model, Z) -> np.ndarray:
     """The net's single output (one value per row) from onnxruntime."""
     return np.asarray(run_onnx(model, Z)).reshape(len(Z))
