@@ -157,6 +157,14 @@ def test_ir_net_labels_and_layers():
             assert all(lab in ir.names for lab in labels)
             if op.trainable:
                 assert not op.train_bias and not np.any(op.bias)
+    # a trainable op storing every entry is dense (out reads exactly the v5, v5' of the layer
+    # before): the engine's index maps handle both forms
+    from tm2nn.emit import affine_form
+
+    forms = [affine_form(op) for op in net.nodes if isinstance(op, Affine) and op.trainable]
+    assert forms[-1] == "dense" and "scatter" in forms
+    eng = TorchEngine(ir)
+    assert eng.weights() == ir.w
     info = dict((q.strip(), v) for q, v, _ in ir.size_report())
     assert info["m'"] == "32" and info["gamma"].startswith("4 ")
 

@@ -50,6 +50,14 @@ class TorchEngine:
         self.threads = threads
         self.module = to_torch(ir.net, torch.float64)
         self.params = {name: self.module.op(name).weight for name in ir.trainable_ops()}
+        # position of the IR entry j of each trainable op in its flattened parameter: the
+        # ``scatter`` form holds the [nnz] entries in IR order; an op whose matrix stores
+        # every entry is ``dense`` (row-major [n_out, n_in])
+        self.flat = {}
+        for name in self.params:
+            mod, w = self.module.op(name), ir.net.node(name).weight
+            self.flat[name] = (np.arange(w.nnz) if mod.form == "scatter"
+                               else w.rows * w.shape[1] + w.cols)
         self.opt = torch.optim.SGD(self.module.parameters(), lr=ir.gamma)
         pnames = {n for n, _ in self.module.named_parameters()}
         assert pnames == {f"{self.module.op_attrs[n]}.weight" for n in self.params}, pnames
@@ -65,18 +73,18 @@ class TorchEngine:
     def value(self, e: int) -> float:
         """The current weight of expanded edge ``e`` of G_n."""
         name, j = self.ir.slot[e]
-        if name == "bias":
+        if name not in self.params:  # a buffer (bias or frozen op): checked by changed_buffers
             return self.ir.w[e]
-        mod = self.module.op(name)
-        return float(mod.weight.detach()[j]) if mod.form == "scatter" else float(self.ir.w[e])
+        return float(self.params[name].detach().reshape(-1)[int(self.flat[name][j])])
 
     def weights(self) -> list[float]:
         """Every edge's current weight (expanded G_n order)."""
         return [self.value(e) for e in range(len(self.ir.src))]
 
     def memory(self) -> list[int]:
-        vals = {n: p.detach().tolist() for n, p in self.params.items()}
-        return [0 if (vals[name][j] > 0) == s0 else 1 for (name, j), s0 in zip(self.mem_slots, self.mem_sign0)]
+        vals = {n: p.detach().reshape(-1).tolist() for n, p in self.params.items()}
+        return [0 if (vals[name][self.flat[name][j]] > 0) == s0 else 1
+                for (name, j), s0 in zip(self.mem_slots, self.mem_sign0)]
 
     def step(self, z, label: float) -> float:
         torch = self.torch
@@ -98,8 +106,9 @@ class TorchEngine:
         for n, p in self.params.items():
             a = p.detach().abs()
             if not self.torch.equal(a, self.abs0[n]):
-                j = int((a != self.abs0[n]).nonzero()[0, 0])
-                return f"{n}[{j}] = {float(p.detach()[j])!r}, initial ±{float(self.abs0[n][j])!r}"
+                j = int((a != self.abs0[n]).reshape(-1).nonzero()[0, 0])
+                return (f"{n}[{j}] = {float(p.detach().reshape(-1)[j])!r}, "
+                        f"initial ±{float(self.abs0[n].reshape(-1)[j])!r}")
         return None
 
     def changed_buffers(self) -> list[str]:
