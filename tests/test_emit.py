@@ -266,8 +266,12 @@ def one_affine(w: SparseMatrix, trainable=False) -> Net:
      False, "scatter", {"Shape", "Concat", "Expand", "Gather", "Mul", "ScatterND"}),  # one heavy row
     (SparseMatrix.from_entries((1000, 40), [(i, (i + j) % 40, 1.0) for i in range(1000) for j in range(10)]),
      False, "dense", {"MatMul", "Add"}),  # k / n_in = 0.25: too dense
-    (ring(40, 2), True, "dense", {"MatMul", "Add"}),  # trainable: dense parameter
-    (SparseMatrix.diagonal([1.0, 2.0]), True, "dense", {"MatMul", "Add"}),
+    # trainable and sparse: the parameter is the [nnz] vector of existing edges (absent
+    # edges must not train: Abbe & Sandon's G_n), whatever the size
+    (ring(40, 2), True, "scatter", {"Shape", "Concat", "Expand", "Gather", "Mul", "ScatterND"}),
+    (SparseMatrix.diagonal([1.0, 2.0]), True, "scatter", {"Shape", "Concat", "Expand", "Gather", "Mul", "ScatterND"}),
+    # trainable with every entry stored: a dense parameter
+    (SparseMatrix.from_dense([[1, -1 / 3], [0.5, 2]]), True, "dense", {"MatMul", "Add"}),
 ])
 def test_affine_forms(w, trainable, form, onnx_ops):
     assert 10 / 40 >= ELL_MAX_DENSITY  # the "too dense" case above relies on this

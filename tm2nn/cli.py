@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", help="source format override")
     p.add_argument("--name", help="pick one machine/circuit from the source")
     _add_compile_options(p)
+    p.add_argument("--engine", choices=["exact", "float64"], default="exact",
+                   help="--backend abbe-sandon: the size of the exact G_n or of the float64 IR net")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("verify", help="check a compiled net against the reference interpreter")
@@ -155,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the most steps it takes on the training inputs).  abbe-sandon: SGD steps, "
                    "one sample each (required with --target; default: every --samples row)")
     p.add_argument("--work", type=int, help="rcnn: working columns right of the input (default 1; Definition 5 has L)")
+    p.add_argument("--engine", choices=["exact", "float64"], default="exact",
+                   help="abbe-sandon: exact (§4.1's G_n in exact arithmetic, the default: faster, "
+                   "docs/abbe_sandon.md \"float64 engine and export\") or float64 (the dyadic re-parametrisation "
+                   "as an IR net, emitted to torch and trained with torch.optim.SGD)")
+    p.add_argument("--export-before", metavar="PATH", help="abbe-sandon --engine float64: write the net before "
+                   "training (.onnx or .pt)")
+    p.add_argument("--export-after", metavar="PATH", help="abbe-sandon --engine float64: write the net after "
+                   "training (.onnx or .pt)")
     p.add_argument("--json", action="store_true", help="end with one JSON line (rcnn: examples, memorized, "
                    "test_agreement; abbe-sandon: steps, samples_used, test_accuracy, mismatches, test_inputs)")
 
@@ -513,7 +523,12 @@ def _info_abbe_sandon(args) -> int:
     if not isinstance(obj, Learner):
         raise Tm2nnError(f"the abbe-sandon backend builds a net for a learner (h and g circuits); "
                          f"{obj.name!r} is a {type(obj).__name__.lower()}")
-    rows = build_net(obj).size_report()
+    if getattr(args, "engine", None) == "float64":
+        from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
+
+        rows = build_ir_net(obj).size_report()
+    else:
+        rows = build_net(obj).size_report()
     if args.json:
         print(json.dumps({"backend": "abbe-sandon", "info": {q.strip(): v for q, v, _ in rows},
                           "bounds": [list(r) for r in rows]}))
@@ -521,7 +536,8 @@ def _info_abbe_sandon(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{args.source}: abbe-sandon (Lemma 3's G_n, exact weights)", title_justify="left")
+    what = ("float64 dyadic weights, IR net" if getattr(args, "engine", None) == "float64" else "exact weights")
+    t = Table(title=f"{args.source}: abbe-sandon (Lemma 3's G_n, {what})", title_justify="left")
     t.add_column("quantity")
     t.add_column("this network", justify="right")
     t.add_column("paper")
@@ -718,24 +734,41 @@ def _abbe_sandon_stream(args, lr):
 
 
 def _learn_abbe_sandon(args, obj) -> int:
-    from tm2nn.backends.abbe_sandon.train import learn
     from tm2nn.ir import Learner
 
     if not isinstance(obj, Learner):
         raise Tm2nnError(f"the abbe-sandon backend trains a learner (h and g circuits, Abbe & Sandon Lemma 3); "
                          f"{obj.name!r} is a {type(obj).__name__.lower()}")
+    engine = getattr(args, "engine", "exact") or "exact"
+    exports = {k: getattr(args, k, None) for k in ("export_before", "export_after")}
+    for k, path in exports.items():
+        if path and engine != "float64":
+            raise Tm2nnError(f"--{k.replace('_', '-')} needs --engine float64 (the exact engine's net is no IR net)")
+        if path and Path(path).suffix not in (".onnx", ".pt"):
+            raise Tm2nnError(f"--{k.replace('_', '-')}: the path must end in .onnx or .pt, got {path!r}")
     xs, ys, rs, r2s, txs, tys, trs, tr2s = _abbe_sandon_stream(args, obj)
     total = len(xs) + len(txs)
 
     def fn(cb):
+        if engine == "float64":
+            from tm2nn.backends.abbe_sandon.train_torch import learn as learn_f64
+
+            return learn_f64(obj, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb, **exports)
+        from tm2nn.backends.abbe_sandon.train import learn
+
         return learn(obj, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb)
     rep = _with_progress(fn, total, args.json, "training")
     if not args.json:
         from rich.console import Console
 
         c = Console(highlight=False)
-        c.print(f"{obj.name}: {rep['steps']} SGD steps in exact arithmetic ({rep['steps_per_second']:.1f} steps/s), "
+        how = ("in exact arithmetic" if engine == "exact"
+               else "with torch.optim.SGD in float64 (dyadic re-parametrisation)")
+        c.print(f"{obj.name}: {rep['steps']} SGD steps {how} ({rep['steps_per_second']:.1f} steps/s), "
                 f"memory changed in {rep['memory_changes']} steps, last at step {rep['samples_used']}")
+        for k, path in exports.items():
+            if path:
+                c.print(f"  wrote the net {k.split('_')[1]} training to {path}")
         c.print(f"  training accuracy (net output = label): {rep['train_accuracy']:.3f}")
         if rep["mismatch"]:
             c.print(f"[red]mismatch with the learner at {rep['mismatch']}[/]")

@@ -41,8 +41,13 @@ FORMS = ("diagonal", "ell", "scatter", "dense")
 def affine_form(op: "Affine") -> str:
     """The runtime form of an affine op: ``"diagonal"``, ``"ell"``, ``"scatter"`` or ``"dense"``.
 
-    * trainable ops are ``dense`` (the parameter is the dense W, so autograd gives the
-      gradient with respect to every weight);
+    * a trainable op whose matrix stores some but not all of its entries is ``scatter``:
+      the parameter is the ``[nnz]`` vector of the stored entries, so only the existing
+      edges get gradients and SGD updates (an absent edge stays absent: Abbe & Sandon's
+      G_n, :mod:`tm2nn.backends.abbe_sandon.ir_net`);
+    * any other trainable op (every entry stored, or none: a zero-initialised matrix, the
+      only way to declare a fully trainable zero W) is ``dense`` (the parameter is the dense
+      W, so autograd gives the gradient with respect to every weight);
     * a square matrix with entries only on its diagonal is ``diagonal`` (``x * d + b``);
     * a matrix of at most :data:`SMALL_DENSE` entries is ``dense``;
     * rows with at most :data:`ELL_MAX_K` nonzeros and padded density below
@@ -51,10 +56,10 @@ def affine_form(op: "Affine") -> str:
       ``nnz`` inputs, scale, add each into its row);
     * everything else is ``dense`` (a matmul).
     """
-    if op.trainable:
-        return "dense"
     w = op.weight
     n_out, n_in = w.shape
+    if op.trainable:
+        return "scatter" if 0 < w.nnz < n_out * n_in else "dense"
     if n_in == 0 or n_out == 0:
         return "dense"
     if w.is_diagonal:

@@ -13,7 +13,15 @@ Each affine op keeps the runtime form :func:`tm2nn.emit.affine_form` chose for i
 * ``ell``:      ``cols`` (int64) and ``weight``, both ``[k, n_out]``: output ``i`` is
   ``sum_j weight[j, i] * x[cols[j, i]] + bias[i]`` (padding has weight 0);
 * ``scatter``:  ``rows``, ``cols`` (int64) and ``weight``, all ``[nnz]``: entry ``e``
-  adds ``weight[e] * x[cols[e]]`` to output ``rows[e]``.
+  adds ``weight[e] * x[cols[e]]`` to output ``rows[e]``.  Entries are in the order of the
+  op's :class:`~tm2nn.nets.SparseMatrix` (row-major), so ``weight[e]`` is the IR's
+  ``weight.vals[e]``.  This is also the form of a *sparse trainable* affine: its
+  Parameter is the ``[nnz]`` ``weight`` (only existing edges have gradients), ``rows``
+  and ``cols`` are buffers.
+
+A trainable op's ``bias`` is a Parameter unless the op says ``train_bias=False``.
+:meth:`NetModule.to_net` writes the module's current (e.g. trained) weights back into a
+copy of the IR net, which the ONNX emitter can then export.
 
 The net runs feature-major (``[width, batch]``) inside; :meth:`NetModule.forward` takes
 and returns ``[batch, width]``.  Each op submodule's own ``forward`` is batch-major too,
@@ -95,7 +103,10 @@ class AffineModule(nn.Module):
         bias = torch.from_numpy(np.array(op.bias, dtype=np.float64)).to(dtype)
         if self.trainable:
             self.weight = nn.Parameter(weight)
-            self.bias = nn.Parameter(bias)
+            if op.train_bias:
+                self.bias = nn.Parameter(bias)
+            else:
+                self.register_buffer("bias", bias)
         else:
             self.register_buffer("weight", weight)
             self.register_buffer("bias", bias)
@@ -139,7 +150,10 @@ class AffineModule(nn.Module):
         if self.form == "diagonal":
             return x.mul(self.weight.unsqueeze(1)).add_(b)
         if self.form == "scatter":
-            g = x.index_select(0, self.cols).mul_(self.weight.unsqueeze(1))
+            g = x.index_select(0, self.cols)
+            # in place only when the weight is a buffer: autograd needs the gathered x for
+            # the gradient of a trainable weight
+            g = g * self.weight.unsqueeze(1) if self.trainable else g.mul_(self.weight.unsqueeze(1))
             return b.expand(self.n_out, x.shape[1]).clone().index_add_(0, self.rows, g)
         return torch.addmm(b, self.weight, x)
 
@@ -613,6 +627,40 @@ class NetModule(nn.Module):
     def op(self, name: str) -> nn.Module:
         """The submodule emitted for the op called ``name``."""
         return getattr(self, self.op_attrs[name])
+
+    def to_net(self) -> Net:
+        """A copy of the IR net with this module's current affine weights and biases (after
+        training, say), ready for :func:`tm2nn.emit.onnx_emit.to_onnx`.  A sparse trainable
+        op keeps its pattern (its stored entries, in their order: ``scatter`` form);
+        a dense one is read back entry by entry (zeros dropped).  Ops inside nested nets
+        (loop bodies) must not be trainable."""
+        import dataclasses
+
+        from tm2nn.nets import SparseMatrix
+
+        nodes = []
+        for op in self.net.nodes:
+            if isinstance(op, Affine):
+                mod = self.op(op.name)
+                w = mod.weight.detach().to(torch.float64).cpu().numpy()
+                b = mod.bias.detach().to(torch.float64).cpu().numpy().copy()
+                if mod.form == "scatter":
+                    sm = SparseMatrix(op.weight.shape, op.weight.rows, op.weight.cols, w.copy())
+                    if sm.nnz != op.weight.nnz:
+                        raise ValueError(f"affine {op.name!r}: a trained weight became 0; the sparse "
+                                         "pattern would change")
+                elif mod.form == "dense":
+                    sm = SparseMatrix.from_dense(w)
+                elif mod.form == "diagonal":
+                    sm = SparseMatrix.diagonal(w)
+                else:
+                    sm = op.weight  # ELL ops are never trainable
+                op = dataclasses.replace(op, weight=sm, bias=b)
+            elif any(isinstance(o, Affine) and o.trainable for sub in getattr(op, "body", None) and [op.body] or []
+                     for o in sub.all_ops()):
+                raise NotImplementedError(f"op {op.name!r}: trainable ops in nested nets are not written back")
+            nodes.append(op)
+        return Net(self.net.name, self.net.inputs, tuple(nodes), self.net.outputs, dict(self.net.metadata))
 
     def extra_repr(self) -> str:
         ins = ", ".join(f"{n}[{w}]" for n, w in zip(self.input_names, self.input_widths))

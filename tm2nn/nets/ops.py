@@ -54,13 +54,16 @@ class Op:
 @dataclass(frozen=True, eq=False)
 class Affine(Op):
     """``y = W x + b``.  ``trainable`` marks weights a construction trains (emitted as
-    torch Parameters); everything else is a buffer."""
+    torch Parameters); everything else is a buffer.  A trainable sparse W trains only its
+    stored entries (:func:`tm2nn.emit.affine_form`); ``train_bias=False`` keeps the bias of
+    a trainable op a buffer (a construction whose units have no bias edge)."""
 
     weight: SparseMatrix = None  # type: ignore[assignment]
     bias: np.ndarray = None  # type: ignore[assignment]
     out: Space = None  # type: ignore[assignment]
     trainable: bool = False
     cite: str = ""
+    train_bias: bool = True
     kind: ClassVar[str] = "affine"
 
     def __post_init__(self) -> None:

@@ -277,15 +277,20 @@ def _exact(x: float) -> int | Fraction:
     return int(q) if q.denominator == 1 else q
 
 
-def build_net(lr: Learner, m_prime: int | None = None) -> Net:
+def build_net(lr: Learner, m_prime: int | None = None, *, gadget=None, read_value: Number = None) -> Net:
     """G_n for the learner ``lr`` (Lemma 3's proof; departures in the module doc).
 
     ``m_prime`` overrides m' (only for experiments: Lemma 2 needs s < 1/(18 sqrt3), which
-    the paper's m' guarantees; the default is Lemma 3's)."""
+    the paper's m' guarantees; the default is Lemma 3's).  ``gadget(s)`` (default
+    :func:`.gadgets.ms_gadget`) makes the bit-0 copy of M_s and ``read_value`` is v1's
+    output for bit 0 (default Figure 2's s'): the float64 parametrisation
+    (:mod:`.ir_net`) passes its dyadic M_s and 2s, with the graph unchanged."""
     sec = Sec41.for_m(lr.m) if m_prime is None else _sec_for(lr.m, m_prime)
     net = Net(lr, sec)
     s = sec.s
-    s_read = sec.num(18, 0, Fraction(1, 2), 1) ** 3  # s' = (18 sqrt3 s)^3, v1's output for bit 0
+    ms_gadget_ = ms_gadget if gadget is None else gadget
+    # s' = (18 sqrt3 s)^3, v1's output for bit 0
+    s_read = sec.num(18, 0, Fraction(1, 2), 1) ** 3 if read_value is None else read_value
 
     net.const = net.add_vertex("const", "const")
     net.inputs = [net.add_vertex(f"in:{p}", "input") for p in lr.net_inputs]
@@ -294,7 +299,7 @@ def build_net(lr: Learner, m_prime: int | None = None) -> Net:
 
     # memory copies first (their v1 is read by the computation section)
     m, mp = lr.m, sec.m_prime
-    template = ms_gadget(s)
+    template = ms_gadget_(s)
     specs = [(f"mem[{i}]", "memory", 1, lr.init[i]) for i in range(m)]
     specs += [(f"ext[{e}]", "extraneous", 1, 0) for e in range(1, m + 1)]
     if mp - m > 0:
@@ -345,7 +350,7 @@ def build_net(lr: Learner, m_prime: int | None = None) -> Net:
     net.out = net.add_vertex("out", "out")
     for label, role, mult, bit, vid in pending:
         vid["v6"] = net.out
-        g = ms_gadget(s)
+        g = ms_gadget_(s)
         w = dict(g.weights)
         if bit:
             for e in MS_PATH_PLUS:

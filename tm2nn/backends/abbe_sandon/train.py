@@ -223,16 +223,12 @@ def net_inputs(xs, rs, r2s) -> np.ndarray:
     return 2 * np.concatenate([xs, rs, r2s], axis=1) - 1
 
 
-def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
-          progress: Callable[[int, float], None] | None = None, engine: Engine | None = None) -> TrainReport:
-    """Train ``net`` by SGD on the samples ``((2x-1, 2r-1, 2r'-1), 2y-1)`` (bits in), one
-    step per sample, comparing with :func:`run_learner` after every step (module doc).
-
-    ``rs``/``r2s`` may be ``None`` when the learner has no such bits.  ``progress(t, acc)``
-    is called after each step with the running accuracy (output = label, last 100 steps)."""
+def prepare_stream(lr, xs, ys, rs, r2s):
+    """The learner's reference run (:func:`run_learner`) and the net inputs of a stream:
+    ``(ref, Z, ys)`` with ``Z`` Theorem 4's ±1 rows and ``ys`` bool.  Shared by the exact
+    and the float64 engine."""
     from tm2nn.interp.learner import run_learner
 
-    lr = net.learner
     xs = np.asarray(xs, dtype=bool)
     ys = np.asarray(ys, dtype=bool)
     T = xs.shape[0]
@@ -240,52 +236,94 @@ def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
     r2_a = None if not lr.coin else np.asarray(r2s, dtype=bool).reshape(T)
     ref = run_learner(lr, xs, ys, rs_a, r2_a)
     Z = net_inputs(xs, rs_a, None if r2_a is None else r2_a[:, None])
+    return ref, Z, ys
+
+
+class StepChecker:
+    """The per-step comparison with the learner (module doc), shared by the engines: call
+    :meth:`step` after each SGD step with the net's output and a function decoding its
+    memory, and :meth:`weights` with the names of changed non-M_s weights; both return
+    False (and set ``report.mismatch``) at the first mismatch."""
+
+    def __init__(self, lr, ref, ys, memory0: list[int], progress=None) -> None:
+        self.lr, self.ref, self.ys = lr, ref, ys
+        self.report = TrainReport(0)
+        self.mem = list(memory0)
+        self.recent: list[int] = []
+        self.progress = progress
+        self.t0 = time.perf_counter()
+
+    def step(self, t: int, out, memory: Callable[[], list[int]]) -> bool:
+        """Step ``t`` (0-based): the output must be ±1 and equal the learner's y*, the decoded
+        memory the learner's b_t."""
+        rep, lr = self.report, self.lr
+        rep.steps = t + 1
+        if out not in (1, -1):
+            rep.mismatch = Mismatch(t + 1, "value", f"the net output {out!r}, not ±1 (Lemma 3)")
+            return False
+        bit = 1 if out == 1 else 0
+        rep.outputs.append(bit)
+        ok = bit == int(self.ys[t])
+        rep.correct += ok
+        self.recent = (self.recent + [ok])[-100:]
+        if bit != int(self.ref.outputs[t]):
+            rep.mismatch = Mismatch(t + 1, "output", f"the net output {2 * bit - 1:+d}, the learner's "
+                                    f"y* is {int(self.ref.outputs[t])}")
+            return False
+        new = memory()
+        want = [int(b) for b in self.ref.memories[t]]
+        if new != want:
+            diff = [lr.memory[i] for i in range(lr.m) if new[i] != want[i]]
+            rep.mismatch = Mismatch(t + 1, "memory", f"decoded memory differs from the learner's at "
+                                    f"{', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''}")
+            return False
+        if new != self.mem:
+            rep.memory_changes.append(t + 1)
+            self.mem = new
+        return True
+
+    def weights(self, t: int, bad: list[str]) -> bool:
+        """``bad``: the edges (``u -> v``) outside the M_s copies that changed at step t."""
+        if bad:
+            self.report.mismatch = Mismatch(t + 1, "weights", f"{len(bad)} weight(s) outside the M_s copies "
+                                            f"changed, e.g. {bad[0]}")
+            return False
+        return True
+
+    def tick(self, t: int) -> None:
+        if self.progress is not None:
+            self.progress(t + 1, sum(self.recent) / len(self.recent))
+
+    def finish(self) -> TrainReport:
+        self.report.seconds = time.perf_counter() - self.t0
+        return self.report
+
+
+def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
+          progress: Callable[[int, float], None] | None = None, engine: Engine | None = None) -> TrainReport:
+    """Train ``net`` by SGD on the samples ``((2x-1, 2r-1, 2r'-1), 2y-1)`` (bits in), one
+    step per sample, comparing with :func:`run_learner` after every step (module doc).
+
+    ``rs``/``r2s`` may be ``None`` when the learner has no such bits.  ``progress(t, acc)``
+    is called after each step with the running accuracy (output = label, last 100 steps)."""
+    ref, Z, ys = prepare_stream(net.learner, xs, ys, rs, r2s)
     eng = engine or Engine(net)
     gadget_edges = net.gadget_edges()
     frozen = [e for e in range(len(net.src)) if e not in gadget_edges]
     frozen_w = [net.w[e] for e in frozen]
-    rep = TrainReport(0)
-    mem = list(net.memory_bits())
-    recent: list[int] = []
-    t0 = time.perf_counter()
-    for t in range(T):
+    chk = StepChecker(net.learner, ref, ys, net.memory_bits(), progress)
+    for t in range(len(Z)):
         label = 1 if ys[t] else -1
         out, grads = eng.step(Z[t], label)
-        rep.steps = t + 1
-        if out not in (1, -1):
-            rep.mismatch = Mismatch(t + 1, "value", f"the net output {out!r}, not ±1 (Lemma 3)")
+        if not chk.step(t, out, net.memory_bits):
             break
-        bit = 1 if out == 1 else 0
-        rep.outputs.append(bit)
-        ok = bit == int(ys[t])
-        rep.correct += ok
-        recent = (recent + [ok])[-100:]
-        if bit != int(ref.outputs[t]):
-            rep.mismatch = Mismatch(t + 1, "output", f"the net output {2 * bit - 1:+d}, the learner's "
-                                    f"y* is {int(ref.outputs[t])}")
-            break
-        new = net.memory_bits()
-        want = [int(b) for b in ref.memories[t]]
-        if new != want:
-            diff = [net.learner.memory[i] for i in range(lr.m) if new[i] != want[i]]
-            rep.mismatch = Mismatch(t + 1, "memory", f"decoded memory differs from the learner's at "
-                                    f"{', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''}")
-            break
-        if new != mem:
-            rep.memory_changes.append(t + 1)
-            mem = new
         if check_weights:
             bad = [e for e in grads if e not in gadget_edges]
             bad += [e for e, w0 in zip(frozen, frozen_w) if net.w[e] != w0]
-            if bad:
-                e = bad[0]
-                rep.mismatch = Mismatch(t + 1, "weights", f"{len(bad)} weight(s) outside the M_s copies "
-                                        f"changed, e.g. {net.names[net.src[e]]} -> {net.names[net.dst[e]]}")
+            if not chk.weights(t, [f"{net.names[net.src[e]]} -> {net.names[net.dst[e]]}" for e in bad]):
                 break
-        if progress is not None:
-            progress(t + 1, sum(recent) / len(recent))
-    rep.seconds = time.perf_counter() - t0
-    return rep
+        chk.tick(t)
+    return chk.finish()
 
 
 def predict(net: Net, xs, rs=None, r2s=None, engine: Engine | None = None) -> np.ndarray:
@@ -321,31 +359,53 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
             progress(t, f"training (running accuracy {acc:.2f})")
 
     rep = train(net, xs, ys, rs, r2s, progress=on_step, engine=eng)
-    acc = float("nan")
+    acc = held_out_accuracy(lr, rep, lambda Z: [eng.predict(z) for z in Z], test_xs, test_ys, test_rs, test_r2s,
+                        progress=None if progress is None else (lambda i, msg: progress(T + i, msg)))
+    return learn_summary(rep, acc, len(test_xs), net.size_report())
+
+
+def held_out_inputs(lr, test_xs, test_rs=None, test_r2s=None) -> np.ndarray:
+    """Theorem 4's ±1 rows for test points (random bits default 0)."""
     N = len(test_xs)
-    if rep.mismatch is None and N:
-        right = 0
-        rs_t = np.zeros((N, len(lr.random)), bool) if test_rs is None else np.asarray(test_rs, bool).reshape(N, -1)
-        r2_t = np.zeros((N, len(lr.coin)), bool) if test_r2s is None else np.asarray(test_r2s, bool).reshape(N, -1)
-        Z = net_inputs(test_xs, rs_t, r2_t)
-        for i in range(N):
-            right += eng.predict(Z[i]) == int(test_ys[i])
-            if progress is not None and (i % 10 == 9 or i == N - 1):
-                progress(T + i + 1, f"testing (accuracy {right / (i + 1):.3f})")
-        acc = right / N
+    rs_t = np.zeros((N, len(lr.random)), bool) if test_rs is None else np.asarray(test_rs, bool).reshape(N, -1)
+    r2_t = np.zeros((N, len(lr.coin)), bool) if test_r2s is None else np.asarray(test_r2s, bool).reshape(N, -1)
+    return net_inputs(np.asarray(test_xs, bool).reshape(N, -1), rs_t, r2_t)
+
+
+def held_out_accuracy(lr, rep: TrainReport, predict_rows, test_xs, test_ys, test_rs=None, test_r2s=None,
+                  progress=None, chunk: int = 10) -> float:
+    """Accuracy of ``predict_rows(Z) -> 0/1 answers`` on the test points (NaN after a
+    mismatch or with no test points); ``progress(i, text)`` every ``chunk`` points."""
+    N = len(test_xs)
+    if rep.mismatch is not None or not N:
+        return float("nan")
+    Z = held_out_inputs(lr, test_xs, test_rs, test_r2s)
+    right = 0
+    for i in range(0, N, chunk):
+        got = predict_rows(Z[i:i + chunk])
+        right += sum(int(a) == int(b) for a, b in zip(got, test_ys[i:i + chunk]))
+        done = min(N, i + chunk)
+        if progress is not None:
+            progress(done, f"testing (accuracy {right / done:.3f})")
+    return right / N
+
+
+def learn_summary(rep: TrainReport, acc: float, n_test: int, size) -> dict:
+    """The dict :func:`learn` returns (shared with the float64 engine's learn)."""
     mm = rep.mismatch
     return {
         "steps": rep.steps,
         "samples_used": rep.samples_used,
         "test_accuracy": acc,
         "mismatches": 0 if mm is None else 1,
-        "test_inputs": N,
+        "test_inputs": n_test,
         "memory_changes": len(rep.memory_changes),
         "train_accuracy": rep.correct / rep.steps if rep.steps else float("nan"),
         "steps_per_second": rep.steps_per_second,
         "mismatch": None if mm is None else f"step {mm.step}: {mm.what} mismatch: {mm.detail}",
-        "size": net.size_report(),
+        "size": size,
     }
 
 
-__all__ = ["Engine", "Mismatch", "TrainReport", "train", "predict", "net_inputs", "learn"]
+__all__ = ["Engine", "Mismatch", "TrainReport", "StepChecker", "prepare_stream", "train", "predict", "net_inputs",
+           "learn", "learn_summary", "held_out_accuracy", "held_out_inputs"]

@@ -1,0 +1,225 @@
+"""The float64 engine: G_n as an IR net (:mod:`.ir_net`), emitted to torch in float64 and
+trained with plain ``torch.optim.SGD``, checked against the learner at every step.
+
+One step on a sample ``(z, y)`` (Theorem 4's ``z = (2x - 1, 2r - 1, 2r' - 1)``,
+``y = ±1``): ``opt.zero_grad()``, ``out = module(z)``, ``loss = (out - y)**2`` (the exact
+engine's loss, :mod:`.train`), ``loss.backward()``, ``opt.step()`` with
+``torch.optim.SGD(module.parameters(), lr=gamma)`` (``gamma = Dyadic.gamma``, no momentum,
+no weight decay, batch 1).  The parameters are exactly the M_s edges (the ``[nnz]``
+weights of the sparse trainable affines); gate, read, control, v0 and carry weights and
+all biases are buffers.
+
+Checks after each step (:class:`.train.StepChecker`, shared with the exact engine): the
+output is ±1 and equals the learner's ``y*_t``; the memory decoded from the first m
+copies (w(v0, v1) against its bit-0 sign, :func:`.gadgets.ms_bit`'s rule) equals
+``b_t``; every M_s weight is bitwise ± its initial value (Lemma 2's invariant: a flip
+is exact); and (``check_weights``) every buffer is bitwise unchanged.  The first
+mismatch stops training.
+
+Export (:func:`export`): ``.onnx`` -- the IR net with the module's current weights
+(:meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) through the ONNX emitter, metadata
+included; ``.pt`` -- ``torch.save`` of ``{"module", "state_dict", "metadata"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .gadgets import MS_PATH_PLUS
+from .ir_net import IRNet, build_ir_net
+from .train import StepChecker, TrainReport, held_out_accuracy, learn_summary, prepare_stream
+
+ENGINES = ("exact", "float64")
+
+
+class TorchEngine:
+    """The emitted module, its SGD optimiser and the index maps for decoding (module doc)."""
+
+    def __init__(self, ir: IRNet, threads: int | None = 1) -> None:
+        import torch
+
+        from tm2nn.emit.torch_emit import to_torch
+
+        self.ir = ir
+        self.torch = torch
+        self.threads = threads
+        self.module = to_torch(ir.net, torch.float64)
+        self.params = {name: self.module.op(name).weight for name in ir.trainable_ops()}
+        # position of the IR entry j of each trainable op in its flattened parameter: the
+        # ``scatter`` form holds the [nnz] entries in IR order; an op whose matrix stores
+        # every entry is ``dense`` (row-major [n_out, n_in])
+        self.flat = {}
+        for name in self.params:
+            mod, w = self.module.op(name), ir.net.node(name).weight
+            self.flat[name] = (np.arange(w.nnz) if mod.form == "scatter"
+                               else w.rows * w.shape[1] + w.cols)
+        self.opt = torch.optim.SGD(self.module.parameters(), lr=ir.gamma)
+        pnames = {n for n, _ in self.module.named_parameters()}
+        assert pnames == {f"{self.module.op_attrs[n]}.weight" for n in self.params}, pnames
+        self.buffers0 = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        self.abs0 = {n: p.detach().abs().clone() for n, p in self.params.items()}
+        # memory decoding: each memory copy's w(v0, v1) slot and its bit-0 sign (+)
+        lr = ir.learner
+        self.mem_slots = [ir.slot[edges[("v0", "v1")]] for edges in ir.mem_edges]
+        self.mem_path = [[ir.slot[edges[e]] for e in MS_PATH_PLUS] for edges in ir.mem_edges]
+        self.mem_sign0 = [c.template.initial[("v0", "v1")] > 0 for c in ir.graph.memory_copies]
+        assert len(self.mem_slots) == lr.m
+
+    def value(self, e: int) -> float:
+        """The current weight of expanded edge ``e`` of G_n."""
+        name, j = self.ir.slot[e]
+        if name not in self.params:  # a buffer (bias or frozen op): checked by changed_buffers
+            return self.ir.w[e]
+        return float(self.params[name].detach().reshape(-1)[int(self.flat[name][j])])
+
+    def weights(self) -> list[float]:
+        """Every edge's current weight (expanded G_n order)."""
+        return [self.value(e) for e in range(len(self.ir.src))]
+
+    def memory(self) -> list[int]:
+        vals = {n: p.detach().reshape(-1).tolist() for n, p in self.params.items()}
+        return [0 if (vals[name][self.flat[name][j]] > 0) == s0 else 1
+                for (name, j), s0 in zip(self.mem_slots, self.mem_sign0)]
+
+    def step(self, z, label: float) -> float:
+        torch = self.torch
+        self.opt.zero_grad(set_to_none=False)
+        y = self.module(torch.as_tensor(np.asarray(z, dtype=np.float64)[None, :]))
+        loss = (y[0, 0] - float(label)) ** 2
+        loss.backward()
+        self.opt.step()
+        return float(y.detach()[0, 0])
+
+    def predict_rows(self, Z) -> list[int]:
+        torch = self.torch
+        with torch.no_grad():
+            y = self.module(torch.as_tensor(np.asarray(Z, dtype=np.float64)))
+        return [1 if v > 0 else 0 for v in y[:, 0].tolist()]
+
+    def exact_flips(self) -> str | None:
+        """None if every M_s weight is bitwise ± its initial value, else which is not."""
+        for n, p in self.params.items():
+            a = p.detach().abs()
+            if not self.torch.equal(a, self.abs0[n]):
+                j = int((a != self.abs0[n]).reshape(-1).nonzero()[0, 0])
+                return (f"{n}[{j}] = {float(p.detach().reshape(-1)[j])!r}, "
+                        f"initial ±{float(self.abs0[n].reshape(-1)[j])!r}")
+        return None
+
+    def changed_buffers(self) -> list[str]:
+        return [n for n, b in self.module.named_buffers() if n in self.buffers0 and not self.torch.equal(b, self.buffers0[n])]
+
+
+def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
+          progress: Callable[[int, float], None] | None = None, engine: TorchEngine | None = None) -> TrainReport:
+    """Train the float64 G_n on the stream with ``torch.optim.SGD``, comparing with the
+    learner after every step (module doc; the same checks and report as :func:`.train.train`)."""
+    import torch
+
+    ref, Z, ys = prepare_stream(ir.learner, xs, ys, rs, r2s)
+    eng = engine or TorchEngine(ir)
+    chk = StepChecker(ir.learner, ref, ys, eng.memory(), progress)
+    threads = torch.get_num_threads()
+    if eng.threads:
+        torch.set_num_threads(eng.threads)  # small layers: threads only add overhead
+    try:
+        for t in range(len(Z)):
+            out = eng.step(Z[t], 1.0 if ys[t] else -1.0)
+            if not chk.step(t, out if out not in (1.0, -1.0) else int(out), eng.memory):
+                break
+            bad = eng.exact_flips()
+            if bad is not None:
+                from .train import Mismatch
+
+                chk.report.mismatch = Mismatch(t + 1, "value", f"an M_s weight is not ± its initial value: {bad}")
+                break
+            if check_weights and not chk.weights(t, eng.changed_buffers()):
+                break
+            chk.tick(t)
+    finally:
+        torch.set_num_threads(threads)
+    return chk.finish()
+
+
+def export(eng: TorchEngine, path, steps: int = 0) -> Path:
+    """Write the net with its current weights: ``.onnx`` (ONNX emitter, metadata) or
+    ``.pt`` (``{"module", "state_dict", "metadata"}``); see the module doc."""
+    import torch
+
+    path = Path(path)
+    meta = dict(eng.ir.net.metadata)
+    meta["tm2nn.abbe_sandon.steps"] = str(steps)
+    meta["tm2nn.abbe_sandon.memory"] = "".join(map(str, eng.memory()))
+    meta["tm2nn.abbe_sandon.input_labels"] = ",".join(eng.ir.net.inputs[0].space.labels)
+    rows = eng.ir.size_report()  # for `tm2nn info FILE`
+    from tm2nn import __version__
+
+    meta["tm2nn.version"] = __version__
+    meta["tm2nn.input_encoding"] = json.dumps({"kind": "pm1", "names": list(eng.ir.net.inputs[0].space.labels)})
+    meta["tm2nn.output_encoding"] = json.dumps({"kind": "sign", "names": ["out"]})
+    meta["tm2nn.info"] = json.dumps({k.strip(): v for k, v, _ in rows})
+    meta["tm2nn.bounds"] = json.dumps([list(r) for r in rows])
+    if path.suffix == ".onnx":
+        from tm2nn.emit.onnx_emit import save_onnx, to_onnx
+
+        save_onnx(to_onnx(eng.module.to_net(), metadata=meta), path)
+    elif path.suffix == ".pt":
+        torch.save({"module": eng.module, "state_dict": eng.module.state_dict(), "metadata": meta}, path)
+    else:
+        raise ValueError(f"export path must end in .onnx or .pt, got {path.name!r}")
+    return path
+
+
+def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
+          progress: Callable[[int, str], None] | None = None, export_before=None, export_after=None,
+          k: int | None = None) -> dict:
+    """:func:`.train.learn` with the float64 engine (same dict), plus the exports."""
+    ir = build_ir_net(lr, k)
+    eng = TorchEngine(ir)
+    T = len(xs)
+    if export_before:
+        export(eng, export_before, 0)
+
+    def on_step(t, acc):
+        if progress is not None:
+            progress(t, f"training (running accuracy {acc:.2f})")
+
+    rep = train(ir, xs, ys, rs, r2s, progress=on_step, engine=eng)
+    if export_after:
+        export(eng, export_after, rep.steps)
+    acc = held_out_accuracy(lr, rep, eng.predict_rows, test_xs, test_ys, test_rs, test_r2s, chunk=256,
+                            progress=None if progress is None else (lambda i, msg: progress(T + i, msg)))
+    return learn_summary(rep, acc, len(test_xs), ir.size_report())
+
+
+def steps_per_second(lr, T: int = 50, seed: int = 0) -> dict[str, float]:
+    """Measured SGD steps per second of both engines on one random stream (for the
+    ``--engine`` default; docs/abbe_sandon.md "float64 engine and export")."""
+    from .net import build_net
+    from .train import train as train_exact
+
+    rng = np.random.default_rng(seed)
+    xs = rng.integers(0, 2, (T, lr.n)).astype(bool)
+    ys = rng.integers(0, 2, T).astype(bool)
+    rs = rng.integers(0, 2, (T, len(lr.random))).astype(bool)
+    r2s = rng.integers(0, 2, (T, len(lr.coin))).astype(bool)
+    out = {}
+    t0 = time.perf_counter()
+    rep = train_exact(build_net(lr), xs, ys, rs, r2s)
+    out["exact"] = rep.steps_per_second
+    out["exact_build_s"] = time.perf_counter() - t0 - rep.seconds
+    t0 = time.perf_counter()
+    ir = build_ir_net(lr)
+    eng = TorchEngine(ir)
+    out["float64_build_s"] = time.perf_counter() - t0
+    rep = train(ir, xs, ys, rs, r2s, engine=eng)
+    out["float64"] = rep.steps_per_second
+    return out
+
+
+__all__ = ["ENGINES", "TorchEngine", "train", "export", "learn", "steps_per_second"]
