@@ -215,6 +215,13 @@ def test_cli_float64_learn_with_exports(run_cli, tmp_path):
     assert torch.load(a, weights_only=False)["metadata"]["tm2nn.abbe_sandon.steps"] == "20"
     r = run_cli("info", str(a))
     assert r.code == 0 and "gamma" in r.out
+    for x in ("00", "10"):  # x, then the coin r': trained on const:1, the net answers 1
+        r = run_cli("eval", str(a), "--input", x, "--json")
+        assert r.code == 0 and json.loads(r.out) == {"outputs": "1"}, r.err
+    r = run_cli("eval", str(b), "--input", "10", "--json")  # untrained: the learning phase outputs r'
+    assert r.code == 0 and json.loads(r.out) == {"outputs": "0"}
+    r = run_cli("eval", str(b), "--input", "1")
+    assert r.code == 2 and "2 inputs" in r.err
     r = run_cli("learn", str(EXAMPLES / "majority7.circ"), "--target", "const:1", "--steps", "5",
                 "--export-after", str(a))
     assert r.code != 0 and "--engine float64" in r.err

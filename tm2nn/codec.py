@@ -22,6 +22,12 @@ def _codec(enc: dict):
         n = len(enc["names"])
         return (lambda text: parse_bits(text, n),
                 lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
+    if kind in ("pm1", "sign"):  # the abbe-sandon net: bits in as ±1 (Theorem 4), sign out
+        from tm2nn.api import parse_bits
+
+        n = len(enc["names"])
+        return (lambda text: 2.0 * np.asarray(parse_bits(text, n), dtype=np.float32) - 1.0,
+                lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
     if kind == "unrolled_tm":
         from tm2nn.passes.unroll import UnrollLayout
 
@@ -45,7 +51,8 @@ def encode_many(enc: dict, texts: list[str]) -> np.ndarray:
 
 def output_bits(enc: dict, y: np.ndarray) -> np.ndarray:
     """Threshold raw outputs to booleans (the constructions output 0/1, or ±1)."""
-    return np.asarray(y) > float(enc.get("threshold", 0.5))
+    default = 0.0 if enc.get("kind") == "sign" else 0.5
+    return np.asarray(y) > float(enc.get("threshold", default))
 
 
 def decode(enc: dict, y: np.ndarray) -> dict:
