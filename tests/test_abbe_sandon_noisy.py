@@ -24,6 +24,7 @@ from tm2nn.backends.abbe_sandon.noisy import (
     noise_bound,
     train_noisy,
 )
+from tm2nn.errors import Tm2nnError
 from tm2nn.backends.abbe_sandon.noisy_learner import (
     NoisyLearner,
     majority_learner,
@@ -44,7 +45,7 @@ def _stream(n, t, seed):
 def test_ports_and_validation():
     assert ports(2, 2) == ("x0[0]", "x0[1]", "y0", "x1[0]", "x1[1]", "y1", "x[0]", "x[1]")
     lr = majority_learner(2, 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(Tm2nnError, match="must read"):
         NoisyLearner("bad", 2, 2, lr.h)
 
 

@@ -7,6 +7,9 @@ Each example documents itself in header comments::
     # target: parity:1011   learners: the target the samples come from
     # samples: 100          learners: how many samples (seed 0); ok = h equals the
     #                       target on every input afterwards
+    #                       (a §4.2 noisy learner: samples = its t; ok = h, run on
+    #                       the first t samples of seed 0, equals the target on
+    #                       every input)
     # train: data.csv       RCNN learner machines (B.1.2 form): the training set; the
     #                       interpreter answers A(S)[x] for every x in {±1}^d
 
@@ -45,6 +48,7 @@ def default_examples_dir() -> Path:
 def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
     from tm2nn.api import run_circuit
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.interp import run_machine
     from tm2nn.ir import Circuit, Learner
     from tm2nn.syntax import EXTENSIONS, load
@@ -58,7 +62,13 @@ def run_examples(folder: Path) -> list[dict]:
         row = {"example": path.name, "input": hdr.get("input", "")}
         try:
             obj = load(path)
-            if isinstance(obj, Learner):
+            if isinstance(obj, NoisyLearner):
+                s = obj.summary()
+                row["size"] = (f"noisy learner (§4.2): {s['inputs']} inputs, t = {s['samples']}, "
+                               f"h {s['h_gates']} gates")
+                row["input"] = f"{hdr.get('samples', '?')} samples of {hdr.get('target', '?')}"
+                row["result"], ok = _run_noisy_learner_example(obj, hdr)
+            elif isinstance(obj, Learner):
                 s = obj.summary()
                 row["size"] = (f"learner: {s['inputs']} inputs, {s['memory']} memory bits, "
                                f"h {s['h_gates']} / g {s['g_gates']} gates")
@@ -107,6 +117,22 @@ def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     X = exhaustive_inputs(lr.n)
     acc = float((predict(lr, run.final, X) == tg(X)).mean())
     return f"{int(run.wrong.sum())} wrong outputs; then {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
+
+
+def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
+    """A §4.2 learner: the reference h on the first t samples of the documented target
+    (seed 0), then h's answer on every input compared with the target."""
+    from tm2nn.interp.circuit import exhaustive_inputs
+    from tm2nn.learners.targets import parse_target, samples
+
+    if "target" not in hdr or hdr.get("samples", "") != str(lr.t) or lr.n > 16:
+        return f"a noisy learner needs '# target:' and '# samples: {lr.t}' (its t) header lines", False
+    tg = parse_target(hdr["target"], lr.n)
+    S = samples(tg, lr.t, 0)
+    X = exhaustive_inputs(lr.n)
+    got = [lr(S.xs, S.ys, x) for x in X]
+    acc = sum(int(g == int(w)) for g, w in zip(got, tg(X))) / len(got)
+    return f"h on the {lr.t} stored samples: {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
 
 
 def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:

@@ -114,11 +114,12 @@ def dump(obj, fmt: str) -> str:
     mod = format_module(fmt)
     if not hasattr(mod, "dump"):
         raise Tm2nnError(f"tm2nn cannot write the {fmt!r} format")
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Circuit, Learner
 
-    if isinstance(obj, Learner) and fmt != "circ":
+    if isinstance(obj, (Learner, NoisyLearner)) and fmt != "circ":
         raise Tm2nnError(f"only the 'circ' format can hold a learner, not {fmt!r}")
-    want = "circuit" if isinstance(obj, (Circuit, Learner)) else "machine"
+    want = "circuit" if isinstance(obj, (Circuit, Learner, NoisyLearner)) else "machine"
     if mod.KIND != want:
         raise Tm2nnError(f"the {fmt!r} format holds {mod.KIND}s, not {want}s")
     return mod.dump(obj)

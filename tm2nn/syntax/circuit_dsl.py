@@ -89,9 +89,11 @@ GRAMMAR_PATH = grammar_path("circuit.lark")
 #: Gate calls the language knows; the value is the IR op.
 CALLS = {op: op for op in ("AND", "OR", "NOT", "XOR", "NAND", "NOR", "XNOR", "BUF")}
 _INFIX_OP = {"&": "AND", "^": "XOR", "|": "OR"}
-KEYWORDS = frozenset({"input", "output", "circuit", "learner"})
+KEYWORDS = frozenset({"input", "output", "circuit", "learner", "noisy_learner"})
 #: The item words of a ``learner`` block, in the order :func:`dump_learner` writes them.
 LEARNER_WORDS = ("input", "random", "coin", "memory", "init", "output", "update")
+#: The item words of a ``noisy_learner`` block (§4.2), in the order :func:`dump_noisy_learner` writes them.
+NOISY_WORDS = ("input", "samples", "output")
 #: Largest vector one declaration may expand to.
 MAX_VECTOR = 1 << 20
 
@@ -165,6 +167,14 @@ class _LearnerBlock:
     line: int
     col: int
     items: list
+
+
+@dataclass
+class _NoisyBlock:
+    name: _Sig
+    line: int
+    col: int
+    items: list  # _LItem, sigs holding _Sig and NUMBER tokens
 
 
 _ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
@@ -290,6 +300,16 @@ class _Builder:
                 items[-1].sigs.append(c)
         return _LearnerBlock(name, kw.line, kw.column, items)
 
+    def noisy_learner(self, children):
+        kw, name = children[0], children[1]
+        items = []
+        for c in children[3:-1]:
+            if isinstance(c, Token) and c.type in ("NAME", "INPUT", "OUTPUT"):
+                items.append(_LItem(c, []))
+            elif isinstance(c, _Sig) or (isinstance(c, Token) and c.type == "NUMBER"):
+                items[-1].sigs.append(c)
+        return _NoisyBlock(name, kw.line, kw.column, items)
+
     def start(self, children):
         return list(children)
 
@@ -336,7 +356,7 @@ _DESCRIBE = {
     "$END": "end of file",
 }
 _ORDER = ["NAME", "QUOTED", "NUMBER", "NOT_OP", "LPAR", "RPAR", "COMMA", "EQUAL",
-          "AND_OP", "XOR_OP", "OR_OP", "INPUT", "OUTPUT", "CIRCUIT", "LEARNER", "LBRACE", "RBRACE",
+          "AND_OP", "XOR_OP", "OR_OP", "INPUT", "OUTPUT", "CIRCUIT", "LEARNER", "NOISY_LEARNER", "LBRACE", "RBRACE",
           "_NL", "$END"]
 
 
@@ -419,12 +439,12 @@ def parse(src: SourceText) -> list[Circuit]:
         raise src.error("input nested too deeply", None) from None
     if not items:
         return []
-    if isinstance(items[0], (_Block, _LearnerBlock)):
+    if isinstance(items[0], (_Block, _LearnerBlock, _NoisyBlock)):
         out, seen = [], {}
         for b in items:
             if b.name.name in seen:
                 first = seen[b.name.name]
-                what = "circuit" if isinstance(b, _Block) else "learner"
+                what = {_Block: "circuit", _LearnerBlock: "learner"}.get(type(b), "noisy learner")
                 raise src.error(f"{what} {b.name.name!r} is defined twice (circuit and learner names "
                                 "share one namespace)", b.name.line,
                                 b.name.col, notes=(f"{first}: note: first definition is here",))
@@ -432,7 +452,9 @@ def parse(src: SourceText) -> list[Circuit]:
             if isinstance(b, _Block):
                 out.append(_build(src, b.name.name, b.items, src.loc(b.line, b.col)))
         circuits = {c.name: c for c in out}
-        learners = [_build_learner(src, b, circuits) for b in items if isinstance(b, _LearnerBlock)]
+        learners = [_build_learner(src, b, circuits) if isinstance(b, _LearnerBlock)
+                    else _build_noisy_learner(src, b, circuits)
+                    for b in items if isinstance(b, (_LearnerBlock, _NoisyBlock))]
         return learners + out
     name = Path(src.path).stem or "circuit"
     first = items[0]
@@ -497,12 +519,7 @@ def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circui
                             b.name.line, b.name.col)
     found = {}
     for key, s in refs.items():
-        c = circuits.get(s.name)
-        if c is None:
-            close = difflib.get_close_matches(s.name, sorted(circuits), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise src.error(f"no circuit named {s.name!r} in this file{hint}", s.line, s.col)
-        found[key] = c
+        found[key] = _circuit_ref(src, s, circuits)
     mem = set(groups["memory"])
     init_ones = set()
     for n, s in ones:
@@ -513,6 +530,65 @@ def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circui
                    random=tuple(groups["random"]), coin=tuple(groups["coin"]),
                    init=tuple(int(n in init_ones) for n in groups["memory"]),
                    loc=src.loc(b.line, b.col), locs=locs)
+
+
+def _circuit_ref(src: SourceText, s: _Sig, circuits: dict[str, Circuit]) -> Circuit:
+    c = circuits.get(s.name)
+    if c is None:
+        close = difflib.get_close_matches(s.name, sorted(circuits), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise src.error(f"no circuit named {s.name!r} in this file{hint}", s.line, s.col)
+    return c
+
+
+def _build_noisy_learner(src: SourceText, b: _NoisyBlock, circuits: dict[str, Circuit]):
+    """A ``noisy_learner`` block (§4.2): ``input x[n]`` (exactly one vector named x),
+    ``samples T`` (a positive integer), ``output H`` (a circuit of this file); the
+    structural checks (h's ports and output) are :func:`validate_noisy_learner`'s."""
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
+
+    name = b.name.name
+    got: dict[str, object] = {}
+    locs: dict[str, Loc] = {}
+    for it in b.items:
+        word, w = it.word.value, it.word
+        if word not in NOISY_WORDS:
+            close = difflib.get_close_matches(word, NOISY_WORDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise src.error(f"unknown noisy_learner item {word!r} (known: {', '.join(NOISY_WORDS)}){hint}",
+                            w.line, w.column)
+        if word in got:
+            raise src.error(f"the noisy learner's '{word}' item is given twice", w.line, w.column,
+                            notes=(f"{locs[word]}: note: first given here",))
+        if len(it.sigs) != 1:
+            raise src.error(f"'{word}' takes exactly one argument, got {len(it.sigs)}", w.line, w.column)
+        (a,) = it.sigs
+        line, col = (a.line, a.col) if isinstance(a, _Sig) else (a.line, a.column)
+        locs[word] = src.loc(line, col)
+        if word == "samples":
+            if not isinstance(a, Token) or not a.value.isdigit() or int(a.value) < 1:
+                raise src.error("'samples' takes the number of training samples t, an integer >= 1",
+                                line, col)
+            got[word] = int(a.value)
+        elif isinstance(a, Token):
+            raise src.error(f"'{word}' takes a name, not the number {a.value!r}", line, col)
+        elif word == "input":
+            if a.quoted or a.base != "x" or a.index is None:
+                raise src.error("a noisy learner's input is written 'input x[n]' (the vector x of "
+                                "Lemma 6's ports x0[..], y0, ..., x[..])", line, col)
+            _expand(src, a)
+            got[word] = a.index
+        else:
+            got[word] = _circuit_ref(src, a, circuits)
+    for word in NOISY_WORDS:
+        if word not in got:
+            what = {"input": "its input ('input x[n]')", "samples": "the number of samples ('samples T')",
+                    "output": "its circuit h ('output H')"}[word]
+            raise src.error(f"noisy learner {name!r} has no '{word}' item giving {what}",
+                            b.name.line, b.name.col)
+    locs["h"] = locs.pop("output")
+    return NoisyLearner(name, got["input"], got["samples"], got["output"],
+                        loc=src.loc(b.line, b.col), locs=locs)
 
 
 def _walk(expr: _Expr):
@@ -708,6 +784,8 @@ def dump(c) -> str:
     """``c`` in the circuit language: one ``circuit`` block, one line per gate (a
     :class:`~tm2nn.ir.Learner` is written by :func:`dump_learner`)."""
     if not isinstance(c, Circuit):
+        if hasattr(c, "t") and not hasattr(c, "g"):
+            return dump_noisy_learner(c)
         return dump_learner(c)
     lines = ["# converted by tm2nn", f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", [port_name(x) for x in c.inputs])
@@ -768,5 +846,16 @@ def dump_learner(lr, header: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["KIND", "parse", "dump", "dump_learner", "compact_ports", "port_name", "signal_name",
+def dump_noisy_learner(lr, header: bool = True) -> str:
+    """``lr`` (a :class:`~tm2nn.backends.abbe_sandon.noisy_learner.NoisyLearner`) as a
+    ``noisy_learner`` block followed by its h circuit block; parsing it back gives an equal
+    learner."""
+    lines = ["# converted by tm2nn"] if header else []
+    lines += [f"noisy_learner {signal_name(lr.name)} {{", f"  input x[{lr.n}]", f"  samples {lr.t}",
+              f"  output {signal_name(lr.h.name)}", "}", ""]
+    lines += _block_text(lr.h)
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["KIND", "parse", "dump", "dump_learner", "dump_noisy_learner", "compact_ports", "port_name", "signal_name",
            "GRAMMAR_PATH"]

@@ -23,10 +23,11 @@ of :func:`ports`, in that order, and one output) plus ``n`` and ``t``.  Construc
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from tm2nn.errors import Loc, error_at
 from tm2nn.interp.circuit import eval_circuit
 from tm2nn.ir.circuit import Circuit
 from tm2nn.learners.builder import CircuitBuilder, Vec, lowest_one
@@ -40,6 +41,10 @@ def ports(n: int, t: int) -> tuple[str, ...]:
     return tuple(out + [f"x[{i}]" for i in range(n)])
 
 
+#: Largest n * t a file may declare (h reads (n + 1) t + n ports; G_n has 2 n t copies of M').
+MAX_PORTS = 1 << 16
+
+
 @dataclass(frozen=True)
 class NoisyLearner:
     """h_n of Lemma 6 over :func:`ports` (n, t), one output bit."""
@@ -48,14 +53,29 @@ class NoisyLearner:
     n: int
     t: int
     h: Circuit
+    loc: Loc | None = field(default=None, compare=False, repr=False)
+    #: Where each item was written (keys ``input`` ``samples`` ``h``), for error messages.
+    locs: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.n < 1 or self.t < 1:
-            raise ValueError("need n >= 1 and t >= 1")
-        if tuple(self.h.inputs) != ports(self.n, self.t):
-            raise ValueError(f"h's inputs must be ports({self.n}, {self.t}) in that order")
-        if len(self.h.outputs) != 1:
-            raise ValueError("h has exactly one output (Lemma 6: h_n -> {0,1})")
+        validate_noisy_learner(self)
+
+    @property
+    def ports(self) -> tuple[str, ...]:
+        return ports(self.n, self.t)
+
+    def summary(self) -> dict:
+        return {
+            "kind": "noisy learner",
+            "name": self.name,
+            "inputs": self.n,
+            "samples": self.t,
+            "h": self.h.name,
+            "h_ports": (self.n + 1) * self.t + self.n,
+            "h_gates": len(self.h.gates),
+            "h_depth": self.h.depth,
+            "mprime_copies": 2 * self.n * self.t,
+        }
 
     def __call__(self, xs, ys, x) -> int:
         """Reference value h(x(0), y(0), ..., x(t-1), y(t-1), x) (bits 0/1)."""
@@ -65,6 +85,40 @@ class NoisyLearner:
             row += list(xs[k]) + [bool(ys[k])]
         row += list(np.asarray(x, dtype=bool).reshape(self.n))
         return int(eval_circuit(self.h, np.array([row]))[0, 0])
+
+
+def validate_noisy_learner(lr: NoisyLearner) -> None:
+    """All structural checks for a §4.2 learner (the circuit validated itself); errors
+    carry the file position of the item at fault when the learner came from a file."""
+    where = lr.loc
+    if not lr.name:
+        raise error_at(where, "noisy learner has an empty name")
+    for key, v, what in (("input", lr.n, "input bits n"), ("samples", lr.t, "samples t")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise error_at(lr.locs.get(key, where), f"noisy learner {lr.name!r}: the number of {what} "
+                           f"must be an integer >= 1, got {v!r}")
+    if lr.n * lr.t > MAX_PORTS:
+        raise error_at(lr.locs.get("samples", where), f"noisy learner {lr.name!r}: n * t = {lr.n * lr.t} "
+                       f"is too large (at most {MAX_PORTS})")
+    at = lr.locs.get("h", where)
+    if not isinstance(lr.h, Circuit):
+        raise error_at(at, f"h must be a Circuit, got {type(lr.h).__name__}")
+    want, got = ports(lr.n, lr.t), tuple(lr.h.inputs)
+    notes = (f"{lr.h.loc}: note: circuit {lr.h.name!r} is defined here",) if lr.h.loc else ()
+    if got != want:
+        for i, (a, b) in enumerate(zip(got, want)):
+            if a != b:
+                detail = f"its input {i} is {a!r} where ports(n, t) has {b!r}"
+                break
+        else:
+            detail = (f"it has {len(got)} inputs; "
+                      + (f"missing {want[len(got)]!r}" if len(got) < len(want) else f"extra {got[len(want)]!r}"))
+        raise error_at(at, f"the output circuit {lr.h.name!r} of noisy learner {lr.name!r} must read "
+                       f"x0[0..n-1], y0, ..., x{{t-1}}[..], y{{t-1}}, x[0..n-1] with n = {lr.n}, t = {lr.t} "
+                       f"({len(want)} bits, in that order): {detail}", notes=notes)
+    if len(lr.h.outputs) != 1:
+        raise error_at(at, f"the output circuit {lr.h.name!r} must have exactly one output "
+                       f"(Lemma 6: h_n -> {{0,1}}), it has {len(lr.h.outputs)}", notes=notes)
 
 
 def _begin(n: int, t: int, prefix: str):
