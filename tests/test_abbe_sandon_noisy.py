@@ -24,7 +24,6 @@ from tm2nn.backends.abbe_sandon.noisy import (
     noise_bound,
     train_noisy,
 )
-from tm2nn.errors import Tm2nnError
 from tm2nn.backends.abbe_sandon.noisy_learner import (
     NoisyLearner,
     majority_learner,
@@ -32,6 +31,7 @@ from tm2nn.backends.abbe_sandon.noisy_learner import (
     ports,
     random_learner,
 )
+from tm2nn.errors import Tm2nnError
 
 
 def _stream(n, t, seed):

@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="rcnn: the learner's step bound t; L = t + 1 filter steps "
                    "(default: the most steps it takes on the training inputs).  abbe-sandon: SGD steps, "
                    "one sample each (required with --target; default: every --samples row)")
+    p.add_argument("--noise", choices=["uniform", "max", "none"], default=None,
+                   help="abbe-sandon, a noisy learner (§4.2, Lemma 6): the noise added to every weight at "
+                   "every step: uniform in [-B, B] (the default), exactly ±B (max), or none; B = min(1/(n^2 t), "
+                   "eps/t), Lemma 4's budget (docs/abbe_sandon.md)")
     p.add_argument("--work", type=int, help="rcnn: working columns right of the input (default 1; Definition 5 has L)")
     p.add_argument("--engine", choices=["exact", "float64"], default="exact",
                    help="abbe-sandon: exact (§4.1's G_n in exact arithmetic, the default: faster, "
@@ -220,8 +224,14 @@ def cmd_check(args) -> int:
 
 def _reject_learner(obj, verb: str) -> None:
     """A clear error for verbs that take one input, given a learner (which needs a sample stream)."""
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Learner
 
+    if isinstance(obj, NoisyLearner):
+        raise Tm2nnError(
+            f"{obj.name!r} is a noisy learner (§4.2): it runs on {obj.t} samples, not on one --input, so "
+            f"'{verb}' cannot run it ('learn' trains its net, 'check' summarises it). "
+            f"--name {obj.h.name} picks its circuit h")
     if isinstance(obj, Learner):
         raise Tm2nnError(
             f"{obj.name!r} is a learner: it runs on a stream of samples, not on one --input, so "
@@ -516,19 +526,32 @@ def cmd_info(args) -> int:
 def _info_abbe_sandon(args) -> int:
     """``info --backend abbe-sandon``: the size of Lemma 3's net G_n for a learner."""
     from tm2nn.backends.abbe_sandon.net import build_net
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Learner
     from tm2nn.syntax import load
 
     obj = load(args.source, args.format, args.name)
-    if not isinstance(obj, Learner):
+    if isinstance(obj, NoisyLearner):
+        from tm2nn.backends.abbe_sandon.noisy import build_noisy_net, size_report
+
+        if getattr(args, "engine", "exact") == "float64":
+            raise Tm2nnError("--engine float64 is for §4.1 learners; a noisy learner's net (Lemma 6) runs in "
+                             "mpmath only")
+        rows = size_report(build_noisy_net(obj))
+        title = f"{args.source}: abbe-sandon (Lemma 6's noise-tolerant G_n, §4.2)"
+    elif not isinstance(obj, Learner):
         raise Tm2nnError(f"the abbe-sandon backend builds a net for a learner (h and g circuits); "
                          f"{obj.name!r} is a {type(obj).__name__.lower()}")
-    if getattr(args, "engine", None) == "float64":
+    elif getattr(args, "engine", None) == "float64":
         from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
 
         rows = build_ir_net(obj).size_report()
     else:
         rows = build_net(obj).size_report()
+    if not isinstance(obj, NoisyLearner):
+        what = ("float64 dyadic weights, IR net" if getattr(args, "engine", None) == "float64"
+                else "exact weights")
+        title = f"{args.source}: abbe-sandon (Lemma 3's G_n, {what})"
     if args.json:
         print(json.dumps({"backend": "abbe-sandon", "info": {q.strip(): v for q, v, _ in rows},
                           "bounds": [list(r) for r in rows]}))
@@ -536,8 +559,7 @@ def _info_abbe_sandon(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    what = ("float64 dyadic weights, IR net" if getattr(args, "engine", None) == "float64" else "exact weights")
-    t = Table(title=f"{args.source}: abbe-sandon (Lemma 3's G_n, {what})", title_justify="left")
+    t = Table(title=title, title_justify="left")
     t.add_column("quantity")
     t.add_column("this network", justify="right")
     t.add_column("paper")
@@ -688,13 +710,11 @@ def _learn_rcnn_verb(args, obj) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def _abbe_sandon_stream(args, lr):
-    """(train xs, ys, rs, r2s, test xs, ys, rs, r2s) as bool arrays for ``learn --backend abbe-sandon``."""
+def _stream_args(args):
+    """The checks shared by both abbe-sandon learner kinds: (number of test points, the
+    test points' generator)."""
     import numpy as np
 
-    from tm2nn.learners.targets import parse_target, samples
-
-    k_r, k_c = len(lr.random), len(lr.coin)
     if (args.samples is None) == (args.target is None):
         raise Tm2nnError("learn --backend abbe-sandon needs exactly one of --samples CSV or --target SPEC")
     if args.train is not None:
@@ -704,7 +724,92 @@ def _abbe_sandon_stream(args, lr):
     n_test = 1000 if args.test is None else args.test
     if n_test < 0:
         raise Tm2nnError("--test must be >= 0")
-    rng = np.random.default_rng([args.seed, 1])
+    return n_test, np.random.default_rng([args.seed, 1])
+
+
+def _noisy_stream(args, lr):
+    """(train xs [t, n], ys [t], test xs [N, n], test labels [N]) as bool arrays for a §4.2
+    learner: the first t samples of the stream; tests fresh from --seed (--target) or the
+    CSV's own rows (--samples, as for §4.1)."""
+    from tm2nn.learners.targets import parse_target, samples
+
+    n_test, rng = _stream_args(args)
+    if args.steps is not None and args.steps != lr.t:
+        raise Tm2nnError(f"a noisy learner trains on exactly its t = {lr.t} samples (Lemma 6); "
+                         f"--steps {args.steps} does not match (leave it out)")
+    if args.engine != "exact" or args.export_before or args.export_after:
+        raise Tm2nnError("--engine float64 and --export-* are for §4.1 learners; a noisy learner's net "
+                         "(Lemma 6) is trained in mpmath")
+    if args.target is not None:
+        tgt = parse_target(args.target, lr.n)
+        tr = samples(tgt, lr.t, args.seed)
+        tx = rng.integers(0, 2, size=(n_test, lr.n)).astype(bool)
+        return tr.xs, tr.ys, tx, tgt(tx)
+    from tm2nn.datasets import load_csv
+
+    X, Y = load_csv(args.samples)
+    X, Y = X > 0, Y > 0
+    if X.shape[1] != lr.n:
+        raise Tm2nnError(f"{args.samples}: rows have {X.shape[1]} features; noisy learner {lr.name!r} has "
+                         f"{lr.n} input bits")
+    if X.shape[0] < lr.t:
+        raise Tm2nnError(f"{args.samples} has {X.shape[0]} samples; noisy learner {lr.name!r} needs t = {lr.t}")
+    return X[:lr.t], Y[:lr.t], X, Y
+
+
+def _learn_noisy(args, lr) -> int:
+    """``learn`` on a §4.2 learner: Lemma 6's G_n trained by perturbed SGD (noisy.train_noisy)."""
+    import numpy as np
+
+    from tm2nn.backends.abbe_sandon.noisy import train_noisy
+
+    xs, ys, txs, tys = _noisy_stream(args, lr)
+    mode = args.noise or "uniform"
+    xs_l, ys_l = xs.astype(int).tolist(), ys.astype(int).tolist()
+    tests = txs.astype(int).tolist()
+    x0 = tests[0] if tests else [0] * lr.n
+
+    def fn(cb):
+        return train_noisy(lr, xs_l, ys_l, x0, noise=0 if mode == "none" else 1,
+                           mode="max" if mode == "max" else "uniform", seed=args.seed, tests=tests,
+                           progress=cb)
+    rep = _with_progress(fn, lr.t + len(tests), args.json, "training (§4.2)")
+    signs = np.array([float(o) > 0 for o in rep.test_outputs], dtype=bool)
+    n = len(tests)
+    acc = float((signs == tys).mean()) if n else None
+    agree = float((signs == np.array(rep.test_expected, dtype=bool)).mean()) if n else None
+    mism = len(rep.violations)
+    if args.json:
+        print(json.dumps({"steps": lr.t, "samples_used": lr.t, "test_accuracy": acc, "mismatches": mism,
+                          "test_inputs": n, "noise": mode, "agreement": agree}))
+    else:
+        import mpmath
+        from rich.console import Console
+
+        c = Console(highlight=False)
+        c.print(f"{lr.name}: Lemma 6's G_n, {lr.t} perturbed SGD steps (noise {mode}, max |delta| "
+                f"{mpmath.nstr(rep.noise_max, 4)}) in {rep.seconds:.2f} s")
+        if mism:
+            c.print(f"[red]{mism} violation(s); first: step {rep.violations[0].step}: {rep.violations[0].what}[/]")
+        else:
+            c.print("  memory decoded = the stored samples at every step; outputs within eps' of 1/2; "
+                    "no weight outside the copies of M' moved beyond its noise")
+        if n:
+            c.print(f"test accuracy on {n} inputs: {acc:.4f}; agreement with h on the stored samples: {agree:.4f}")
+    return EXIT_OK if not mism else EXIT_FAIL
+
+
+def _abbe_sandon_stream(args, lr):
+    """(train xs, ys, rs, r2s, test xs, ys, rs, r2s) as bool arrays for ``learn --backend abbe-sandon``."""
+    import numpy as np
+
+    from tm2nn.learners.targets import parse_target, samples
+
+    k_r, k_c = len(lr.random), len(lr.coin)
+    n_test, rng = _stream_args(args)
+    if args.noise is not None:
+        raise Tm2nnError("--noise is for a noisy learner (§4.2, a noisy_learner block); "
+                         f"{lr.name!r} is a §4.1 learner")
     if args.target is not None:
         if args.steps is None:
             raise Tm2nnError("--target needs --steps N (the number of SGD steps, one fresh sample each)")
@@ -734,8 +839,11 @@ def _abbe_sandon_stream(args, lr):
 
 
 def _learn_abbe_sandon(args, obj) -> int:
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Learner
 
+    if isinstance(obj, NoisyLearner):
+        return _learn_noisy(args, obj)
     if not isinstance(obj, Learner):
         raise Tm2nnError(f"the abbe-sandon backend trains a learner (h and g circuits, Abbe & Sandon Lemma 3); "
                          f"{obj.name!r} is a {type(obj).__name__.lower()}")
@@ -789,13 +897,14 @@ _LEARN_BACKENDS = {"rcnn": _learn_rcnn_verb, "abbe-sandon": _learn_abbe_sandon}
 
 
 def cmd_learn(args) -> int:
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Learner
     from tm2nn.syntax import load
 
     if args.backend is not None and args.backend not in _LEARN_BACKENDS:
         raise Tm2nnError(f"unknown learn backend {args.backend!r} (available: {', '.join(_LEARN_BACKENDS)})")
     obj = load(args.source, args.format, args.name)
-    backend = args.backend or ("abbe-sandon" if isinstance(obj, Learner) else "rcnn")
+    backend = args.backend or ("abbe-sandon" if isinstance(obj, (Learner, NoisyLearner)) else "rcnn")
     return _LEARN_BACKENDS[backend](args, obj)
 
 

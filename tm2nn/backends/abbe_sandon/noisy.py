@@ -374,6 +374,9 @@ class NoisyReport:
     steps: int
     seconds: float
     violations: list[Violation]
+    #: the net's output on each of ``tests`` (after training, weights as left), and h there
+    test_outputs: list[Number] = field(default_factory=list)
+    test_expected: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -418,7 +421,7 @@ def _check_memory(eng: NoisyEngine, step: int, xs, ys) -> list[Violation]:
 
 def train_noisy(lr: NoisyLearner, xs, ys, x_test, *, noise: float | Number = 1.0, seed: int = 0,
                 bound: Number | None = None, net: NoisyNet | None = None, check: bool = True,
-                mode: str = "uniform") -> NoisyReport:
+                mode: str = "uniform", tests=(), progress=None) -> NoisyReport:
     """Lemma 6: perturbed SGD on G_n over (2x(k) - 1, 2y(k) - 1), k < t, then run on 2x - 1.
 
     Noise: every edge, every step, delta = noise * bound * u with u uniform in [-1, 1]
@@ -428,12 +431,16 @@ def train_noisy(lr: NoisyLearner, xs, ys, x_test, *, noise: float | Number = 1.0
     and from the read vertices equals the stream so far; the output on step k is within eps'
     of 1/2; every edge outside the copies of M' (except oc[k] -> out on step k, which Lemma 6's
     proof lets move) has gradient exactly 0 and, after each step, weight = initial + the sum
-    of the noise injected into it (up to 10^(10 - DPS) relative rounding)."""
+    of the noise injected into it (up to 10^(10 - DPS) relative rounding).
+
+    ``tests``: more inputs to run the trained net on (no training on them; the memory is
+    checked after each, and Lemma 6's |output - (2h - 1)| < 1/2 is a violation when it fails);
+    ``progress(k)`` is called after each of the t steps and each test (k = 1, 2, ...)."""
     with mpmath.workdps(DPS):
-        return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode)
+        return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests, progress)
 
 
-def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode) -> NoisyReport:
+def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests=(), progress=None) -> NoisyReport:
     n, t = lr.n, lr.t
     net = build_noisy_net(lr) if net is None else net
     eng = NoisyEngine(net)
@@ -473,14 +480,50 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode) -> NoisyRep
                         abs(net.w[e] - w0[e] - nsum[e]) > tol * max(1, abs(w0[e])):
                     viol.append(Violation(k, f"edge {net.names[net.src[e]]}->{net.names[net.dst[e]]} "
                                              f"moved by more than its noise"))
+        if progress is not None:
+            progress(k + 1)
     final = eng.forward(x_test)
     if check:
         viol += _check_memory(eng, t, xs, ys)
     secs = time.perf_counter() - t_start
     expected = lr(xs, ys, x_test)
-    return NoisyReport(outputs, final, expected, nmax, t, secs, viol)
+    touts, texp = [], []
+    for j, x in enumerate(tests):
+        touts.append(eng.forward(x))
+        texp.append(lr(xs, ys, x))
+        if check:
+            viol += _check_memory(eng, t, xs, ys)
+            if abs(touts[-1] - (2 * texp[-1] - 1)) >= half:
+                viol.append(Violation(t, f"test input {j}: output {mpmath.nstr(touts[-1], 8)}, "
+                                         f"h = {texp[-1]} (Lemma 6: within 1/2 of {2 * texp[-1] - 1})"))
+        if progress is not None:
+            progress(t + j + 1)
+    return NoisyReport(outputs, final, expected, nmax, t, secs, viol, touts, texp)
+
+
+def size_report(net: NoisyNet) -> list[tuple[str, str, str]]:
+    """(quantity, this net, paper) rows for ``tm2nn info --backend abbe-sandon`` on a §4.2
+    learner (Lemma 6's G_n)."""
+    lr = net.lr
+    sz = net.sizes()
+    with mpmath.workdps(DPS):
+        distinct = len({mpmath.nstr(w, DPS) for w in net.w})
+        gamma, nb = mpmath.nstr(gamma42(), 8), mpmath.nstr(noise_bound(lr.n, lr.t), 6)
+        l6 = mpmath.nstr(lemma6_bound(lr.n, lr.t), 6)
+    return [
+        ("net inputs x", f"{lr.n}", "n"),
+        ("samples t", f"{lr.t}", "t_n"),
+        ("h gates", f"{len(lr.h.gates)}", "-"),
+        ("copies of M'", f"{sz['copies']}", "2 n t (Lemma 6)"),
+        ("schedule gates", f"{sz['schedule_gates']}", "gates of h + the schedule (Lemma 5)"),
+        ("vertices", f"{sz['vertices']}", "-"),
+        ("edges", f"{sz['edges']}", "-"),
+        ("distinct weights", f"{distinct}", "-"),
+        ("gamma", gamma, "2^(716/3) 3^24 (Lemma 4)"),
+        ("noise bound per step", nb, f"1/(n^2 t) = {l6} (Lemma 6); min with eps/t (Lemma 4)"),
+    ]
 
 
 __all__ = ["DPS", "MP_PATH", "NoisyEngine", "NoisyNet", "NoisyReport", "build_noisy_net", "decode",
            "eps42", "eps_prime42", "fstar_mp", "dfstar_mp", "gamma42", "lemma6_bound", "noise_bound",
-           "schedule_circuit", "train_noisy"]
+           "schedule_circuit", "size_report", "train_noisy"]
