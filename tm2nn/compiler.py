@@ -54,16 +54,21 @@ def compile(
     from tm2nn.syntax import load
 
     if backend == "abbe-sandon":
-        raise Tm2nnError("the abbe-sandon net (Abbe & Sandon Lemma 3) has ~1e80 vertices and is trained in "
-                         "exact arithmetic, so it is not exported as a model: use 'tm2nn learn LEARNER.circ' "
-                         "to train it and 'tm2nn info LEARNER.circ --backend abbe-sandon' for its size")
+        raise Tm2nnError("the abbe-sandon net is built and trained by 'tm2nn learn LEARNER.circ' (exactly, "
+                         "or with --engine float64 --export-before/--export-after for .onnx/.pt models); "
+                         "'tm2nn info LEARNER.circ --backend abbe-sandon' gives its size")
     ir = source if isinstance(source, (Machine, Circuit)) else load(source, format, name)
+    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.ir import Learner
 
     if isinstance(ir, Learner):
         raise Tm2nnError(f"{ir.name!r} is a learner (h and g circuits, Abbe & Sandon Lemma 3); the "
-                         f"{backend} backend compiles machines and circuits.  Compile one of its "
-                         f"circuits with --name {ir.h.name} or --name {ir.g.name}")
+                         f"{backend} backend compiles machines and circuits.  Train it with 'tm2nn learn', "
+                         f"or compile one of its circuits with --name {ir.h.name} or --name {ir.g.name}")
+    if isinstance(ir, NoisyLearner):
+        raise Tm2nnError(f"{ir.name!r} is a noisy learner (Abbe & Sandon §4.2, Lemma 6); the {backend} "
+                         f"backend compiles machines and circuits.  Train it with 'tm2nn learn', or compile "
+                         f"its circuit with --name {ir.h.name}")
     mod = backend_module(backend)
     if backend == "transformer":
         if isinstance(ir, Circuit):
