@@ -59,7 +59,7 @@ def head_window(m: Machine, steps: int, input_len: int,
     docstring), narrows it."""
     r0, r1 = _reach(m, steps, 0)
     if columns is not None and len(m.states) * (columns[1] - columns[0] + 1) > SEARCH_MAX:
-        c0, c1 = columns  # too wide to search (such a window is refused anyway)
+        c0, c1 = columns  # too wide to search; the chain's bound alone is sound
     else:
         c0, c1 = _reach(m, steps, 1, columns)
     c1 = max(c1, input_len - 1)
