@@ -23,8 +23,12 @@ class GridModel:
     @classmethod
     def from_metadata(cls, enc_in: dict, enc_out: dict) -> "GridModel":
         """From a saved model's encodings: the machine is rebuilt from its text."""
+        from tm2nn.errors import Tm2nnError
         from tm2nn.syntax import parse_text
 
+        if "machine" not in enc_in:
+            raise Tm2nnError("this RCNN model's metadata does not hold its machine (written by an older "
+                             "tm2nn): compile it again")
         gm = cls.__new__(cls)
         gm._setup(parse_text(enc_in["machine"], "tm", "<model metadata>")[0], enc_in, enc_out)
         return gm
