@@ -23,6 +23,7 @@ included; ``.pt`` -- ``torch.save`` of ``{"module", "state_dict", "metadata"}``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -160,6 +161,13 @@ def export(eng: TorchEngine, path, steps: int = 0) -> Path:
     from tm2nn import __version__
 
     meta["tm2nn.version"] = __version__
+    # ARCHITECTURE.md's model contract: the source's hash and its port tables too.
+    from tm2nn.syntax import dump
+
+    lr = eng.ir.graph.learner
+    meta["tm2nn.source_sha256"] = hashlib.sha256(dump(lr, "circ").encode()).hexdigest()
+    meta["tm2nn.tables"] = json.dumps({"inputs": list(lr.net_inputs), "memory": list(lr.memory),
+                                       "outputs": ["out"]}, sort_keys=True)
     meta["tm2nn.input_encoding"] = json.dumps({"kind": "pm1", "names": list(eng.ir.net.inputs[0].space.labels)})
     meta["tm2nn.output_encoding"] = json.dumps({"kind": "sign", "names": ["out"]})
     meta["tm2nn.info"] = json.dumps({k.strip(): v for k, v, _ in rows})
