@@ -244,11 +244,17 @@ def test_refusal_non_halting():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=machines(grid=False, max_states=3, max_symbols=2), data=st.data())
 def test_random_machines(m, data):
+    random_machine_case(m, data, trace, check_trace)
+
+
+def random_machine_case(m, data, trace_fn, check) -> None:
+    """A drawn input of up to 3 non-blank cells: a machine that halts within 40 steps is
+    traced step by step (``check``); one that does not is refused by ``trace_fn``."""
     syms = [a for a in m.alphabet if a != m.blank]
     inp = data.draw(st.text(alphabet=syms, max_size=3)) if syms else ""
     res = run_machine(m, inp, max_steps=40, trace=True)
     if not res.halted:
         with pytest.raises(Tm2nnError):
-            trace(m, inp, 40)
+            trace_fn(m, inp, 40)
         return
-    check_trace(m, inp)
+    check(m, inp)

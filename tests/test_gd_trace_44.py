@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import machines
+from tests.test_gd_trace_43 import random_machine_case
 from tm2nn.backends.gd_trace import TapeSimplex, choose_b, lbar_all, trace44
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import configurations, run_machine
@@ -144,11 +145,4 @@ def test_refusals():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=machines(grid=False, max_states=3, max_symbols=2), data=st.data())
 def test_random_machines(m, data):
-    syms = [a for a in m.alphabet if a != m.blank]
-    inp = data.draw(st.text(alphabet=syms, max_size=3)) if syms else ""
-    res = run_machine(m, inp, max_steps=40, trace=True)
-    if not res.halted:
-        with pytest.raises(Tm2nnError):
-            trace44(m, inp, 40)
-        return
-    check_trace(m, inp)
+    random_machine_case(m, data, trace44, check_trace)

@@ -210,6 +210,16 @@ def validate_learner(lr: Learner) -> None:
         raise error_at(_group_where(lr, "init"), f"initial memory bits must be 0 or 1, got {bad[0]!r}")
 
 
+def port_mismatch(got, want, where: str) -> str:
+    """How the port list ``got`` differs from ``want``: the first differing input, or
+    the missing or extra one (``where`` names whose list ``want`` is)."""
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return f"its input {i} is {a!r} where {where} {b!r}"
+    return (f"it has {len(got)} inputs; "
+            + (f"missing {want[len(got)]!r}" if len(got) < len(want) else f"extra {got[len(want)]!r}"))
+
+
 def _check_ports(lr: Learner, key: str, c: Circuit) -> None:
     want = lr.ports
     got = c.inputs
@@ -218,12 +228,6 @@ def _check_ports(lr: Learner, key: str, c: Circuit) -> None:
     role = "h (output)" if key == "h" else "g (memory update)"
     head = (f"the {role} circuit {c.name!r} must read the learner's ports in order "
             f"x ++ r ++ r' ++ b ({len(want)} bits)")
-    for i, (a, b) in enumerate(zip(got, want)):
-        if a != b:
-            detail = f"its input {i} is {a!r} where the learner has {b!r}"
-            break
-    else:
-        detail = (f"it has {len(got)} inputs; "
-                  + (f"missing {want[len(got)]!r}" if len(got) < len(want) else f"extra {got[len(want)]!r}"))
+    detail = port_mismatch(got, want, "the learner has")
     notes = (f"{c.loc}: note: circuit {c.name!r} is defined here",) if c.loc else ()
     raise error_at(_group_where(lr, key), f"{head}: {detail}", notes=notes)

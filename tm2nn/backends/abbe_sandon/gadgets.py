@@ -39,26 +39,23 @@ Edge = tuple[str, str]
 Number = Any
 
 
-def _scalar_fstar(x):
-    a = abs(x)
-    if a <= act.A_STAR:
-        return 0 * x
-    if isinstance(x, float):
-        return float(act.fstar(x))
-    if a >= act.B_STAR:
-        return act.f_scalar(x)
-    raise ArithmeticError("f*'s lower blend is only defined in float")
+def _scalar_fstar_piece(blend, outer):
+    """f* (or f*') on single numbers (§4.2): 0 in the dead zone |x| <= A, the float
+    ``blend`` in between, ``outer`` (f's scalar piece, or f''s) from B on."""
+    def g(x):
+        a = abs(x)
+        if a <= act.A_STAR:
+            return 0 * x
+        if isinstance(x, float):
+            return float(blend(x))
+        if a >= act.B_STAR:
+            return outer(x)
+        raise ArithmeticError("f*'s lower blend is only defined in float")
+    return g
 
 
-def _scalar_dfstar(x):
-    a = abs(x)
-    if a <= act.A_STAR:
-        return 0 * x
-    if isinstance(x, float):
-        return float(act.dfstar(x))
-    if a >= act.B_STAR:
-        return act.df_scalar(x)
-    raise ArithmeticError("f*'s lower blend is only defined in float")
+_scalar_fstar = _scalar_fstar_piece(act.fstar, act.f_scalar)
+_scalar_dfstar = _scalar_fstar_piece(act.dfstar, act.df_scalar)
 
 
 #: name -> (f, f') on single numbers.

@@ -30,6 +30,7 @@ import numpy as np
 from tm2nn.errors import Loc, error_at
 from tm2nn.interp.circuit import eval_circuit
 from tm2nn.ir.circuit import Circuit
+from tm2nn.ir.learner import port_mismatch
 from tm2nn.learners.builder import CircuitBuilder, Vec, lowest_one
 
 
@@ -106,13 +107,7 @@ def validate_noisy_learner(lr: NoisyLearner) -> None:
     want, got = ports(lr.n, lr.t), tuple(lr.h.inputs)
     notes = (f"{lr.h.loc}: note: circuit {lr.h.name!r} is defined here",) if lr.h.loc else ()
     if got != want:
-        for i, (a, b) in enumerate(zip(got, want)):
-            if a != b:
-                detail = f"its input {i} is {a!r} where ports(n, t) has {b!r}"
-                break
-        else:
-            detail = (f"it has {len(got)} inputs; "
-                      + (f"missing {want[len(got)]!r}" if len(got) < len(want) else f"extra {got[len(want)]!r}"))
+        detail = port_mismatch(got, want, "ports(n, t) has")
         raise error_at(at, f"the output circuit {lr.h.name!r} of noisy learner {lr.name!r} must read "
                        f"x0[0..n-1], y0, ..., x{{t-1}}[..], y{{t-1}}, x[0..n-1] with n = {lr.n}, t = {lr.t} "
                        f"({len(want)} bits, in that order): {detail}", notes=notes)

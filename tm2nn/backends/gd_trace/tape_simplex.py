@@ -33,7 +33,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.ir.machine import MOVE_DELTA, Machine
 
-from .config_simplex import window_for
+from .config_simplex import start_config, window_for
 from .lagrange import ell_v_all
 
 DEFAULT_MAX_DIM = 20000
@@ -202,12 +202,7 @@ class TapeSimplex:
     # -- encode / decode -------------------------------------------------------------------
     def start(self, input: str):
         m, tau, left = self.machine, self.tau, self.left
-        if left > 0 or left + tau < max(len(input), 1):
-            raise Tm2nnError(f"tape window [{left}, {left + tau}) does not hold the input "
-                             f"{input!r} and the start cell 0")
-        tape = [m.blank] * tau
-        for i, ch in enumerate(input):
-            tape[i - left] = ch
+        tape = start_config(m, input, tau, left).tape
         T = torch.zeros(tau, len(self.syms), dtype=torch.float64)
         for i, a in enumerate(tape):
             T[i, self.sidx[a]] = 1.0
