@@ -91,13 +91,16 @@ from tm2nn.nets import (
     GridReadout,
     Loop,
     MemoryGrid,
+    Mul,
     Net,
     NetIRError,
     Op,
+    Param,
     PatchMap,
     ReLU,
     Slice,
     SparseMatrix,
+    StopGradient,
 )
 from tm2nn.nets.ops import Attention, Decode, Embed
 
@@ -637,6 +640,16 @@ class _Emitter:
             self.activation(op, out, ins[0], base, final)
         elif isinstance(op, Concat):
             self.steps(out, base, final, [("concat", "Concat", ins, {"axis": 0})])
+        elif isinstance(op, Param):  # [n, 1] initializer expanded to [n, batch]
+            self.steps(out, base, final, [
+                ("batch", "Shape", [ins[0]], {"start": 1}),
+                ("shape", "Concat", [self.ints(base, op.value.size), "@batch"], {"axis": 0}),
+                ("expand", "Expand", [self.init(f"{base}.value", _f32(op.value[:, None])), "@shape"], {}),
+            ], op.cite, bare=False)
+        elif isinstance(op, StopGradient):
+            self.steps(out, base, final, [("identity", "Identity", ins, {})])
+        elif isinstance(op, Mul):
+            self.steps(out, base, final, [("mul", "Mul", ins, {})])
         elif isinstance(op, Slice):
             idx = self.init(f"{base}.indices", np.array(op.indices, dtype=np.int64))
             self.steps(out, base, final, [("gather", "Gather", [ins[0], idx], {"axis": 0})])
@@ -701,6 +714,8 @@ def _weight_bytes(net: Net) -> int:
             total += 8 * n_out
         elif isinstance(op, Slice):
             total += 8 * len(op.indices)
+        elif isinstance(op, Param):
+            total += 4 * op.value.size
         elif isinstance(op, Activation):
             total += 4 * 16  # its scalar constants (at most 16)
         elif isinstance(op, Loop):

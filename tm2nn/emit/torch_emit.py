@@ -53,12 +53,15 @@ from tm2nn.nets import (
     GridReadout,
     Loop,
     MemoryGrid,
+    Mul,
     Net,
     NetIRError,
     Op,
+    Param,
     PatchMap,
     ReLU,
     Slice,
+    StopGradient,
 )
 
 #: Refuse a dense weight bigger than this (it would not be a construction of this project).
@@ -187,6 +190,49 @@ class ActivationModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._impl(x)
+
+    fm = forward
+
+
+class ParamModule(nn.Module):
+    """A free trainable vector (:class:`tm2nn.nets.Param`), the same for every batch row."""
+
+    def __init__(self, op: Param, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.op_name = op.name
+        self.cite = op.cite
+        self.value = nn.Parameter(torch.from_numpy(op.value.copy()).to(dtype))
+
+    def extra_repr(self) -> str:
+        return f"n={self.value.numel()}, trainable=True"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value.unsqueeze(0).expand(x.shape[0], -1)
+
+    def fm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value.unsqueeze(1).expand(-1, x.shape[1])
+
+
+class StopGradientModule(nn.Module):
+    """``detach``: the value passes, the derivative is 0 (Welper's stop-gradient)."""
+
+    def __init__(self, op: StopGradient) -> None:
+        super().__init__()
+        self.op_name = op.name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach()
+
+    fm = forward
+
+
+class MulModule(nn.Module):
+    def __init__(self, op: Mul) -> None:
+        super().__init__()
+        self.op_name = op.name
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * b
 
     fm = forward
 
@@ -532,6 +578,12 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
         return ActivationModule(op)
     if isinstance(op, Concat):
         return ConcatModule(op)
+    if isinstance(op, Param):
+        return ParamModule(op, dtype)
+    if isinstance(op, StopGradient):
+        return StopGradientModule(op)
+    if isinstance(op, Mul):
+        return MulModule(op)
     if isinstance(op, Slice):
         return SliceModule(op)
     if isinstance(op, Loop):
@@ -613,6 +665,8 @@ class NetModule(nn.Module):
             plan.append((mod, ins, slot[op.name], frees, relu_inplace, wants_ctx))
             if isinstance(op, Loop) and not op.scan:  # 0 trips return the input itself:
                 owned.difference_update(op.inputs)    # neither may be overwritten in place
+            elif isinstance(op, (Param, StopGradient)):  # views of a parameter / of the input
+                pass
             else:
                 owned.add(op.name)
         self._plan = plan
@@ -629,7 +683,7 @@ class NetModule(nn.Module):
         return getattr(self, self.op_attrs[name])
 
     def to_net(self) -> Net:
-        """A copy of the IR net with this module's current affine weights and biases (after
+        """A copy of the IR net with this module's current affine weights and biases and param values (after
         training, say), ready for :func:`tm2nn.emit.onnx_emit.to_onnx`.  A sparse trainable
         op keeps its pattern (its stored entries, in their order: ``scatter`` form);
         a dense one is read back entry by entry (zeros dropped).  Ops inside nested nets
@@ -656,6 +710,8 @@ class NetModule(nn.Module):
                 else:
                     sm = op.weight  # ELL ops are never trainable
                 op = dataclasses.replace(op, weight=sm, bias=b)
+            elif isinstance(op, Param):
+                op = dataclasses.replace(op, value=self.op(op.name).value.detach().to(torch.float64).cpu().numpy().copy())
             elif any(isinstance(o, Affine) and o.trainable for sub in getattr(op, "body", None) and [op.body] or []
                      for o in sub.all_ops()):
                 raise NotImplementedError(f"op {op.name!r}: trainable ops in nested nets are not written back")

@@ -11,14 +11,17 @@ from tm2nn.nets.ops import (
            Decode,
            Embed,
            Loop,
+           Mul,
            NetIRError,
            Op,
+           Param,
            Port,
            ReLU,
            Slice,
+           StopGradient,
 )
 from tm2nn.nets.positions import BinaryPositions
 from tm2nn.nets.space import Space
 
-__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Activation", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Activation", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "Param", "StopGradient", "Mul", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
            "SparseMatrix", "NetIRError"]

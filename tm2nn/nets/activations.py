@@ -8,7 +8,7 @@ may name (``fn``).  Each entry has three implementations of one formula:
   closed form);
 * ``onnx(x, const)`` -- a list of emitter steps ``(step, op_type, inputs, attrs)`` built
   from standard ONNX ops (Abs, Sign, Clip, Less, LessOrEqual, GreaterOrEqual, And, Where,
-  Sub, Mul, Div, Sigmoid; all in opset 13); ``inputs`` name the op's input ``x``, an
+  Sub, Mul, Div, Sigmoid, Sqrt, Reciprocal; all in opset 13); ``inputs`` name the op's input ``x``, an
   earlier step as ``"@step"`` or a scalar constant ``const(tag, value)``.  The last
   step is the value.  ONNX models are float32 (the emitter's convention).
 
@@ -21,7 +21,9 @@ Registered:
   C-infinity blend; :mod:`tm2nn.backends.abbe_sandon.activation`);
 * ``abbe_sandon_fstar`` -- f* of §4.2 (f with the dead zone |x| <= 2**-121 3**-9);
 * ``abbe_sandon_fpl``   -- the piecewise-linear dyadic activation of the float64
-  parametrisation of Def. 6 / Lemma 2 (:mod:`tm2nn.backends.abbe_sandon.float64`).
+  parametrisation of Def. 6 / Lemma 2 (:mod:`tm2nn.backends.abbe_sandon.float64`);
+* ``sqrt``, ``reciprocal`` -- the square root and division of Welper's extended network
+  ((1), §5.4, App. C; :mod:`tm2nn.nets.elementary`).
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ def onnx_abbe_sandon_fpl(x: str, const: Const) -> list[Step]:
     return onnx_steps_fpl(x, const)
 
 
+def onnx_sqrt(x: str, const: Const) -> list[Step]:
+    return [("sqrt", "Sqrt", [x], {})]
+
+
+def onnx_reciprocal(x: str, const: Const) -> list[Step]:
+    return [("reciprocal", "Reciprocal", [x], {})]
+
+
 REGISTRY: dict[str, ActivationFn] = {
     a.name: a
     for a in (
@@ -144,6 +154,10 @@ REGISTRY: dict[str, ActivationFn] = {
         ActivationFn("abbe_sandon_fpl", "float64 parametrisation of Abbe & Sandon Def. 6 / Lemma 2 "
                      "(docs/abbe_sandon.md, 'float64 parametrisation')",
                      "tm2nn.backends.abbe_sandon.float64", "fpl", "fpl_torch", onnx_abbe_sandon_fpl),
+        ActivationFn("sqrt", "Welper (1): square-root non-linearity (f_TM = sqrt(2 l_TM) f_perp, §5.4)",
+                     "tm2nn.nets.elementary", "sqrt", "sqrt_torch", onnx_sqrt),
+        ActivationFn("reciprocal", "Welper App. C: the division x^T v / x^T x and the normalisation of f_perp",
+                     "tm2nn.nets.elementary", "reciprocal", "reciprocal_torch", onnx_reciprocal),
     )
 }
 

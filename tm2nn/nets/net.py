@@ -14,7 +14,7 @@ import numpy as np
 
 from tm2nn.nets.grid import GridReadout, PatchMap
 from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.ops import Activation, Affine, Attention, Decode, Loop, NetIRError, Op, Port, ReLU
+from tm2nn.nets.ops import Activation, Affine, Attention, Decode, Loop, Mul, NetIRError, Op, Port, ReLU
 from tm2nn.nets.space import Space
 
 
@@ -91,9 +91,9 @@ class Net:
         return [op for op in self.all_ops() if isinstance(op, Attention)]
 
     def depth(self) -> dict[str, int]:
-        """Longest path in affine, ReLU, other activation and attention layers (a loop
+        """Longest path in affine, ReLU, other activation, attention and product layers (a loop
         counts ``trips`` times, a decoder its prologue plus ``steps`` bodies)."""
-        keys = ("affine", "relu", "activation", "attention")
+        keys = ("affine", "relu", "activation", "attention", "mul")
         d: dict[str, dict[str, int]] = {p.name: dict.fromkeys(keys, 0) for p in self.inputs}
         for op in self.nodes:
             cur = {k: max((d[i][k] for i in op.inputs), default=0) for k in keys}
@@ -105,6 +105,8 @@ class Net:
                 cur["activation"] += 1
             elif isinstance(op, Attention):
                 cur["attention"] += 1
+            elif isinstance(op, Mul):
+                cur["mul"] += 1
             elif isinstance(op, Loop):
                 inner = op.body.depth()
                 for k in keys:

@@ -446,3 +446,57 @@ class Decode(Op):
 def _position_tensor(p) -> np.ndarray:
     """What a positional table stores: the table, or a computed code's placement matrix."""
     return p.placement() if isinstance(p, BinaryPositions) else p
+
+
+@dataclass(frozen=True, eq=False)
+class Param(Op):
+    """A free trainable vector ``value`` (Welper's ``s``, ``T``, ``H``, ``z``: weights that
+    are not multiplied with anything but enter the net as values).  Its one input is read
+    for its batch size only: the value is the same for every batch row.  Emitted as a
+    torch Parameter and an ONNX initializer (expanded over the batch)."""
+
+    value: np.ndarray = None  # type: ignore[assignment]
+    out: Space = None  # type: ignore[assignment]
+    cite: str = ""
+    kind: ClassVar[str] = "param"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "value", np.asarray(self.value, dtype=np.float64).reshape(-1))
+
+    def out_space(self, ins: list[Space]) -> Space:
+        if self.value.shape != (len(self.out),):
+            raise NetIRError(f"param {self.name!r}: value has {self.value.size} entries, "
+                             f"the space {len(self.out)}")
+        return self.out
+
+    def tensors(self):
+        return {"value": self.value}
+
+
+@dataclass(frozen=True, eq=False)
+class StopGradient(Op):
+    """Identity in the forward pass, zero derivative (Welper's ``\\·\\``, §4.4 before
+    (21)): torch ``detach``, ONNX ``Identity`` (ONNX models are not differentiated)."""
+
+    kind: ClassVar[str] = "stop_gradient"
+
+    def out_space(self, ins: list[Space]) -> Space:
+        return ins[0]
+
+
+@dataclass(frozen=True, eq=False)
+class Mul(Op):
+    """Elementwise product of two values of one width (Welper's product non-linearity,
+    (1)); the output is labelled ``out`` (or keeps the first input's labels)."""
+
+    out: Space | None = None
+    kind: ClassVar[str] = "mul"
+    arity: ClassVar[int | None] = 2
+
+    def out_space(self, ins: list[Space]) -> Space:
+        if len(ins[0]) != len(ins[1]):
+            raise NetIRError(f"mul {self.name!r}: widths {len(ins[0])} and {len(ins[1])} differ")
+        if self.out is not None and len(self.out) != len(ins[0]):
+            raise NetIRError(f"mul {self.name!r}: output labels do not match the width")
+        return ins[0] if self.out is None else self.out

@@ -22,11 +22,12 @@ from .lagrange import (
     pair_hyperplane,
     vertex,
 )
-from .tape_simplex import TapeSimplex, TapeState, TraceStep44, choose_b, lbar_all, trace44
+from .optimizer import AmbiguousStep, ConditionalGradient
+from .tape_simplex import TapeSimplex, Tracer44, TraceStep44, choose_b, lbar_all, trace44
 
 __all__ = [
     "Config", "ConfigSimplex", "TraceStep", "build", "corner_hyperplane", "corner_vertex",
     "ell_pair_all", "ell_v", "ell_v_all", "ell_vw", "estimate_vertices", "inputs_up_to",
     "pair_hyperplane", "step", "trace", "vertex",
-    "TapeSimplex", "TapeState", "TraceStep44", "choose_b", "lbar_all", "trace44",
+    "TapeSimplex", "Tracer44", "TraceStep44", "AmbiguousStep", "ConditionalGradient", "choose_b", "lbar_all", "trace44",
 ]

@@ -1,42 +1,52 @@
 """§4.4 of Welper, *Universality of Gradient Descent Neural Network Training*: the simplex
-over (state, symbol under the head) with tape variables ``T`` and head variables ``H``,
+over (state, symbols under the heads) with tape variables ``T`` and head variables ``H``,
 loss (21) with stop-gradients, weights (17), ``b`` per (18), the state tripling for (20)
 and the mixed update (22).  Prop. 4.3: the iterates are the machine's configurations and
 the loss obeys (23).
 
-One tape over the IR's own alphabet ``Gamma`` (``d = 1``; not the paper's ``d`` tapes over
-``{-1, 1}``):
+The machine is in §4.1's form (:class:`~tm2nn.ir.multitape.MultiTapeMachine`: ``d`` tapes
+over ``{-1, 1}``, heads moving ±1, read-only tapes); :mod:`tm2nn.passes.welper_form`
+lowers ordinary machines to it.
 
-* Vertices ``V = Qbar x Gamma`` with ``Qbar = Q x {0, 1, 2}`` (the tripling before (20)).
-  ``|V| = 3 |Q| |Gamma|``.
-* ``T in R^{tau x |Gamma|}``: one one-hot row per cell (symbol encoding), so the
-  "tape symbol" ``T^T H`` is a one-hot vector in ``R^Gamma`` and ``T_down x``,
-  ``T_arrow x`` are one-hot too.  ``H in {0,1}^tau`` is one-hot (the head cell).
-* (17): ``omega_v = -b^3 gamma`` on halting vertices, ``omega_vw = -(b^3 + b [t' = t])
-  gamma`` on edges ``q' = delta_1(q, t)`` (with ``r' = r + 1 mod 3``), 0 otherwise.
-* (18) with ``d = 1``; we also take ``b^3 > 8 b^2 d + 3 d`` so that (23)'s halting bound is
-  below ``c`` (the paper: "for b sufficiently large"); :func:`choose_b` gives ``b = 9``.
-* ``l_S(x) = sum_v omega_v l_v^{1/4}(x) + sum_{(v,w) in E} omega_vw lbar_vw(x)``; see
-  :func:`lbar_all` for our ReLU construction of ``lbar_vw`` (App. A (34) is not used).
-* Loss (21) in :meth:`TapeSimplex.loss` (``detach`` = stop-gradient), step (22) in
-  :meth:`TapeSimplex.step`.
+* Vertices ``V = Qbar x {-1,1}^d`` with ``Qbar = Q x {0, 1, 2}`` (the tripling before
+  (20)), ``|V| = 3 |Q| 2^d``; ``x`` is the simplex variable (a torch Parameter).
+* ``T in R^{tau x d}``: one entry per cell, the symbol ``±1`` (the paper's encoding).  The
+  writable tapes are a Parameter; the read-only tapes are an *input* of the net (§5: a
+  hidden layer holding the quantised data), never trained ((22): "the gradient with
+  respect to the writable tapes of T only").  ``H in {0,1}^{tau x d}``: one-hot per tape.
+* (17): ``omega_v = -b^3 gamma`` on halting vertices, ``omega_vw = -(b^3 + b #{i: t'_i =
+  t_i}) gamma`` on edges ``q' = delta_1(q, t)`` (``r' = r + 1 mod 3``), 0 otherwise.
+* (18), plus ``b^3 > 8 b^2 d + 3 d`` so that (23)'s halting bound is below ``c``
+  (:func:`choose_b`).
+* ``l_S(x) = sum_v omega_v l_v^{1/4}(x) + sum_{(v,w) in E} omega_vw lbar_vw(x)``; only the
+  edges carry a weight, so the net has ``O(|E|) = O(|V| 2^d)`` ReLU units.  ``lbar_vw`` is
+  our two-layer ReLU form (:func:`lbar_all`, docs/gd_trace.md; App. A's (34) is not used).
+* Loss (21) is a network-IR net (:meth:`TapeSimplex.net`: Affine, ReLU, Mul,
+  StopGradient, Param), emitted to torch for training and to ONNX; the update (22) is
+  :class:`~.optimizer.ConditionalGradient`.
+
+A *halting vertex* (a halting state, or ``(q, t)`` without a rule) has no out-edge, writes
+back what it reads and does not move, so (22) keeps the iterate there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import product
 
 import numpy as np
 import torch
 
 from tm2nn.errors import Tm2nnError
-from tm2nn.interp.machine import run_machine
-from tm2nn.ir.machine import MOVE_DELTA, Machine
+from tm2nn.ir.multitape import MConfig, MultiTapeMachine
+from tm2nn.nets import Affine, Concat, Mul, Net, Param, Port, ReLU, Slice, SparseMatrix, Space, StopGradient
 
-from .config_simplex import start_config, window_for
 from .lagrange import ell_v_all
+from .optimizer import ConditionalGradient
 
-DEFAULT_MAX_DIM = 20000
+DEFAULT_MAX_DIM = 200_000
+MU = 0.25
 
 
 def choose_b(d: int = 1) -> int:
@@ -50,7 +60,8 @@ def choose_b(d: int = 1) -> int:
 
 
 def lbar_all(x: torch.Tensor) -> torch.Tensor:
-    """The ``m x m`` matrix of ``lbar_vw(x)`` (§4.4 properties before Fig. 2, ``mu = 1/4``).
+    """Reference (dense, all pairs) of ``lbar_vw(x)`` (§4.4 properties before Fig. 2,
+    ``mu = 1/4``); the net builds the same units for the edges only.
 
     ``lbar_vw = (P_vw + Q_vw) / 2`` with (``s = sum x``, equal to 1 on ``S``)
 
@@ -66,7 +77,7 @@ def lbar_all(x: torch.Tensor) -> torch.Tensor:
     """
     m = x.shape[-1]
     s = x.sum()
-    lv = ell_v_all(x, 0.25)
+    lv = ell_v_all(x, MU)
     p = torch.relu(4.0 * (x[:, None] + x[None, :]) - 3.0 * s) - lv[:, None] - lv[None, :]
     a = torch.relu(4.0 * x - 2.0 * s)[:, None]
     q = a - torch.relu(a - 4.0 * x[None, :])
@@ -74,186 +85,395 @@ def lbar_all(x: torch.Tensor) -> torch.Tensor:
     return out * (1.0 - torch.eye(m, dtype=x.dtype))
 
 
-@dataclass(frozen=True)
-class TapeState:
-    """A decoded iterate: machine state, absolute head cell, non-blank cells."""
-
-    state: str
-    head: int
-    cells: dict
-    halted: bool
+def _affine(name: str, inp: str, rows, cols, vals, shape, out: Space, bias=None, cite: str = "") -> Affine:
+    w = SparseMatrix(shape, np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64),
+                     np.asarray(vals, dtype=np.float64))
+    return Affine(name, (inp,), weight=w, bias=bias, out=out, cite=cite)
 
 
 @dataclass(frozen=True)
 class TraceStep44:
+    """Optimizer step ``k``: the decoded configuration (absolute cells), the loss and
+    whether the iterate sits at a halting vertex."""
+
     k: int
-    config: TapeState
+    config: MConfig
     loss: float
+    halted: bool
 
 
 class TapeSimplex:
-    """The §4.4 loss (21) for one machine on the window ``left .. left + tau - 1``."""
+    """The §4.4 loss (21) for one §4.1 machine on the window ``left .. left + tau - 1`` of
+    every tape."""
 
-    def __init__(self, m: Machine, tau: int, left: int, b: float | None = None,
+    def __init__(self, mm: MultiTapeMachine, tau: int, left: int, b: float | None = None,
                  gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM):
-        if not isinstance(m, Machine) or m.tape_kind != "line":
-            raise Tm2nnError("the §4.4 GD trace handles line machines only")
-        self.machine, self.tau, self.left = m, tau, left
+        if not isinstance(mm, MultiTapeMachine):
+            raise Tm2nnError("the §4.4 GD trace takes a machine in Welper §4.1 form "
+                             "(tm2nn.passes.welper_form lowers ordinary machines)")
+        d = mm.tapes
+        self.machine, self.tau, self.left, self.d = mm, tau, left, d
         self.gamma, self.c = float(gamma), float(c)
-        self.b = float(choose_b(1) if b is None else b)
-        self.syms = list(m.alphabet)
-        self.sidx = {a: i for i, a in enumerate(self.syms)}
-        G = len(self.syms)
-        # vertices ([q, r], t): the tripling before (20)
-        self.verts = [(q, r, a) for q in m.states for r in range(3) for a in self.syms]
-        nV = len(self.verts)
-        dim = nV + tau * G + tau
-        if dim > max_dim:
-            raise Tm2nnError(f"§4.4 variables would have dimension {dim} (limit {max_dim}); "
-                             "use a smaller tape or raise the limit")
+        self.b = float(choose_b(d) if b is None else b)
+        self.ro = sorted(mm.read_only)
+        self.rw = list(mm.writable)
+        syms = list(product((-1, 1), repeat=d))
+        n_v = 3 * len(mm.states) * len(syms)
+        n_e = n_v * len(syms)
+        dim = n_v + 2 * tau * d
+        if dim > max_dim or n_e > 20 * max_dim:
+            raise Tm2nnError(f"§4.4 variables would have dimension {dim} with {n_e} edge units "
+                             f"(limit {max_dim}); use a smaller tape or raise the limit")
+        self.verts = [(q, r, t) for q in mm.states for r in range(3) for t in syms]
         self.vidx = {v: i for i, v in enumerate(self.verts)}
+        m = len(self.verts)
         b, g = self.b, self.gamma
-        self.halting = np.zeros(nV, dtype=bool)
-        self.down = np.zeros((G, nV))    # T_down e_{q,t} = t
-        self.arrow = np.zeros((G, nV))   # T_arrow e_{q,t} = delta_2(q, t)
-        self.shift = np.zeros(nV, dtype=np.int64)  # delta_3(q, t)
-        self.next_q = [None] * nV
-        om = np.zeros((nV, nV))
-        for i, (q, r, a) in enumerate(self.verts):
-            self.down[self.sidx[a], i] = 1.0
-            rule = None if q in m.halting else m.delta.get((q, a))
-            if rule is None:  # halting state or missing rule: no out-edge, stays
+        self.halting = np.zeros(m, dtype=bool)
+        self.down = np.zeros((d, m))    # T_down e_{q,t} = t
+        self.arrow = np.zeros((d, m))   # T_arrow e_{q,t} = delta_2(q, t)
+        self.shift = np.zeros((d, m), dtype=np.int64)  # delta_3(q, t); 0 at halting vertices
+        edges: list[tuple[int, int, float]] = []
+        for i, (q, r, t) in enumerate(self.verts):
+            self.down[:, i] = t
+            rule = None if q in mm.halting else mm.delta.get((q, t))
+            if rule is None:  # halting: no out-edge, writes back t, stays
                 self.halting[i] = True
-                self.arrow[self.sidx[a], i] = 1.0
+                self.arrow[:, i] = t
                 continue
-            self.arrow[self.sidx[rule.write], i] = 1.0
-            self.shift[i] = MOVE_DELTA[rule.move][1]
-            self.next_q[i] = (rule.next, (r + 1) % 3)
-            for a2 in self.syms:  # (17): every t' is a legitimate successor symbol
-                j = self.vidx[(rule.next, (r + 1) % 3, a2)]
-                om[i, j] = -(b ** 3 + (b if a2 == a else 0.0)) * g
-        assert not np.any((om != 0) & (om.T != 0)), "(20) violated"
+            self.arrow[:, i] = rule.write
+            self.shift[:, i] = rule.move
+            for t2 in syms:  # (17): every t' is a legitimate successor symbol
+                same = sum(a == c2 for a, c2 in zip(t, t2))
+                edges.append((i, self.vidx[(rule.next, (r + 1) % 3, t2)], -(b ** 3 + b * same) * g))
+        pairs = {(v, w) for v, w, _ in edges}
+        if any((w, v) in pairs for v, w in pairs):
+            raise AssertionError("(20) violated")
+        self.edges = np.array([(v, w) for v, w, _ in edges], dtype=np.int64).reshape(-1, 2)
+        self.omega_e = np.array([o for _, _, o in edges])
         self.omega_v = np.where(self.halting, -b ** 3 * g, 0.0)
-        self.omega_vw = om
-        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
-        self._wv, self._om = t(self.omega_v), t(om)
-        self._down, self._arrow = t(self.down), t(self.arrow)
-        self._stay = t((self.shift == 0).astype(float))
-        # shift matrices Sh[d] with (Sh H)_i = H_{i + d} for d in {-1, 0, 1}
-        self._sh = {d: t(np.eye(tau, k=d)) for d in (-1, 0, 1)}
-        self._move = {d: t((self.shift == d) & ~self.halting | ((d == 0) & self.halting))
-                      for d in (-1, 0, 1)}
 
     @property
     def m(self) -> int:
         return len(self.verts)
 
-    # -- pieces of (21) --------------------------------------------------------------------
-    def ell_S(self, x: torch.Tensor) -> torch.Tensor:
-        """``l_S(x) = sum_v omega_v l_v^{1/4}(x) + sum_{v,w} omega_vw lbar_vw(x)`` (before (21))."""
-        return (self._wv * ell_v_all(x, 0.25)).sum() + (self._om * lbar_all(x)).sum()
+    def omega_vw(self) -> np.ndarray:
+        """The dense ``m x m`` matrix of (17) (for tests and reports)."""
+        om = np.zeros((self.m, self.m))
+        om[self.edges[:, 0], self.edges[:, 1]] = self.omega_e
+        return om
 
-    def shifted_head(self, x: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-        """``S(x) H = sum_v x_v Sh_{delta_3(v)} H`` (bilinear; the head after the move).
-        ``Sh_d`` maps ``H`` to ``h_{i - d}``, i.e. the indicator moves ``d`` cells right
-        (the paper's ``h_{i + delta_3}`` with its sign convention for moves)."""
-        out = torch.zeros_like(H)
-        for d, sel in self._move.items():
-            out = out + (x * sel).sum() * (self._sh[-d] @ H) if d else out + (x * sel).sum() * H
-        return out
+    # -- the net ---------------------------------------------------------------------------
+    def labels(self) -> dict[str, Space]:
+        tau = self.tau
+        vert = Space(tuple(f"s:{q}|{r}|{''.join('+' if a > 0 else '-' for a in t)}"
+                           for q, r, t in self.verts))
+        cells = lambda tapes, g: Space(tuple(f"{g}{j}:{self.left + i}" for j in tapes for i in range(tau)))  # noqa: E731
+        return {"s": vert, "T": cells(self.rw, "T"), "ro": cells(self.ro, "T"),
+                "H": cells(range(self.d), "H")}
 
-    def read_next(self, x, T, H) -> torch.Tensor:
-        """The symbol at the next head position, ``diag(T^T S(x) H)`` of (21).  For a stay
-        move (``delta_3 = 0``, not in the paper) the next cell is the cell just written, so
-        the read is ``T_arrow x`` for those vertices (decision 4 in docs)."""
-        stay = (x * self._stay).sum()
-        return T.T @ (self.shifted_head(x, H) - stay * H) + self._arrow @ (x * self._stay)
+    @cached_property
+    def net(self) -> Net:
+        """Loss (21) as a network-IR net: input ``ro`` (the read-only tapes, ``tau`` cells
+        each, tape-major; a constant ``one`` when there are none), Params ``s``, ``T``, ``H``;
+        output ``loss`` (one dim)."""
+        lab = self.labels()
+        if self.ro:
+            port = Port("ro", lab["ro"])
+        else:
+            port = Port("one", Space(("one:1",)))
+        ops = [Param("s", (port.name,), value=np.zeros(self.m), out=lab["s"], cite="Welper §4.4 simplex S"),
+               Param("T", (port.name,), value=np.full(len(lab["T"]), -1.0), out=lab["T"],
+                     cite="Welper §4.4 tape variable T (writable tapes)"),
+               Param("H", (port.name,), value=np.zeros(self.tau * self.d), out=lab["H"],
+                     cite="Welper §4.4 head variable H")]
+        tape_in = ("ro", "T") if self.ro else ("T",)
+        order = self.ro + self.rw
+        ops.append(Concat("tape_cat", tape_in))
+        perm = [order.index(j) * self.tau + i for j in range(self.d) for i in range(self.tau)]
+        ops.append(Slice("tape", ("tape_cat",), indices=perm))
+        ops, loss = self.loss_ops(ops, "s", "tape", "H", "")
+        return Net("welper_loss21", (port,), tuple(ops), (loss,),
+                   {"construction": "Welper §4.4 loss (21)"})
 
-    def loss(self, x, T, H) -> torch.Tensor:
-        """Loss (21), stop-gradient ``\\.\\`` = ``detach``:
-        ``c + l_S(x) + g/2 |T^T \\H\\ - \\T_arrow x\\|^2 + 4 b^2 g/2 |\\read\\ - T_down x|^2
-        + g/2 |\\S(x) H\\ - H|^2`` (term 1 writes, term 2 reads, term 3 moves)."""
-        g, b = self.gamma, self.b
-        w1 = T.T @ H.detach() - (self._arrow @ x).detach()
-        w2 = self.read_next(x, T, H).detach() - self._down @ x
-        w3 = self.shifted_head(x, H).detach() - H
-        return (self.c + self.ell_S(x) + 0.5 * g * (w1 ** 2).sum()
-                + 0.5 * 4 * b * b * g * (w2 ** 2).sum() + 0.5 * g * (w3 ** 2).sum())
+    def loss_ops(self, ops: list, x: str, tape: str, head: str, pre: str) -> tuple[list, str]:
+        """Append the ops of loss (21) reading the simplex value ``x``, the tapes ``tape``
+        (``d * tau``, tape-major) and the heads ``head``; return ``(ops, loss value)``.
+        §5's extended network calls this with its own values."""
+        m, d, tau = self.m, self.d, self.tau
+        b, g = self.b, self.gamma
+        n = lambda s: pre + s  # noqa: E731
+        # x -> [x ; sum x]  (the sum enters every Lagrange unit)
+        ops.append(_affine(n("xs"), x, list(range(m)) + [m] * m, list(range(m)) * 2, [1.0] * (2 * m),
+                           (m + 1, m), Space(tuple(f"xs:{i}" for i in range(m)) + ("xs:sum",))))
+        S = m  # column of sum x
+        # layer 1: l_v^{1/4} pre-activations (Lemma A.1 closed form), P_vw, a_v
+        e = self.edges
+        ne = len(e)
+        sources = sorted(set(e[:, 0].tolist()))
+        rows, cols, vals, bias, labs = [], [], [], [], []
+        dmu = ((1.0 - MU) * m - 1.0) / (MU * m)
+        for v in range(m):  # (m x_v - s)/(mu m) - d_mu
+            rows += [len(bias)] * 2
+            cols += [v, S]
+            vals += [1.0 / MU, -1.0 / (MU * m)]
+            bias.append(-dmu)
+            labs.append(f"l:{v}")
+        for k, (v, w) in enumerate(e):  # 4 (x_v + x_w) - 3 s
+            rows += [len(bias)] * 3
+            cols += [v, w, S]
+            vals += [4.0, 4.0, -3.0]
+            bias.append(0.0)
+            labs.append(f"P:{k}")
+        a_row = {}
+        for v in sources:  # 4 x_v - 2 s
+            a_row[v] = len(bias)
+            rows += [len(bias)] * 2
+            cols += [v, S]
+            vals += [4.0, -2.0]
+            bias.append(0.0)
+            labs.append(f"a:{v}")
+        n1 = len(bias)
+        ops.append(_affine(n("lag1"), n("xs"), rows, cols, vals, (n1, m + 1), Space(tuple(labs)),
+                           bias=np.array(bias), cite="Welper App. A Lemma A.1; lbar_vw (docs/gd_trace.md)"))
+        ops.append(ReLU(n("lag1r"), (n("lag1"),)))
+        # layer 2: relu(a_v - 4 x_w) per edge, reading [relu1 ; xs]
+        ops.append(Concat(n("lag2in"), (n("lag1r"), n("xs"))))
+        rows = np.repeat(np.arange(ne), 2)
+        cols = np.stack([[a_row[int(v)] for v in e[:, 0]], n1 + e[:, 1]], axis=1).ravel()
+        vals = np.tile([1.0, -4.0], ne)
+        ops.append(_affine(n("lag2"), n("lag2in"), rows, cols, vals, (ne, n1 + m + 1),
+                           Space(tuple(f"Q:{k}" for k in range(ne))), cite="lbar_vw second layer (docs/gd_trace.md)"))
+        ops.append(ReLU(n("lag2r"), (n("lag2"),)))
 
-    def step(self, x, T, H):
-        """Update (22): ``x_{k+1} = argmin_{y in S} d_{y-x} l = e_u`` with ``u`` minimising
-        ``<grad_x l, e_u>`` (autograd at the vertex, as §4.3), ``T_{k+1} = T - grad_T l /
-        gamma``, ``H_{k+1} = H - grad_H l / gamma``.  The head leaving the window raises."""
-        x = x.detach().requires_grad_(True)
-        T = T.detach().requires_grad_(True)
-        H = H.detach().requires_grad_(True)
-        gx, gT, gH = torch.autograd.grad(self.loss(x, T, H), (x, T, H))
-        H1 = (H - gH / self.gamma).detach()
-        if abs(float(H1.sum()) - 1.0) > 1e-9:
-            raise Tm2nnError(f"the head leaves the tape window [{self.left}, "
-                             f"{self.left + self.tau}) (§4.1 assumes tau = {self.tau} cells)")
-        gs = torch.sort(gx).values
-        if gs[1] - gs[0] < 1e-9:
-            raise RuntimeError("conditional-gradient vertex is not unique; (18) violated")
-        x1 = torch.zeros_like(x)
-        x1[int(torch.argmin(gx))] = 1.0
-        return x1, (T - gT / self.gamma).detach(), H1
+        # tape terms.  xg = stop-gradient(x), hg = stop-gradient(H)
+        ops.append(StopGradient(n("xg"), (x,)))
+        ops.append(StopGradient(n("hg"), (head,)))
+        # per tape j and move delta in (-1, 0, +1): m_{j,delta}(x) replicated over tau cells
+        moves = (-1, 0, 1)
+        rows, cols, vals = [], [], []
+        for j in range(d):
+            for di, dl in enumerate(moves):
+                vs = np.flatnonzero(self.shift[j] == dl) if dl else np.flatnonzero(self.halting)
+                for i in range(tau):
+                    r = (j * 3 + di) * tau + i
+                    rows += [r] * len(vs)
+                    cols += vs.tolist()
+                    vals += [1.0] * len(vs)
+        lab3 = Space(tuple(f"mv{j}{'-0+'[di]}:{i}" for j in range(d) for di in range(3) for i in range(tau)))
+        ops.append(_affine(n("mvx"), n("xg"), rows, cols, vals, (3 * d * tau, m), lab3,
+                           cite="Welper §4.4 shift S(x): weight of each move"))
+        # shifted copies of H: (Sh_delta H)_{j,i} = H_{j, i - delta} (the indicator moves delta right)
+        rows, cols = [], []
+        for j in range(d):
+            for di, dl in enumerate(moves):
+                for i in range(tau):
+                    src = i - dl
+                    if 0 <= src < tau:
+                        rows.append((j * 3 + di) * tau + i)
+                        cols.append(j * tau + src)
+        ops.append(_affine(n("shH"), n("hg"), rows, cols, [1.0] * len(rows), (3 * d * tau, d * tau),
+                           Space(tuple("sh" + s[2:] for s in lab3.labels))))
+        ops.append(Mul(n("mvH"), (n("mvx"), n("shH")), out=Space(tuple("p" + s for s in lab3.labels))))
+        # S(x)H (all moves) and its moving part (delta = ±1)
+        rows, cols, vals = [], [], []
+        for j in range(d):
+            for di in range(3):
+                for i in range(tau):
+                    rows += [j * tau + i, d * tau + j * tau + i] if di != 1 else [j * tau + i]
+                    cols += [(j * 3 + di) * tau + i] * (2 if di != 1 else 1)
+                    vals += [1.0, 1.0] if di != 1 else [1.0]
+        cell = lambda g0: [f"{g0}{j}:{self.left + i}" for j in range(d) for i in range(tau)]  # noqa: E731
+        ops.append(_affine(n("SH"), n("mvH"), rows, cols, vals, (2 * d * tau, 3 * d * tau),
+                           Space(tuple(cell("SH") + cell("SHmove"))), cite="Welper §4.4 S(x)H"))
+        ops.append(Slice(n("SHall"), (n("SH"),), indices=range(d * tau)))
+        ops.append(Slice(n("SHmove"), (n("SH"),), indices=range(d * tau, 2 * d * tau)))
+        # T^T [H] (write term) and T^T [S(x)H moving part] (read term), per tape
+        ops.append(Mul(n("TH"), (tape, n("hg")), out=Space(tuple(cell("TH")))))
+        ops.append(Mul(n("TSH"), (tape, n("SHmove")), out=Space(tuple(cell("TSH")))))
+        ops.append(Concat(n("prods"), (n("TH"), n("TSH"), x, n("SHall"), head)))
+        # residuals: w1 = T^T[H] - [T_arrow x]; w2 = [read] - T_down x, with the stay part of
+        # the read T_arrow x at halting vertices; w3 = [S(x)H] - H.  Entries inside a
+        # stop-gradient read ``prods_sg`` (the same values, gradient cut).
+        ent: list[tuple[int, int, float, bool]] = []  # (row, col, value, under sg)
+        o_x, o_sh, o_h = 2 * d * tau, 2 * d * tau + m, 3 * d * tau + m
+        for j in range(d):
+            for i in range(tau):
+                ent.append((j, j * tau + i, 1.0, False))                 # T^T [H]
+                ent.append((d + j, d * tau + j * tau + i, 1.0, True))    # [T^T S(x) H]
+            for v in range(m):
+                if self.arrow[j, v]:
+                    ent.append((j, o_x + v, -self.arrow[j, v], True))    # -[T_arrow x]
+                if self.halting[v] and self.arrow[j, v]:
+                    ent.append((d + j, o_x + v, self.arrow[j, v], True))  # [stay read]
+                if self.down[j, v]:
+                    ent.append((d + j, o_x + v, -self.down[j, v], False))  # -T_down x
+        for k in range(d * tau):
+            ent += [(2 * d + k, o_sh + k, 1.0, True), (2 * d + k, o_h + k, -1.0, False)]
+        nres = 2 * d + d * tau
+        res_lab = Space(tuple([f"w1:{j}" for j in range(d)] + [f"w2:{j}" for j in range(d)] + cell("w3")))
+        ops.append(StopGradient(n("prods_sg"), (n("prods"),)))
+
+        def part(sg: bool) -> SparseMatrix:
+            sel = [e_ for e_ in ent if e_[3] == sg]
+            return SparseMatrix((nres, o_h + d * tau), np.array([e_[0] for e_ in sel]),
+                                np.array([e_[1] for e_ in sel]), np.array([e_[2] for e_ in sel], dtype=np.float64))
+        ops.append(Affine(n("res_live"), (n("prods"),), weight=part(False), out=res_lab))
+        ops.append(Affine(n("res_sg"), (n("prods_sg"),), weight=part(True),
+                          out=Space(tuple("g" + s_ for s_ in res_lab.labels))))
+        ops.append(Concat(n("res2"), (n("res_live"), n("res_sg"))))
+        ops.append(_affine(n("res"), n("res2"), list(range(nres)) * 2, list(range(2 * nres)),
+                           [1.0] * (2 * nres), (nres, 2 * nres), res_lab, cite="Welper (21) residuals"))
+        ops.append(Mul(n("sq"), (n("res"), n("res")), out=Space(tuple("sq" + s[1:] for s in res_lab.labels))))
+        # loss = c + l_S + gamma/2 |w1|^2 + 4 b^2 gamma/2 |w2|^2 + gamma/2 |w3|^2
+        ops.append(Concat(n("terms"), (n("lag1r"), n("lag2r"), n("sq"))))
+        cols, vals = [], []
+        for v in range(m):
+            if self.omega_v[v]:
+                cols.append(v)
+                vals.append(self.omega_v[v])
+        # lbar_vw = (P + Q)/2 with P = relu_P - l_v - l_w, Q = a_v - relu2
+        lcoef = np.zeros(m)
+        acoef = {}
+        for k, ((v, w), om) in enumerate(zip(e, self.omega_e)):
+            cols.append(m + k)
+            vals.append(om / 2)
+            lcoef[v] -= om / 2
+            lcoef[w] -= om / 2
+            acoef[int(v)] = acoef.get(int(v), 0.0) + om / 2
+            cols.append(n1 + k)
+            vals.append(-om / 2)
+        for v in np.flatnonzero(lcoef):
+            cols.append(int(v))
+            vals.append(lcoef[v])
+        for v, a in acoef.items():
+            cols.append(a_row[v])
+            vals.append(a)
+        o_sq = n1 + ne
+        for j in range(d):
+            cols += [o_sq + j, o_sq + d + j]
+            vals += [g / 2, 4 * b * b * g / 2]
+        for k in range(d * tau):
+            cols.append(o_sq + 2 * d + k)
+            vals.append(g / 2)
+        w = SparseMatrix.from_dense(_sum_rows(cols, vals, o_sq + nres))
+        ops.append(Affine(n("loss"), (n("terms"),), weight=w, bias=np.array([self.c]),
+                          out=Space(("loss:l_TM",)), cite="Welper (21)"))
+        return ops, n("loss")
 
     # -- encode / decode -------------------------------------------------------------------
-    def start(self, input: str):
-        m, tau, left = self.machine, self.tau, self.left
-        tape = start_config(m, input, tau, left).tape
-        T = torch.zeros(tau, len(self.syms), dtype=torch.float64)
-        for i, a in enumerate(tape):
-            T[i, self.sidx[a]] = 1.0
-        H = torch.zeros(tau, dtype=torch.float64)
-        H[-left] = 1.0
-        x = torch.zeros(self.m, dtype=torch.float64)
-        x[self.vidx[(m.start, 0, tape[-left])]] = 1.0
-        return x, T, H
+    def start(self, tapes) -> dict[str, np.ndarray]:
+        """The start iterate for start tapes ``tapes[j]`` (cells holding +1, heads at 0):
+        ``s = e_{([q0, 0], t0)}``, ``T``, ``H`` and the read-only input ``ro``."""
+        tau, left = self.tau, self.left
+        if left > 0 or left + tau <= 0:
+            raise Tm2nnError(f"tape window [{left}, {left + tau}) does not hold the start cell 0")
+        full = np.full((self.d, tau), -1.0)
+        for j, cells in enumerate(tapes):
+            for c in cells:
+                if not left <= c < left + tau:
+                    raise Tm2nnError(f"tape {j}: input cell {c} is outside the window [{left}, {left + tau})")
+                full[j, c - left] = 1.0
+        H = np.zeros((self.d, tau))
+        H[:, -left] = 1.0
+        t0 = tuple(int(full[j, -left]) for j in range(self.d))
+        s = np.zeros(self.m)
+        s[self.vidx[(self.machine.start, 0, t0)]] = 1.0
+        return {"s": s, "T": full[self.rw].ravel(), "H": H.ravel(),
+                "ro": full[self.ro].ravel() if self.ro else np.ones(1)}
 
-    def decode(self, x, T, H) -> TapeState:
-        """(state, head, tape) from (vertex, T, H); refuses non-integral iterates and a
-        vertex symbol that differs from the tape under the head."""
-        def onehot(v):
-            v = np.asarray(v.detach())
+    def decode(self, s, T, H, ro, tol: float = 1e-6) -> tuple[MConfig, bool]:
+        """(configuration, halted) from an iterate; refuses non-integral iterates and a
+        vertex whose symbols differ from the tapes under the heads."""
+        def onehot(v, what):
+            v = np.asarray(v, dtype=np.float64)
             i = int(np.argmax(v))
-            if abs(v[i] - 1.0) > 1e-9 or np.abs(np.delete(v, i)).max(initial=0.0) > 1e-9:
-                raise ValueError("iterate is not integral")
+            if abs(v[i] - 1.0) > tol or np.abs(np.delete(v, i)).max(initial=0.0) > tol:
+                raise ValueError(f"{what} is not integral")
             return i
-        q, _, a = self.verts[onehot(x)]
-        h = onehot(H)
-        tape = [self.syms[onehot(T[i])] for i in range(self.tau)]
-        if tape[h] != a:
-            raise ValueError("vertex symbol differs from the tape under the head")
-        cells = {self.left + i: s for i, s in enumerate(tape) if s != self.machine.blank}
-        return TapeState(q, self.left + h, cells, bool(self.halting[onehot(x)]))
+        tau = self.tau
+        v = onehot(s, "s")
+        q, _, t = self.verts[v]
+        full = np.zeros((self.d, tau))
+        if self.ro:
+            full[self.ro] = np.asarray(ro, dtype=np.float64).reshape(len(self.ro), tau)
+        full[self.rw] = np.asarray(T, dtype=np.float64).reshape(len(self.rw), tau)
+        if np.abs(np.abs(full) - 1.0).max() > tol:
+            raise ValueError("T is not integral")
+        Hm = np.asarray(H, dtype=np.float64).reshape(self.d, tau)
+        heads = tuple(onehot(Hm[j], f"H (tape {j})") for j in range(self.d))
+        under = tuple(int(np.sign(full[j, h])) for j, h in enumerate(heads))
+        if under != t:
+            raise ValueError(f"vertex symbols {t} differ from the tapes under the heads {under}")
+        tapes = tuple(frozenset(self.left + int(i) for i in np.flatnonzero(full[j] > 0)) for j in range(self.d))
+        return MConfig(q, tuple(self.left + h for h in heads), tapes), bool(self.halting[v])
 
     def bounds23(self, halted: bool) -> tuple[float, float]:
-        """Prop. 4.3's (23) with ``d = 1``: ``[c, c + 8 b^2 d g + 3 d g]`` before halting,
-        upper bound lowered by ``b^3 g`` at the halting vertex (lower bound then ``c - b^3 g``)."""
-        b, g, c = self.b, self.gamma, self.c
-        hi = c + 8 * b * b * g + 3 * g
+        """Prop. 4.3's (23): ``[c, c + 8 b^2 d g + 3 d g]`` before halting, upper bound
+        lowered by ``b^3 g`` at the halting vertex (lower bound then ``c - b^3 g``)."""
+        b, g, c, d = self.b, self.gamma, self.c, self.d
+        hi = c + 8 * b * b * d * g + 3 * d * g
         return (c - b ** 3 * g, hi - b ** 3 * g) if halted else (c, hi)
 
 
-def trace44(m: Machine, input: str, steps: int, tau: int | None = None,
-            left: int | None = None, b: float | None = None,
-            require_halt: bool = True) -> list[TraceStep44]:
-    """Run (22) for ``steps`` iterations from the start configuration and decode each
-    iterate (Prop. 4.3).  With ``require_halt`` a run that does not reach a halting vertex
-    within ``steps`` raises ``Tm2nnError``."""
-    if tau is None or left is None:
-        t, lft = window_for(m, input, steps)
-        tau = t if tau is None else tau
-        left = lft if left is None else left
-    if require_halt and not run_machine(m, input, max_steps=steps).halted:
-        raise Tm2nnError(f"the machine does not halt within {steps} steps "
-                         "(Prop. 4.3 traces a halting computation)")
-    ts = TapeSimplex(m, tau, left, b=b)
-    x, T, H = ts.start(input)
-    out = [TraceStep44(0, ts.decode(x, T, H), float(ts.loss(x, T, H)))]
-    for k in range(1, steps + 1):
-        x, T, H = ts.step(x, T, H)
-        out.append(TraceStep44(k, ts.decode(x, T, H), float(ts.loss(x, T, H))))
+def _sum_rows(cols, vals, width: int) -> np.ndarray:
+    w = np.zeros((1, width))
+    np.add.at(w[0], np.asarray(cols, dtype=np.int64), np.asarray(vals, dtype=np.float64))
+    return w
+
+
+class Tracer44:
+    """Runs (22) on the emitted torch module of :attr:`TapeSimplex.net` (float64)."""
+
+    def __init__(self, ts: TapeSimplex, tapes, dtype=torch.float64):
+        from tm2nn.emit import to_torch
+
+        self.ts = ts
+        self.module = to_torch(ts.net, dtype)
+        st = ts.start(tapes)
+        with torch.no_grad():
+            for k in ("s", "T", "H"):
+                self.module.op(k).value.copy_(torch.from_numpy(st[k]))
+        self.ro = torch.from_numpy(st["ro"]).to(dtype)[None, :]
+        g = ts.gamma
+        self.opt = ConditionalGradient([
+            {"params": [self.module.op("s").value], "kind": "simplex"},
+            {"params": [self.module.op("T").value, self.module.op("H").value], "kind": "gd", "lr": 1.0 / g},
+        ])
+
+    def values(self) -> dict[str, np.ndarray]:
+        return {k: self.module.op(k).value.detach().numpy().copy() for k in ("s", "T", "H")}
+
+    def loss(self) -> torch.Tensor:
+        return self.module(self.ro)[0, 0]
+
+    def decode(self) -> tuple[MConfig, bool]:
+        v = self.values()
+        return self.ts.decode(v["s"], v["T"], v["H"], self.ro[0].numpy())
+
+    def step(self) -> float:
+        """One update (22); returns the loss at the iterate it started from.  The head
+        leaving the window raises :class:`Tm2nnError`."""
+        self.opt.zero_grad()
+        loss = self.loss()
+        loss.backward()
+        self.opt.step()
+        loss = loss.detach()
+        H = self.module.op("H").value.detach().numpy().reshape(self.ts.d, self.ts.tau)
+        if np.abs(H.sum(axis=1) - 1.0).max() > 1e-6:
+            raise Tm2nnError(f"a head leaves the tape window [{self.ts.left}, {self.ts.left + self.ts.tau}) "
+                             f"(§4.1 assumes tau = {self.ts.tau} cells)")
+        return float(loss)
+
+
+def trace44(mm: MultiTapeMachine, tapes, steps: int, tau: int, left: int, b: float | None = None,
+            gamma: float = 1.0, c: float = 0.0) -> list[TraceStep44]:
+    """Run (22) for ``steps`` iterations from the start configuration and decode every
+    iterate (Prop. 4.3)."""
+    ts = TapeSimplex(mm, tau, left, b=b, gamma=gamma, c=c)
+    tr = Tracer44(ts, tapes)
+    out = []
+    for k in range(steps + 1):
+        cfg, halted = tr.decode()
+        loss = float(tr.loss()) if k == steps else tr.step()
+        out.append(TraceStep44(k, cfg, loss, halted))
     return out
