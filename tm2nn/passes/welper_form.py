@@ -37,7 +37,10 @@ missing-rule conventions: binarise handles them).
 
 States: ``|Q_S| + 3w + 3`` (``Q_S`` = the step-2 machine's states).  Lowered steps per
 source step: at most ``s = 3w - 2`` (binarise), or ``max(3w - 2, 2w)`` if the source
-has S moves (an S move costs one more step).
+has S moves (an S move costs one more step); a halt on a missing rule takes
+``2w - 2`` steps after the last source step.  So ``N`` source steps on ``n`` input
+symbols take at most ``(2n + 1)(w + 2) + w + N·s + 2w - 2`` lowered steps
+(:meth:`WelperLowering.lowered_steps`).
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import GridMachine, Machine
 from tm2nn.ir.multitape import MConfig, MRule, MultiTapeMachine
-from tm2nn.interp.multitape import MultiRun
 from tm2nn.passes.binarise import BinaryLowering, binarise
 from tm2nn.passes.lowering import fresh_namer
 from tm2nn.passes.stay import StayLowering, remove_stays
@@ -86,10 +89,12 @@ class WelperLowering:
         return max(3 * w - 2, 2 * w) if self.stays.aux else 3 * w - 2
 
     def lowered_steps(self, source_steps: int, input_len: int = 0) -> int:
-        """Copy phase + ``s`` per source step: enough to simulate ``source_steps`` steps
-        (and to have halted if the source halted within them; a halt on a missing rule
-        takes no more than a full step, see binarise)."""
-        return self.copy_steps(input_len) + source_steps * self.steps_per_source_step
+        """Copy phase + ``s`` per source step + ``2w - 2``: enough to simulate
+        ``source_steps`` source steps, and to have halted if the source halts within
+        them or on a missing rule right after them (binarise walks back ``2w - 2`` steps
+        to halt on a missing rule)."""
+        w = self.width
+        return self.copy_steps(input_len) + source_steps * self.steps_per_source_step + 2 * w - 2
 
     def window(self, lo: int, hi: int, input_len: int) -> tuple[int, int]:
         """``(left, tau)``: cells ``[left, left + tau)`` of both tapes hold every non-blank
@@ -140,7 +145,7 @@ class WelperLowering:
         """``(lowered step, source configuration)`` for each source step 0, 1, ..., read
         off the lowered run only.  A halt on a missing rule that the source counts as a
         step adds one entry, at the last lowered step."""
-        if run.machine is not self.machine:
+        if not _same(run.machine, self.machine):
             raise ValueError(f"the run is of {run.machine.name!r}, not of this lowering's machine")
         out = [(t, self.source_config(c)) for t, c in enumerate(run.configs)
                if self._boundary(c.state)]
@@ -164,6 +169,15 @@ class WelperLowering:
                 d.get("states") != len(low.machine.states):
             raise Tm2nnError(f"welper-form metadata {d} does not match machine {source.name!r}")
         return low
+
+
+def _same(a: MultiTapeMachine, b: MultiTapeMachine) -> bool:
+    """The same machine (``MultiTapeMachine`` compares by identity; a rebuilt lowering,
+    e.g. by :meth:`WelperLowering.from_json`, is equal field by field)."""
+    return a is b or (
+        (a.name, a.tapes, a.read_only, a.states, a.start, a.halting)
+        == (b.name, b.tapes, b.read_only, b.states, b.start, b.halting)
+        and set(a.rules) == set(b.rules))
 
 
 def sign_rules(m: Machine) -> dict[tuple[str, int], tuple[str, int, int]]:
