@@ -130,7 +130,9 @@ class WelperLowering:
 
     def source_config(self, c: MConfig):
         """``(state, head, cells)`` of the source, or ``None`` mid-step (copy phase, stay
-        aux states, inside a block operation).  Composes binarise's ``source_config``."""
+        aux states, inside a block operation).  Composes binarise's ``source_config``, so a
+        machine halted on a missing rule after binarise's walk back (state ``q~x``) maps to
+        the source's final configuration too."""
         if c.state in self.copy_states or c.state in self.stays.aux:
             return None
         w = self.width
