@@ -446,6 +446,10 @@ class Tracer44:
     def loss(self) -> torch.Tensor:
         return self.module(self.ro)[0, 0]
 
+    def loss_value(self) -> float:
+        with torch.no_grad():
+            return float(self.loss())
+
     def decode(self) -> tuple[MConfig, bool]:
         v = self.values()
         return self.ts.decode(v["s"], v["T"], v["H"], self.ro[0].numpy())
@@ -474,6 +478,6 @@ def trace44(mm: MultiTapeMachine, tapes, steps: int, tau: int, left: int, b: flo
     out = []
     for k in range(steps + 1):
         cfg, halted = tr.decode()
-        loss = float(tr.loss()) if k == steps else tr.step()
+        loss = tr.loss_value() if k == steps else tr.step()
         out.append(TraceStep44(k, cfg, loss, halted))
     return out

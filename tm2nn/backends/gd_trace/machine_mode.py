@@ -1,0 +1,169 @@
+"""Machine mode of the GD-trace backend: an ordinary machine is lowered to Welper §4.1's
+form (:func:`tm2nn.passes.welper_form.to_welper_form`: a read-only input tape and a work
+tape over ``{-1, 1}``), its §4.4 loss (21) is compiled to a network-IR net
+(:class:`~.tape_simplex.TapeSimplex`), and *running* the compiled model means running the
+optimizer (22): every iterate is decoded to (state, heads, tapes), mapped back through the
+lowering, and reported as the source machine's run (Prop. 4.3: optimizer step k is
+machine step k).
+
+``compile(m, steps=T, max_input=n)`` fixes the tape window from the source's step bound
+``T`` and the longest input ``n`` (the head stays within ``[-T, n + T]``, so no run of the
+interpreter is needed); :func:`run_gd` runs one input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tm2nn.backends.base import Compiled
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp.multitape import MultiRun
+from tm2nn.ir.machine import GridMachine, Machine, check_input
+from tm2nn.passes.lowering import result_from_configurations
+
+from .tape_simplex import DEFAULT_MAX_DIM, TapeSimplex, Tracer44, choose_b
+
+DEFAULT_STEPS = 100
+
+
+def lowering(m: Machine, enc: dict | None = None):
+    """The §4.1 lowering of ``m`` (rebuilt from ``enc['lowering']`` when given, which
+    checks it against ``m``)."""
+    from tm2nn.passes.welper_form import WelperLowering, to_welper_form
+
+    return WelperLowering.from_json(enc["lowering"], m) if enc else to_welper_form(m)
+
+
+def window(low, steps: int, max_input: int) -> tuple[int, int]:
+    """``(left, tau)`` for ``steps`` source steps on inputs of at most ``max_input`` cells."""
+    return low.window(-steps, max(max_input, 1) + steps, max_input)
+
+
+def estimate(m: Machine, steps: int, max_input: int) -> dict:
+    """Sizes of the §4.4 net, computed before building it."""
+    low = lowering(m)
+    left, tau = window(low, steps, max_input)
+    d = low.machine.tapes
+    n_v = 3 * len(low.machine.states) * 2 ** d
+    return {"vertices": n_v, "edges": n_v * 2 ** d, "tau": tau, "left": left, "tapes": d,
+            "states": len(low.machine.states), "lowered_steps": low.lowered_steps(steps, max_input)}
+
+
+def compile(m: Machine, steps: int | None = None, max_input: int | None = None, b: float | None = None,
+            gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM) -> Compiled:
+    """The §4.4 loss net of ``m`` for ``steps`` source steps and inputs of at most
+    ``max_input`` cells (default ``steps``)."""
+    if isinstance(m, GridMachine):
+        raise Tm2nnError("the gd-trace backend takes line machines (Welper §4.1 tapes are lines)")
+    if not isinstance(m, Machine):
+        raise Tm2nnError("the gd-trace backend compiles machines, not circuits")
+    steps = DEFAULT_STEPS if steps is None else int(steps)
+    max_input = steps if max_input is None else int(max_input)
+    if steps < 0 or max_input < 0:
+        raise Tm2nnError("--max-steps and the input length must be >= 0")
+    est = estimate(m, steps, max_input)
+    dim = est["vertices"] + 2 * est["tau"] * est["tapes"]
+    if dim > max_dim:
+        raise Tm2nnError(f"the §4.4 simplex and tape variables of {m.name!r} would have dimension "
+                         f"{dim:,} ({est['vertices']:,} vertices, tau = {est['tau']:,} cells x "
+                         f"{est['tapes']} tapes; limit {max_dim:,}): lower --max-steps or the input length")
+    low = lowering(m)
+    left, tau = est["left"], est["tau"]
+    ts = TapeSimplex(low.machine, tau, left, b=b, gamma=gamma, c=c, max_dim=max_dim)
+    d = ts.d
+    enc_in = {"kind": "gd_trace", "lowering": low.to_json(), "tau": tau, "left": left,
+              "b": ts.b, "gamma": ts.gamma, "c": ts.c, "max_input": max_input,
+              "alphabet": list(m.alphabet), "blank": m.blank}
+    enc_out = {"kind": "gd_trace_loss", "source_steps": steps,
+               "lowered_steps": low.lowered_steps(steps, max_input)}
+    q = len(low.machine.states)
+    bounds = [
+        ("simplex dimension |V| = 3|Q|2^d (tripled, (20))", f"{ts.m:,}",
+         f"Cor. 2.3 width 2^d|Q| + 2dτ = {2 ** d * q + 2 * d * tau:,} (|Q| = {q}, d = {d}, τ = {tau})"),
+        ("tape variables T, H (2dτ)", f"{2 * d * tau:,}", f"2dτ = {2 * d * tau:,}"),
+        ("edge units |E| = |V| 2^d", f"{len(ts.edges):,}", "sum over v, w in (21): O(|V|^2) if dense"),
+        ("layers (affine + ReLU + product) of l_TM", _layers(ts.net), "Cor. 2.3: < 12 extra layers"),
+        ("§4.3 full-configuration simplex (Cor. 2.2)", "not built (see `tm2nn info --construction 4.3`)",
+         f"|Q| 2^(dτ) τ^d = 2^{d * tau} x {q * tau ** d:,}"),
+        ("b (18) and b^3 > 8b^2 d + 3d", f"{ts.b:g}", f"smallest: {choose_b(d)}"),
+    ]
+    return Compiled("gd-trace", ts.net, m, enc_in, enc_out, bounds,
+                    {"steps": steps, "max_input": max_input, "lowered_states": q})
+
+
+def _layers(net) -> str:
+    dep = net.depth()
+    return f"{dep['affine']} affine, {dep['relu']} ReLU, {dep['mul']} product (depth)"
+
+
+@dataclass
+class GDRun:
+    """One optimizer run: the source ``result`` (a RunResult with trace, mapped back), the
+    decoded lowered run, the loss at every iterate and the largest distance of an iterate
+    from its integral value."""
+
+    result: object
+    lowered: MultiRun
+    losses: list[float]
+    halted_at: list[bool]
+    max_deviation: float
+    tracer: Tracer44
+
+
+def simplex_of(compiled: Compiled) -> tuple[object, TapeSimplex]:
+    enc = compiled.input_encoding
+    low = lowering(compiled.source, enc)
+    ts = TapeSimplex(low.machine, enc["tau"], enc["left"], b=enc["b"], gamma=enc["gamma"], c=enc["c"])
+    return low, ts
+
+
+def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
+    """Run the conditional-gradient updates (22) from the start iterate of ``text`` until
+    one step after the iterate reaches a halting vertex, or for the compiled number of
+    lowered steps; decode every iterate and map the run back to the source machine."""
+    m = compiled.source
+    check_input(m, text)
+    enc = compiled.input_encoding
+    if len(text) > enc["max_input"]:
+        raise Tm2nnError(f"input of {len(text)} cells; the model was compiled for at most "
+                         f"{enc['max_input']} (--max-input)")
+    low, ts = simplex_of(compiled)
+    tapes = low.lower_input(text)
+    tr = Tracer44(ts, tapes)
+    total = int(compiled.output_encoding["lowered_steps"])
+    configs, losses, halted, dev = [], [], [], 0.0
+    for k in range(total + 1):
+        dev = max(dev, _deviation(tr))
+        cfg, h = tr.decode()
+        configs.append(cfg)
+        halted.append(h)
+        if h or k == total:
+            losses.append(tr.loss_value())
+            break
+        losses.append(tr.step())
+        if progress:
+            progress(k + 1)
+    run = MultiRun(low.machine, tuple(configs), halted[-1])
+    mapped = low.source_trace(run)
+    src = [(k, *conf) for k, (_t, conf) in enumerate(mapped)]
+    steps = int(compiled.output_encoding["source_steps"])
+    if len(src) > steps + 1:  # the run found its halt after the source step bound
+        src, run_halted = src[: steps + 1], False
+    else:
+        run_halted = run.halted
+    result = result_from_configurations(m, text, src, run_halted)
+    return GDRun(result, run, losses, halted, dev, tr)
+
+
+def _deviation(tr: Tracer44) -> float:
+    v = tr.values()
+    s = v["s"]
+    return float(max(np.abs(s - np.round(s)).max(), np.abs(np.abs(v["T"]) - 1).max(),
+                     np.abs(v["H"] - np.round(v["H"])).max()))
+
+
+def run_report(compiled: Compiled, text: str, progress=None) -> dict:
+    """The ``--json`` run report of the source machine, read off the optimizer's iterates."""
+    return run_gd(compiled, text, progress).result.report()
