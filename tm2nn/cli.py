@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="interp",
                    help="execution backend: interp (default), transformer (compiled with "
                    "T = --max-steps, default 1000, and decoded with its key/value cache) or rcnn "
-                   "(the 3x3 filter applied over the grid, T = --max-steps, default 100)")
+                   "(the 3x3 filter applied over the grid, T = --max-steps, default 100) or gd-trace "
+                   "(Welper §4.4: Frank-Wolfe steps on a ReLU loss, T = --max-steps, default 100)")
     p.add_argument("--engine", choices=["torch", "onnxruntime"], default="torch",
                    help="transformer, rcnn: run the torch module or the ONNX model")
     p.add_argument("--no-corrections", action="store_true", help="transformer: omit the round() corrections")
@@ -245,8 +246,8 @@ def cmd_run(args) -> int:
     from tm2nn.ir import Circuit
     from tm2nn.syntax import load
 
-    if args.backend not in ("interp", "transformer", "rcnn"):
-        raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer, rcnn)")
+    if args.backend not in ("interp", "transformer", "rcnn", "gd-trace"):
+        raise Tm2nnError(f"unknown run backend {args.backend!r} (available: interp, transformer, rcnn, gd-trace)")
     obj = load(args.source, args.format, args.name)
     _reject_learner(obj, "run")
     text = args.input
@@ -256,6 +257,8 @@ def cmd_run(args) -> int:
         return _run_transformer(args, obj, text)
     if args.backend == "rcnn":
         return _run_rcnn(args, obj, text)
+    if args.backend == "gd-trace":
+        return _run_gd(args, obj, text)
     if isinstance(obj, Circuit):
         report = run_circuit(obj, text)
         print(json.dumps(report) if args.json else report["outputs"])
@@ -328,6 +331,41 @@ def _run_rcnn(args, m, text: str) -> int:
         print(json.dumps(report))
     else:
         _print_report(report)
+    return EXIT_OK if report["halted"] else EXIT_FAIL
+
+
+def _run_gd(args, m, text: str) -> int:
+    """``run --backend gd-trace``: compile Welper §4.4's loss for T = --max-steps source
+    steps and this input, run the optimizer (22), decode every iterate (mapped back to the
+    source machine) and check it against the interpreters at every step."""
+    from tm2nn.backends.gd_trace.machine_mode import DEFAULT_STEPS, compile as compile_gd
+    from tm2nn.ir import Circuit
+    from tm2nn.ir.machine import check_input
+    from tm2nn.verify.gd import check_one
+
+    if isinstance(m, Circuit):
+        raise Tm2nnError("the gd-trace backend runs machines, not circuits")
+    if args.engine != "torch":
+        raise Tm2nnError("the gd-trace backend trains its loss net with torch autograd (--engine torch); "
+                         "the ONNX model is checked by 'tm2nn verify'")
+    check_input(m, text)
+    steps = DEFAULT_STEPS if args.max_steps is None else args.max_steps
+    compiled = compile_gd(m, steps=steps, max_input=len(text))
+    g, d, _ = check_one(compiled, text)
+    report = g.result.report()
+    report = dict(report, optimizer_steps=len(g.losses) - 1, verified=d is None)
+    if args.trace:
+        report["loss"] = g.losses
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_report(report)
+        print(f"{len(g.losses) - 1:,} optimizer steps (Welper (22)) on the §4.1 machine "
+              f"({len(g.lowered.machine.states)} states, 2 tapes); "
+              + ("every step matches the interpreter" if d is None else
+                 f"FIRST DIVERGENCE at step {d[0]}: {d[1]}: expected {d[2]!r}, got {d[3]!r}"))
+    if d is not None:
+        return EXIT_FAIL
     return EXIT_OK if report["halted"] else EXIT_FAIL
 
 
@@ -469,6 +507,10 @@ def cmd_eval(args) -> int:
         from tm2nn.verify.trace import encode_tokens
 
         report = TraceDecoder(enc_out).decode(runner(encode_tokens(enc_in, [args.input]))[0], args.input).report
+    elif enc_in.get("kind") == "gd_trace":  # Welper §4.4: run the optimizer on the rebuilt net
+        from tm2nn.backends.gd_trace.machine_mode import from_metadata, run_gd
+
+        report = run_gd(from_metadata(enc_in, enc_out), args.input).result.report()
     elif enc_in.get("kind") == "rcnn_grid":  # the RCNN: a start grid in, every step's grid out
         from tm2nn.verify.grid import GridModel
 

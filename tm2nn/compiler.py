@@ -17,7 +17,8 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, GridMachine, Machine
 
 BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer",
-            "rcnn": "tm2nn.backends.rcnn", "abbe-sandon": "tm2nn.backends.abbe_sandon"}
+            "rcnn": "tm2nn.backends.rcnn", "abbe-sandon": "tm2nn.backends.abbe_sandon",
+            "gd-trace": "tm2nn.backends.gd_trace"}
 DEFAULT_MAX_GATES = 5_000_000
 
 
@@ -48,8 +49,9 @@ def compile(
     Machines go to the relu-circuit backend through TM -> circuit unrolling, which needs
     ``steps`` (T) and takes ``tape`` (N cells, default 2T+1) and ``origin``.  The
     transformer backend takes line machines, ``steps`` (T), ``attention`` (hardmax or
-    softmax) and ``beta`` (the softmax inverse temperature).  The rcnn backend takes
-    machines, ``steps`` (T) and ``max_input`` (the longest input tape, default T).
+    softmax) and ``beta`` (the softmax inverse temperature).  The rcnn and gd-trace
+    backends take machines, ``steps`` (T) and ``max_input`` (the longest input tape,
+    default T).
     """
     from tm2nn.syntax import load
 
@@ -79,6 +81,10 @@ def compile(
     if backend == "rcnn":
         if isinstance(ir, Circuit):
             raise Tm2nnError("the rcnn backend compiles machines (machine mode), not circuits")
+        return mod.compile(ir, steps=steps, max_input=max_input)
+    if backend == "gd-trace":
+        if isinstance(ir, Circuit):
+            raise Tm2nnError("the gd-trace backend compiles machines (Welper §4.4), not circuits")
         return mod.compile(ir, steps=steps, max_input=max_input)
     if backend == "relu-circuit":
         if isinstance(ir, Circuit):

@@ -109,6 +109,10 @@ def verify_compiled(
         from tm2nn.verify.trace import verify_trace
 
         return verify_trace(compiled, inputs, samples, seed, use_onnx)
+    if compiled.output_encoding.get("kind") == "gd_trace_loss":
+        from tm2nn.verify.gd import verify_gd
+
+        return verify_gd(compiled, inputs, samples, seed, use_onnx)
     if compiled.output_encoding.get("kind") == "rcnn_trace":
         from tm2nn.verify.grid import verify_grid
 

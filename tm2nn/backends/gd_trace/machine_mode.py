@@ -73,7 +73,9 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
     left, tau = est["left"], est["tau"]
     ts = TapeSimplex(low.machine, tau, left, b=b, gamma=gamma, c=c, max_dim=max_dim)
     d = ts.d
-    enc_in = {"kind": "gd_trace", "lowering": low.to_json(), "tau": tau, "left": left,
+    from tm2nn.syntax import dump
+
+    enc_in = {"kind": "gd_trace", "machine": dump(m, "tm"), "lowering": low.to_json(), "tau": tau, "left": left,
               "b": ts.b, "gamma": ts.gamma, "c": ts.c, "max_input": max_input,
               "alphabet": list(m.alphabet), "blank": m.blank}
     enc_out = {"kind": "gd_trace_loss", "source_steps": steps,
@@ -83,9 +85,10 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
         ("simplex dimension |V| = 3|Q|2^d (tripled, (20))", f"{ts.m:,}",
          f"Cor. 2.3 width 2^d|Q| + 2dτ = {2 ** d * q + 2 * d * tau:,} (|Q| = {q}, d = {d}, τ = {tau})"),
         ("tape variables T, H (2dτ)", f"{2 * d * tau:,}", f"2dτ = {2 * d * tau:,}"),
-        ("edge units |E| = |V| 2^d", f"{len(ts.edges):,}", "sum over v, w in (21): O(|V|^2) if dense"),
+        ("edge units |E| <= |V| 2^d (only edges carry a weight (17))", f"{len(ts.edges):,}",
+         f"(21) sums over all pairs v, w: |V|^2 = {ts.m ** 2:,}"),
         ("layers (affine + ReLU + product) of l_TM", _layers(ts.net), "Cor. 2.3: < 12 extra layers"),
-        ("§4.3 full-configuration simplex (Cor. 2.2)", "not built (see `tm2nn info --construction 4.3`)",
+        ("§4.3 full-configuration simplex (Cor. 2.2)", "not built here (config_simplex.py, small runs)",
          f"|Q| 2^(dτ) τ^d = 2^{d * tau} x {q * tau ** d:,}"),
         ("b (18) and b^3 > 8b^2 d + 3d", f"{ts.b:g}", f"smallest: {choose_b(d)}"),
     ]
@@ -110,6 +113,21 @@ class GDRun:
     halted_at: list[bool]
     max_deviation: float
     tracer: Tracer44
+
+
+def from_metadata(enc_in: dict, enc_out: dict) -> Compiled:
+    """A compiled gd-trace model rebuilt from a saved model's encodings (the machine is
+    in the metadata); the optimizer runs on its torch module (ONNX is not differentiated)."""
+    from tm2nn.syntax import parse_text
+
+    if "machine" not in enc_in:
+        raise Tm2nnError("this gd-trace model's metadata does not hold its machine: compile it again")
+    m = parse_text(enc_in["machine"], "tm", "<model metadata>")[0]
+    c = compile(m, steps=enc_out["source_steps"], max_input=enc_in["max_input"], b=enc_in["b"],
+                gamma=enc_in["gamma"], c=enc_in["c"])
+    if c.input_encoding != enc_in:
+        raise Tm2nnError("gd-trace model metadata does not match the machine it holds")
+    return c
 
 
 def simplex_of(compiled: Compiled) -> tuple[object, TapeSimplex]:

@@ -1,0 +1,103 @@
+"""Verify the GD-trace backend (Welper §4.4): run the optimizer (22) on the emitted torch
+module for every input, decode every iterate and compare
+
+* the decoded §4.1 configurations with the §4.1 machine's interpreter
+  (:func:`tm2nn.interp.multitape.run_multitape`) at every optimizer step (state, both
+  heads, both tapes),
+* the run mapped back through the lowering with the source machine's interpreter at
+  every source step (state, head, every cell) and the run report,
+* Prop. 4.3's loss bounds (23) at every iterate, and the halting loss below every earlier
+  loss.
+
+ONNX models are not differentiated, so the optimizer runs in torch; with ``use_onnx``
+the loss net at the first and the last iterate (the trained Params written back with
+``NetModule.to_net``) is also emitted to ONNX and its loss compared in onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tm2nn.backends.base import Compiled
+from tm2nn.verify.check import Mismatch, VerifyReport
+
+LOSS_RTOL = 1e-5  # onnxruntime runs float32
+
+
+def _onnx_loss(net, ro: np.ndarray) -> float:
+    import onnxruntime as ort
+
+    from tm2nn.emit.onnx_emit import to_onnx
+
+    sess = ort.InferenceSession(to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {net.inputs[0].name: ro.astype(np.float32)})
+    return float(y[0, 0])
+
+
+def check_one(compiled: Compiled, text: str, use_onnx: bool = False):
+    """``(GDRun, first divergence or None, onnx divergence or None)`` for one input."""
+    from tm2nn.backends.gd_trace.machine_mode import run_gd, simplex_of
+    from tm2nn.interp.machine import run_machine
+    from tm2nn.interp.multitape import run_multitape
+    from tm2nn.verify.trace import compare_runs
+
+    low, ts = simplex_of(compiled)
+    g = run_gd(compiled, text)
+    lowered = run_multitape(low.machine, low.lower_input(text), len(g.lowered.configs) - 1)
+    d = None
+    for k, (want, got) in enumerate(zip(lowered.configs, g.lowered.configs)):
+        if want != got:
+            field = "state" if want.state != got.state else "heads" if want.heads != got.heads else "tapes"
+            d = (k, f"§4.1 {field} (optimizer step {k})", getattr(want, field), getattr(got, field))
+            break
+    if d is None and len(lowered.configs) != len(g.lowered.configs):
+        d = (len(lowered.configs), "§4.1 steps", len(lowered.configs) - 1, len(g.lowered.configs) - 1)
+    if d is None:
+        d = compare_runs(run_machine(compiled.source, text, int(compiled.output_encoding["source_steps"]),
+                                     trace=True), g.result)
+    if d is None:
+        first = next((k for k, h in enumerate(g.halted_at) if h), None)
+        for k, (loss, h) in enumerate(zip(g.losses, g.halted_at)):
+            lo, hi = ts.bounds23(h)
+            if not lo - 1e-9 <= loss <= hi + 1e-9:
+                d = (k, "loss bound (23)", f"[{lo:g}, {hi:g}]", loss)
+                break
+            if first is not None and k < first and loss <= g.losses[first]:
+                d = (k, "halting loss below every earlier loss", f"> {g.losses[first]:g}", loss)
+                break
+    od = None
+    if use_onnx:
+        ro = g.tracer.ro.numpy()
+        got = _onnx_loss(g.tracer.module.to_net(), ro)
+        want = g.losses[-1]
+        if abs(got - want) > LOSS_RTOL * max(1.0, abs(want)):
+            od = (len(g.losses) - 1, "loss (ONNX)", want, got)
+    return g, d, od
+
+
+def verify_gd(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool) -> VerifyReport:
+    from tm2nn.verify.trace import EXHAUSTIVE_CELLS, machine_tapes
+
+    m = compiled.source
+    if inputs is not None:
+        xs, mode = list(inputs), "given"
+    else:
+        cells = min(EXHAUSTIVE_CELLS, int(compiled.input_encoding["max_input"]))
+        xs, mode, seed = machine_tapes([a for a in m.alphabet if a != m.blank], cells, samples, seed)
+    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
+    bad = {"torch": 0, **({"onnxruntime": 0} if use_onnx else {})}
+    dev = 0.0
+    for text in xs:
+        g, d, od = check_one(compiled, text, use_onnx)
+        dev = max(dev, g.max_deviation)
+        if d is not None:
+            bad["torch"] += 1
+            if rep.first is None:
+                rep.first = Mismatch("torch", text, d[1], d[2], d[3], step=d[0])
+        if od is not None:
+            bad["onnxruntime"] += 1
+            if rep.first is None:
+                rep.first = Mismatch("onnxruntime", text, od[1], od[2], od[3], step=od[0])
+    rep.engines = bad
+    rep.max_deviation = {"torch": dev}
+    return rep
