@@ -7,10 +7,11 @@ classifier ``f_theta(x) = theta^T x`` (a one-step Hebbian / perceptron-style rul
 
 Tape: the input is ``y_1 x_11 .. x_1M  y_2 x_21 .. x_2M ..`` over ``+``/``-``
 (:func:`dataset_text`).  The machine makes one left-to-right pass per feature ``j``,
-counting in its state the samples with ``y_i = x_ij``, writes ``theta_j`` as ``P``/``N``
-(symbols distinct from the input's, so the end of the input is found by reading one)
-after the input, walks back to cell 0, and finally erases the input.  The answer is
-``theta`` at cells ``n (M + 1) .. n (M + 1) + M - 1``.
+counting in its state the samples with ``y_i = x_ij``; the first pass writes an end
+marker ``P`` after the input, every pass writes ``theta_j`` (``+``/``-``) after the
+marker and walks back to cell 0; finally the input is erased.  The answer is ``theta`` at
+cells ``n (M + 1) + 1 .. n (M + 1) + M``.  Four symbols, so the §4.1 lowering uses blocks
+of ``w = 2`` cells.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ def theta_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def output_cells(n: int, M: int) -> list[int]:
     """Source cells holding ``theta_1 .. theta_M`` when the machine halts."""
-    return [n * (M + 1) + j for j in range(M)]
+    return [n * (M + 1) + 1 + j for j in range(M)]
+
+
+def step_bound(n: int, M: int) -> int:
+    """Source steps that suffice: per pass at most ``L + M + 1`` right and ``L + M + 2``
+    back (``L = n (M + 1)``), then ``L + 1`` to erase."""
+    L = n * (M + 1)
+    return M * (2 * (L + M) + 4) + L + 2
 
 
 def sign_sum_machine(n: int, M: int) -> str:
@@ -52,55 +60,54 @@ def sign_sum_machine(n: int, M: int) -> str:
     for j in range(1, M + 1):
         # p{j}_o{o}_c{c}[_y{s}]: pass j, offset o in the sample block, c agreements so far,
         # the sample's label s (kept from offset 0 to offset j)
+        back = f"back{j}"
         for c in range(n + 1):
             q0 = f"p{j}_o0_c{c}"
-            for s in data:
-                nxt = f"p{j}_o1_c{c}_y{'p' if s == '+' else 'm'}"
-                rule(q0, [s], "*", "R", nxt, "read the label" if c == 0 else "")
-            theta = "P" if 2 * c >= n else "N"
-            rule(q0, ["P", "N"], "*", "R", f"w{j}_{theta}", "end of the input")
-            rule(q0, ["_"], theta, "L" if j < M else "L", f"back{j}" if j < M else "back_last",
-                 f"write theta_{j}")
+            for s_ in data:
+                rule(q0, [s_], "*", "R", f"p{j}_o1_c{c}_y{'p' if s_ == '+' else 'm'}",
+                     "read the label" if c == 0 else "")
+            theta = "+" if 2 * c >= n else "-"
+            if j == 1:
+                rule(q0, ["_"], "P", "R", f"w{j}_{'p' if theta == '+' else 'm'}", "end of the input: mark it")
+            else:
+                rule(q0, ["P"], "*", "R", f"w{j}_{'p' if theta == '+' else 'm'}", "end of the input")
             for o in range(1, M + 1):
                 for yl in ("p", "m"):
                     q = f"p{j}_o{o}_c{c}_y{yl}"
                     if o < j:
                         rule(q, list(data), "*", "R", f"p{j}_o{o + 1}_c{c}_y{yl}")
                     elif o == j:
-                        for s in data:
-                            agree = (s == "+") == (yl == "p")
-                            c2 = min(c + agree, n)
-                            nxt = f"p{j}_o{o + 1}_c{c2}" if o < M else f"p{j}_o0_c{c2}"
-                            rule(q, [s], "*", "R", nxt)
+                        for s_ in data:
+                            c2 = c + ((s_ == "+") == (yl == "p"))
+                            rule(q, [s_], "*", "R", f"p{j}_o{o + 1}_c{c2}" if o < M else f"p{j}_o0_c{c2}")
                 if o > j:
                     q = f"p{j}_o{o}_c{c}"
                     rule(q, list(data), "*", "R", f"p{j}_o{o + 1}_c{c}" if o < M else f"p{j}_o0_c{c}")
-        for theta in ("P", "N"):
-            rule(f"w{j}_{theta}", ["P", "N"], "*", "R", f"w{j}_{theta}", "skip earlier weights")
-            rule(f"w{j}_{theta}", ["_"], theta, "L", f"back{j}" if j < M else "back_last", f"write theta_{j}")
-        nxt = f"p{j + 1}_o0_c0" if j < M else "erase"
-        rule(f"back{j}" if j < M else "back_last", ["+", "-", "P", "N"], "*", "L",
-             f"back{j}" if j < M else "back_last", "walk back to cell 0")
-        rule(f"back{j}" if j < M else "back_last", ["_"], "_", "R", nxt)
+        for t in ("p", "m"):
+            rule(f"w{j}_{t}", list(data), "*", "R", f"w{j}_{t}", "skip earlier weights")
+            rule(f"w{j}_{t}", ["_"], "+" if t == "p" else "-", "L", back, f"write theta_{j}")
+        rule(back, ["+", "-", "P"], "*", "L", back, "walk back to cell 0")
+        rule(back, ["_"], "_", "R", f"p{j + 1}_o0_c0" if j < M else "erase")
     rule("erase", list(data), "_", "R", "erase", "erase the input")
-    rule("erase", ["P", "N"], "*", "S", "done", "theta is left at cells n(M+1) ..")
+    rule("erase", ["P"], "*", "S", "done", "theta is left after the marker")
     head = [
         f"# sign_sum_{n}x{M}: the worked example of Welper §5 (tm2nn.backends.gd_trace.sign_sum).",
         "#",
         f"# Input: {n} samples, each its label y_i then its {M} features x_i1..x_i{M}, over + and -.",
-        "# Output: theta_j = sign(sum_i y_i x_ij) (+ on a tie) as P (+1) / N (-1) at cells",
-        f"# {n * (M + 1)}..{n * (M + 1) + M - 1}, the input erased: the weights of the linear classifier",
+        "# Output: an end marker P, then theta_j = sign(sum_i y_i x_ij) (+ on a tie) at cells",
+        f"# {n * (M + 1) + 1}..{n * (M + 1) + M}, the input erased: the weights of the linear classifier",
         "# f_theta(x) = theta^T x that `tm2nn learn --backend gd-trace` trains by gradient descent.",
         "# Generated by sign_sum_machine(n, M); a test keeps this file equal to it.",
+        f"# gd-trace: samples={n} features={M} theta={','.join(map(str, output_cells(n, M)))}",
         "#",
         f"# input: {'+' * (n * (M + 1))}",
-        f"# output: {'P' * M}",
+        f"# output: P{'+' * M}",
         "# outcome: halt",
         "",
         f"machine sign_sum_{n}x{M} {{",
-        "  alphabet: + - P N _",
+        "  alphabet: + - P _",
         "  blank: _",
-        f"  start: p1_o0_c0",
+        "  start: p1_o0_c0",
         "  halt: done",
         "",
     ]

@@ -177,23 +177,27 @@ class TapeSimplex:
         each, tape-major; a constant ``one`` when there are none), Params ``s``, ``T``, ``H``;
         output ``loss`` (one dim)."""
         lab = self.labels()
-        if self.ro:
-            port = Port("ro", lab["ro"])
-        else:
-            port = Port("one", Space(("one:1",)))
-        ops = [Param("s", (port.name,), value=np.zeros(self.m), out=lab["s"], cite="Welper §4.4 simplex S"),
-               Param("T", (port.name,), value=np.full(len(lab["T"]), -1.0), out=lab["T"],
-                     cite="Welper §4.4 tape variable T (writable tapes)"),
-               Param("H", (port.name,), value=np.zeros(self.tau * self.d), out=lab["H"],
-                     cite="Welper §4.4 head variable H")]
-        tape_in = ("ro", "T") if self.ro else ("T",)
-        order = self.ro + self.rw
-        ops.append(Concat("tape_cat", tape_in))
-        perm = [order.index(j) * self.tau + i for j in range(self.d) for i in range(self.tau)]
-        ops.append(Slice("tape", ("tape_cat",), indices=perm))
+        port = Port("ro", lab["ro"]) if self.ro else Port("one", Space(("one:1",)))
+        ops = self.state_ops(port.name, "ro" if self.ro else None)
         ops, loss = self.loss_ops(ops, "s", "tape", "H", "")
         return Net("welper_loss21", (port,), tuple(ops), (loss,),
                    {"construction": "Welper §4.4 loss (21)"})
+
+    def state_ops(self, ref: str, ro: str | None, pre: str = "") -> list:
+        """The Params ``s``, ``T``, ``H`` (values read for their batch size from ``ref``)
+        and the value ``tape`` (every tape, tape-major) built from ``ro`` (the read-only
+        tapes' value, or None when there are none) and ``T``."""
+        lab = self.labels()
+        ops = [Param(pre + "s", (ref,), value=np.zeros(self.m), out=lab["s"], cite="Welper §4.4 simplex S"),
+               Param(pre + "T", (ref,), value=np.full(len(lab["T"]), -1.0), out=lab["T"],
+                     cite="Welper §4.4 tape variable T (writable tapes)"),
+               Param(pre + "H", (ref,), value=np.zeros(self.tau * self.d), out=lab["H"],
+                     cite="Welper §4.4 head variable H")]
+        order = self.ro + self.rw
+        ops.append(Concat(pre + "tape_cat", (ro, pre + "T") if self.ro else (pre + "T",)))
+        perm = [order.index(j) * self.tau + i for j in range(self.d) for i in range(self.tau)]
+        ops.append(Slice(pre + "tape", (pre + "tape_cat",), indices=perm))
+        return ops
 
     def loss_ops(self, ops: list, x: str, tape: str, head: str, pre: str) -> tuple[list, str]:
         """Append the ops of loss (21) reading the simplex value ``x``, the tapes ``tape``
@@ -248,20 +252,22 @@ class TapeSimplex:
         # tape terms.  xg = stop-gradient(x), hg = stop-gradient(H)
         ops.append(StopGradient(n("xg"), (x,)))
         ops.append(StopGradient(n("hg"), (head,)))
-        # per tape j and move delta in (-1, 0, +1): m_{j,delta}(x) replicated over tau cells
+        # per tape j and move delta in (-1, 0, +1): m_{j,delta}(x) = sum of x_v over the
+        # vertices moving head j by delta (halting vertices: delta = 0), then replicated
+        # over the tau cells
         moves = (-1, 0, 1)
-        rows, cols, vals = [], [], []
+        rows, cols = [], []
         for j in range(d):
             for di, dl in enumerate(moves):
                 vs = np.flatnonzero(self.shift[j] == dl) if dl else np.flatnonzero(self.halting)
-                for i in range(tau):
-                    r = (j * 3 + di) * tau + i
-                    rows += [r] * len(vs)
-                    cols += vs.tolist()
-                    vals += [1.0] * len(vs)
-        lab3 = Space(tuple(f"mv{j}{'-0+'[di]}:{i}" for j in range(d) for di in range(3) for i in range(tau)))
-        ops.append(_affine(n("mvx"), n("xg"), rows, cols, vals, (3 * d * tau, m), lab3,
+                rows += [j * 3 + di] * len(vs)
+                cols += vs.tolist()
+        ops.append(_affine(n("mv"), n("xg"), rows, cols, [1.0] * len(rows), (3 * d, m),
+                           Space(tuple(f"mv{j}:{'-0+'[di]}" for j in range(d) for di in range(3))),
                            cite="Welper §4.4 shift S(x): weight of each move"))
+        lab3 = Space(tuple(f"mv{j}{'-0+'[di]}:{i}" for j in range(d) for di in range(3) for i in range(tau)))
+        ops.append(_affine(n("mvx"), n("mv"), np.arange(3 * d * tau), np.repeat(np.arange(3 * d), tau),
+                           np.ones(3 * d * tau), (3 * d * tau, 3 * d), lab3))
         # shifted copies of H: (Sh_delta H)_{j,i} = H_{j, i - delta} (the indicator moves delta right)
         rows, cols = [], []
         for j in range(d):
