@@ -935,7 +935,79 @@ def _learn_abbe_sandon(args, obj) -> int:
 
 
 #: ``learn --backend B``: one function per construction, ``(args, source object) -> exit code``.
-_LEARN_BACKENDS = {"rcnn": _learn_rcnn_verb, "abbe-sandon": _learn_abbe_sandon}
+def _learn_gd(args, obj) -> int:
+    """``learn MACHINE.tm --backend gd-trace --train CSV``: Welper §5's extended network,
+    trained by least squares (2) with the mixed Frank-Wolfe / gradient update (3) until the
+    stopping criterion (4); checked against the interpreters (Prop. 2.1)."""
+    from tm2nn.backends.gd_trace.extended import Extended, layout_from_source, learn_report
+    from tm2nn.datasets import load_csv
+    from tm2nn.ir import Machine
+
+    if not isinstance(obj, Machine):
+        raise Tm2nnError("learn --backend gd-trace trains the extended network of a machine (Welper §5)")
+    if args.train is None:
+        raise Tm2nnError("learn --backend gd-trace needs --train CSV (the training set)")
+    if args.samples is not None or args.target is not None:
+        raise Tm2nnError("--samples and --target are for --backend abbe-sandon; gd-trace reads --train")
+    for flag in ("export_before", "export_after"):
+        path = getattr(args, flag)
+        if path is not None and Path(path).suffix not in (".onnx", ".pt"):
+            raise Tm2nnError(f"--{flag.replace('_', '-')} must name a .onnx or .pt file, got {path!r}")
+    X, Y = load_csv(args.train)
+    layout = layout_from_source(Path(args.source).read_text(encoding="utf-8"), args.source)
+    if X.shape != (layout.n, layout.M):
+        raise Tm2nnError(f"{args.source} is laid out for {layout.n} samples of {layout.M} features; "
+                         f"{args.train} has {X.shape[0]} samples of {X.shape[1]}")
+    ext = Extended(obj, layout)
+    if args.export_before:
+        _save_net(ext.net, args.export_before, "before training")
+    tests = 20 if args.test is None else args.test
+    rep = _with_progress(lambda cb: learn_report(ext, X, Y, tests=tests, seed=args.seed, progress=cb),
+                         total=ext.low.lowered_steps(layout.steps, ext.text_len) + 1, quiet=args.json,
+                         label="training the extended network")
+    r = rep.pop("result")
+    if args.export_after:
+        _save_net(r.module.to_net(), args.export_after, "after training")
+    ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
+          and rep["F_equals_f_theta_on_train"] and rep["test_agreement"] == 1.0)
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        from rich.console import Console
+
+        c = Console(highlight=False)
+        c.print(f"{rep['samples']} samples of {rep['features']} features: stopping criterion (4) after "
+                f"{rep['optimizer_steps']} optimizer steps = {rep['machine_steps']} machine steps + 1 "
+                f"({rep['source_steps']} source steps)")
+        c.print(f"  every iterate = the §4.1 machine's configuration: {'yes' if rep['trace_matches'] else 'NO'}")
+        c.print(f"  theta = {rep['theta']} (interpreter: {rep['theta_interpreter']})")
+        c.print(f"  F = f_theta on the training set and on {tests} fresh datasets: "
+                f"{rep['F_equals_f_theta_on_train']} / {rep['test_agreement']:.4f}")
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _save_net(net, path: str, what: str) -> None:
+    """Write a trained (or untrained) IR net as ``.onnx`` or ``.pt`` (a torch module)."""
+    import io
+
+    from tm2nn.fileio import write_atomic
+
+    out = Path(path)
+    if out.suffix == ".onnx":
+        from tm2nn.emit.onnx_emit import save_onnx, to_onnx
+
+        save_onnx(to_onnx(net, {"tm2nn.backend": "gd-trace", "tm2nn.what": f"Welper §5 extended network, {what}"}), out)
+    else:
+        import torch
+
+        from tm2nn.emit.torch_emit import to_torch
+
+        buf = io.BytesIO()
+        torch.save({"module": to_torch(net, torch.float64), "metadata": {"tm2nn.backend": "gd-trace"}}, buf)
+        write_atomic(out, buf.getvalue())
+
+
+_LEARN_BACKENDS = {"rcnn": _learn_rcnn_verb, "abbe-sandon": _learn_abbe_sandon, "gd-trace": _learn_gd}
 
 
 def cmd_learn(args) -> int:
