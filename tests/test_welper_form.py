@@ -175,7 +175,7 @@ def test_mid_step_configurations_map_to_none():
     assert sum(c is None for c in mapped[n_copy:]) > 0
     # the trace takes every non-None configuration of a source state, in order
     assert [t for t, _ in low.source_trace(run)] == [
-        t for t, c in enumerate(run.configs) if mapped[t] is not None and low._boundary(c.state)]
+        t for t, c in enumerate(run.configs) if mapped[t] is not None and low.at_boundary(c.state)]
 
 
 def test_json_roundtrip_and_mismatch():

@@ -122,18 +122,24 @@ class Lowering:
         return self._map(lowered)
 
 
+def cut_at(m: Machine, n: int, halted: bool, max_steps: int | None, state_after) -> tuple[int, bool]:
+    """``(steps, halted)`` of a mapped run of ``n`` upper steps cut off as
+    ``run_machine(m, x, max_steps)`` would cut it; ``state_after(k)`` is the state after
+    step ``k``."""
+    if max_steps is not None and n > max_steps:
+        # The upper run went on after step max_steps, so it had not halted there.
+        return max_steps, False
+    if max_steps is not None and n == max_steps and halted and not m.missing_rule_counts_step:
+        # A run cut off at max_steps does not look for a rule it would not count.
+        return n, state_after(n) in m.halting
+    return n, halted
+
+
 def _build(m: Machine, text: str, mp: Mapped, max_steps: int | None) -> RunResult:
     """An upper :class:`RunResult` from its mapped trace; the tape is the upper input
     with the mapped writes replayed."""
-    n = len(mp.state)
-    halted = mp.halted
-    if max_steps is not None and n > max_steps:
-        # The upper run went on after step max_steps, so it had not halted there.
-        n, halted = max_steps, False
-    elif max_steps is not None and n == max_steps and halted and not m.missing_rule_counts_step:
-        # A run cut off at max_steps does not look for a rule it would not count.
-        last = m.states[mp.state[n - 1]] if n else m.start
-        halted = last in m.halting
+    n, halted = cut_at(m, len(mp.state), mp.halted, max_steps,
+                       lambda k: m.states[mp.state[k - 1]] if k else m.start)
     grid = isinstance(m, GridMachine)
     tr = Trace()
     tr.state.extend(mp.state[:n])

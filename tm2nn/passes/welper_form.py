@@ -122,7 +122,7 @@ class WelperLowering:
         return frozenset(cells), frozenset()
 
     # -- mapping back -------------------------------------------------------------------------
-    def _boundary(self, state: str) -> bool:
+    def at_boundary(self, state: str) -> bool:
         """A simulated state in which one whole source step is complete."""
         if state in self.copy_states or state in self.stays.aux:
             return False
@@ -150,7 +150,7 @@ class WelperLowering:
         if not _same(run.machine, self.machine):
             raise ValueError(f"the run is of {run.machine.name!r}, not of this lowering's machine")
         out = [(t, self.source_config(c)) for t, c in enumerate(run.configs)
-               if self._boundary(c.state)]
+               if self.at_boundary(c.state)]
         last = run.configs[-1]
         if run.halted and last.state not in self.machine.halting:
             conf = self.source_config(last)

@@ -21,7 +21,7 @@ from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import GridMachine, Machine, check_input
-from tm2nn.passes.lowering import result_from_configurations
+from tm2nn.passes.lowering import cut_at, result_from_configurations
 
 from .tape_simplex import DEFAULT_MAX_DIM, TapeSimplex, Tracer44, choose_b
 
@@ -37,8 +37,12 @@ def lowering(m: Machine, enc: dict | None = None):
 
 
 def window(low, steps: int, max_input: int) -> tuple[int, int]:
-    """``(left, tau)`` for ``steps`` source steps on inputs of at most ``max_input`` cells."""
-    return low.window(-steps, max(max_input, 1) + steps, max_input)
+    """``(left, tau)`` for ``steps`` source steps on inputs of at most ``max_input`` cells.
+    The lowered run is cut after ``low.lowered_steps(steps)`` steps, which can reach into
+    source step ``steps + 1`` (its slack covers a halt on a missing rule), so the window
+    holds the cells of ``steps + 1`` source steps."""
+    reach = steps + 1
+    return low.window(-reach, max(max_input, 1) + reach, max_input)
 
 
 def estimate(m: Machine, steps: int, max_input: int) -> dict:
@@ -151,13 +155,17 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     tapes = low.lower_input(text)
     tr = Tracer44(ts, tapes)
     total = int(compiled.output_encoding["lowered_steps"])
-    configs, losses, halted, dev = [], [], [], 0.0
+    steps = int(compiled.output_encoding["source_steps"])
+    configs, losses, halted, dev, done = [], [], [], 0.0, -1
     for k in range(total + 1):
         dev = max(dev, _deviation(tr))
         cfg, h = tr.decode()
         configs.append(cfg)
         halted.append(h)
-        if h or k == total:
+        done += low.at_boundary(cfg.state)
+        # ``total`` bounds the slowest lowering of ``steps`` source steps; a faster one
+        # would run past the window, so stop once source step ``steps + 1`` is done.
+        if h or k == total or done > steps:
             losses.append(tr.loss_value())
             break
         losses.append(tr.step())
@@ -166,12 +174,8 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     run = MultiRun(low.machine, tuple(configs), halted[-1])
     mapped = low.source_trace(run)
     src = [(k, *conf) for k, (_t, conf) in enumerate(mapped)]
-    steps = int(compiled.output_encoding["source_steps"])
-    if len(src) > steps + 1:  # the run found its halt after the source step bound
-        src, run_halted = src[: steps + 1], False
-    else:
-        run_halted = run.halted
-    result = result_from_configurations(m, text, src, run_halted)
+    n, run_halted = cut_at(m, len(src) - 1, run.halted, steps, lambda k: src[k][1])
+    result = result_from_configurations(m, text, src[: n + 1], run_halted)
     return GDRun(result, run, losses, halted, dev, tr)
 
 
