@@ -21,7 +21,17 @@ from tm2nn.syntax import load, load_all
 from tm2nn.verify.check import verify_compiled
 from tm2nn.verify.grid import run_grid
 
-LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
+#: Line examples the float32 filter can carry (D <= 12 digits); sign_sum_3x2's 308 lowered
+#: states need 13 and are refused (test_too_many_states_for_float32_is_refused).
+TOO_WIDE = {"sign_sum_3x2"}
+LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm"))
+                 if not isinstance(load(p), GridMachine) and p.stem not in TOO_WIDE]
+
+
+def test_too_many_states_for_float32_is_refused():
+    m = load(EXAMPLES / "sign_sum_3x2.tm")
+    with pytest.raises(Tm2nnError, match="13 base-3 digits.*exact up to 12 digits"):
+        compile_rcnn(m, steps=1, max_input=2)
 
 
 def tapes(m, n: int, seed: int = 0, max_len: int = 5) -> list[str]:

@@ -64,6 +64,15 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
     if max_input < 0:
         raise Tm2nnError("--max-input must be >= 0")
     est = estimate(m, steps, max_input)
+    from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32
+
+    if est["code"].n_digits > MAX_DIGITS_FLOAT32:
+        # The emitted torch / ONNX nets are float32, where the filter's bumps are exact only
+        # for a grid g >= 2^-22 (docs/rcnn.md, "float32, with no rounding layer").
+        raise Tm2nnError(
+            f"refusing to compile: {m.name!r} lowers to {len(est['chain'].machine.states)} states "
+            f"(B.1.2 form), {est['code'].n_digits} base-3 digits per cell; the float32 filter is exact "
+            f"up to {MAX_DIGITS_FLOAT32} digits (257 states). Use another backend, or fewer states")
     if est["floats"] > MAX_GRID_FLOATS:
         _t, _l, h, w = est["window"]
         raise Tm2nnError(
