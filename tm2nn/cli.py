@@ -969,6 +969,7 @@ def _learn_gd(args, obj) -> int:
     if args.export_after:
         _save_net(r.module.to_net(), args.export_after, "after training")
     ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
+          and rep["z_equals_y"]
           and rep["F_equals_f_theta_on_train"] and rep["test_agreement"] == 1.0)
     if args.json:
         print(json.dumps(rep))
