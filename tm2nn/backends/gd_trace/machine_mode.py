@@ -7,8 +7,9 @@ lowering, and reported as the source machine's run (Prop. 4.3: optimizer step k 
 machine step k).
 
 ``compile(m, steps=T, max_input=n)`` fixes the tape window from the source's step bound
-``T`` and the longest input ``n`` (the head stays within ``[-T, n + T]``, so no run of the
-interpreter is needed); :func:`run_gd` runs one input.
+``T`` and the longest input ``n`` (the head stays within ``[-T - 1, n + T + 1]``: the
+optimizer stops once source step ``T + 1`` is complete, so no run of the interpreter is
+needed); :func:`run_gd` runs one input.
 """
 
 from __future__ import annotations

@@ -1,0 +1,128 @@
+"""gd-trace backend (Welper, issue 7): optimizer throughput, sizes next to Cor. 2.2 / 2.3,
+and the §5 extended network's training time.
+
+**§4.4 machine mode.** For bb3, bb4, binary_increment and binary_counter (counting up
+from 000000 to the overflow, 247 source steps): compile the loss (21) for the machine's step bound, then run the
+conditional-gradient update (22) from the encoded input, decoding every iterate; the
+decoded run must equal the interpreter's (asserted).  Reported: |V|, tau, edge units,
+optimizer steps, wall time of the run, optimizer steps per second, and Cor. 2.3's width
+``2^d |Q| + 2 d tau``.
+
+**§4.3.** The full-configuration simplex of bb3 (one vertex per reached configuration):
+vertices, and the Frank–Wolfe trace's time.
+
+**§5.** Training the extended network of examples/sign_sum_3x2.tm on 5 random datasets
+(and one each of the 2x3 and 4x2 machines): optimizer steps (= machine steps + 1,
+asserted), mean training time, theta equal to the interpreter's (asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES = (("bb3.tm", "", 30), ("bb4.tm", "", 120), ("binary_increment.tm", "1011", 12),
+            ("binary_counter.tm", "000000", 260))
+
+
+def machine_row(name: str, text: str, steps: int) -> dict:
+    from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
+    from tm2nn.backends.gd_trace.machine_mode import estimate, run_gd
+    from tm2nn.interp import run_machine
+    from tm2nn.syntax import load
+
+    m = load(ROOT / "examples" / name)
+    t0 = time.perf_counter()
+    c = compile_gd(m, steps=steps, max_input=len(text))
+    t_compile = time.perf_counter() - t0
+    est = estimate(m, steps, len(text))
+    t0 = time.perf_counter()
+    g = run_gd(c, text)
+    t_run = time.perf_counter() - t0
+    want = run_machine(m, text, steps)
+    assert g.result.report() == want.report(), f"{name}: gd-trace run differs from the interpreter"
+    assert g.max_deviation == 0.0, g.max_deviation
+    opt_steps = len(g.losses) - 1
+    d, q, tau = est["tapes"], est["states"], est["tau"]
+    return {"bench": f"gd-trace §4.4 {Path(name).stem}", "source_steps": want.steps, "halted": want.halted,
+            "vertices": est["vertices"], "tau": tau, "edge_units": est["edges"],
+            "cor23_width": 2 ** d * q + 2 * d * tau, "compile_s": round(t_compile, 3),
+            "optimizer_steps": opt_steps, "run_s": round(t_run, 3),
+            "optimizer_steps_per_s": round(opt_steps / t_run, 1)}
+
+
+def config_simplex_row() -> dict:
+    from tm2nn.backends.gd_trace.config_simplex import trace
+    from tm2nn.interp import run_machine
+    from tm2nn.syntax import load
+
+    from tm2nn.backends.gd_trace.config_simplex import build, inputs_up_to, window_for
+
+    m = load(ROOT / "examples" / "binary_increment.tm")
+    inputs = inputs_up_to(m, 4)
+    tau, left = window_for(m, "1111", 12)
+    t0 = time.perf_counter()
+    cs = build(m, inputs, tau, left, max_steps=12)
+    t_build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for x in inputs:
+        tr = trace(m, x, 12, tau, left)
+        want = run_machine(m, x, 12)
+        assert tr[want.steps].config.state == want.state, x
+    dt = time.perf_counter() - t0
+    return {"bench": "gd-trace §4.3 binary_increment, all inputs <= 4", "inputs": len(inputs),
+            "vertices": len(cs.vertices), "build_s": round(t_build, 3), "fw_traces_s": round(dt, 3)}
+
+
+def extended_rows(datasets: int) -> list[dict]:
+    import numpy as np
+
+    from tm2nn.backends.gd_trace.extended import Extended, learn_report, sign_sum_layout
+    from tm2nn.backends.gd_trace.sign_sum import sign_sum_machine
+    from tm2nn.syntax import parse_text
+
+    rows = []
+    for n, M, k in ((3, 2, datasets), (2, 3, 1), (4, 2, 1)):
+        m = parse_text(sign_sum_machine(n, M), "tm", "<sign_sum>")[0]
+        t0 = time.perf_counter()
+        ext = Extended(m, sign_sum_layout(n, M))
+        t_build = time.perf_counter() - t0
+        rng = np.random.default_rng(0)
+        times, steps = [], []
+        for _ in range(k):
+            X, Y = rng.choice([-1, 1], (n, M)), rng.choice([-1, 1], n)
+            t0 = time.perf_counter()
+            rep = learn_report(ext, X, Y, tests=0)
+            times.append(time.perf_counter() - t0)
+            assert rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
+            steps.append(rep["optimizer_steps"])
+        rows.append({"bench": f"gd-trace §5 sign_sum {n}x{M}", "datasets": k,
+                     "simplex_vertices": len(ext.ts.verts), "tau": ext.tau,
+                     "params": int(sum(p.value.size for p in ext.net.nodes if type(p).__name__ == "Param")),
+                     "build_s": round(t_build, 2), "optimizer_steps": "/".join(map(str, sorted(set(steps)))),
+                     "train_s_mean": round(sum(times) / k, 2)})
+    return rows
+
+
+def main(argv: list[str]) -> list[dict]:
+    quick = "--quick" in argv
+    machine_row(*MACHINES[0])  # warm-up: torch's first module and autograd set-up
+    rows = []
+    for spec in MACHINES[:2] if quick else MACHINES:
+        rows.append(machine_row(*spec))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    rows.append(config_simplex_row())
+    rows += extended_rows(2 if quick else 5)
+    for r in rows[-3:]:
+        print(json.dumps(r), file=sys.stderr)
+    return rows
+
+
+if __name__ == "__main__":
+    from rich.console import Console
+
+    for r in main(sys.argv[1:]):
+        Console().print(r)
