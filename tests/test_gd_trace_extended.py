@@ -207,7 +207,7 @@ def write(tmp_path, name, text):
     return str(p)
 
 
-@pytest.mark.parametrize("case", ["shape", "value", "no-header", "suffix", "circuit", "no-train"])
+@pytest.mark.parametrize("case", ["shape", "value", "no-header", "suffix", "folder", "circuit", "no-train"])
 def test_cli_learn_errors(tmp_path, capsys, case):
     src, csv = str(EXAMPLE), str(CSV)
     extra: list[str] = []
@@ -222,6 +222,8 @@ def test_cli_learn_errors(tmp_path, capsys, case):
         src, want = str(ROOT / "examples" / "bb3.tm"), "declares its data layout"
     elif case == "suffix":
         extra, want = ["--export-after", str(tmp_path / "out.txt")], "must name a .onnx or .pt file"
+    elif case == "folder":  # refused before training, not after
+        extra, want = ["--export-after", str(tmp_path / "nope" / "out.onnx")], "does not exist"
     elif case == "circuit":
         src, want = str(ROOT / "examples" / "full_adder.circ"), "machine"
     args = ["learn", src, "--backend", "gd-trace", *extra]

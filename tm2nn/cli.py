@@ -173,8 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="end with one JSON line (rcnn: examples, memorized, "
                    "test_agreement; abbe-sandon: steps, samples_used, test_accuracy, mismatches, test_inputs)")
 
-    p = sub.add_parser("demo", help="check and run every example; print a table")
+    p = sub.add_parser("demo", help="check and run every example, compile and verify one per backend; print tables")
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
+    p.add_argument("--out", default=None, help="folder for the compiled models and the picture "
+                   "(default: tm2nn-demo/ in the current folder)")
     return ap
 
 
@@ -431,14 +433,21 @@ def cmd_convert(args) -> int:
     return EXIT_OK
 
 
+def check_model_path(path: str, flag: str) -> Path:
+    """A model file to write: ``.onnx`` or ``.pt`` in an existing folder, checked before
+    any work is done (so a long compile or training never ends in a failed write)."""
+    out = Path(path)
+    if out.suffix not in (".onnx", ".pt"):
+        raise Tm2nnError(f"{flag} must name a .onnx or .pt file, got {out.name!r}")
+    if not out.parent.is_dir():
+        raise Tm2nnError(f"{flag}: folder {str(out.parent)!r} does not exist")
+    return out
+
+
 def cmd_compile(args) -> int:
     from tm2nn.compiler import save, sha256_of
 
-    out = Path(args.output)
-    if out.suffix not in (".onnx", ".pt"):
-        raise Tm2nnError(f"-o must name a .onnx or .pt file, got {out.name!r}")
-    if not out.parent.is_dir():
-        raise Tm2nnError(f"-o: folder {str(out.parent)!r} does not exist")
+    out = check_model_path(args.output, "-o")
     compiled = _compile_from_args(args)
     save(compiled, out, sha256_of(args.source))
     info = compiled.net.info()
@@ -706,7 +715,7 @@ def cmd_margin(args) -> int:
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
-    return run_demo(args.examples)
+    return run_demo(args.examples, args.out)
 
 
 def _learn_rcnn(args, obj, X, Y) -> dict:
@@ -894,8 +903,8 @@ def _learn_abbe_sandon(args, obj) -> int:
     for k, path in exports.items():
         if path and engine != "float64":
             raise Tm2nnError(f"--{k.replace('_', '-')} needs --engine float64 (the exact engine's net is no IR net)")
-        if path and Path(path).suffix not in (".onnx", ".pt"):
-            raise Tm2nnError(f"--{k.replace('_', '-')}: the path must end in .onnx or .pt, got {path!r}")
+        if path:
+            check_model_path(path, f"--{k.replace('_', '-')}")
     xs, ys, rs, r2s, txs, tys, trs, tr2s = _abbe_sandon_stream(args, obj)
     total = len(xs) + len(txs)
 
@@ -950,9 +959,8 @@ def _learn_gd(args, obj) -> int:
     if args.samples is not None or args.target is not None:
         raise Tm2nnError("--samples and --target are for --backend abbe-sandon; gd-trace reads --train")
     for flag in ("export_before", "export_after"):
-        path = getattr(args, flag)
-        if path is not None and Path(path).suffix not in (".onnx", ".pt"):
-            raise Tm2nnError(f"--{flag.replace('_', '-')} must name a .onnx or .pt file, got {path!r}")
+        if getattr(args, flag) is not None:
+            check_model_path(getattr(args, flag), f"--{flag.replace('_', '-')}")
     X, Y = load_csv(args.train)
     layout = layout_from_source(Path(args.source).read_text(encoding="utf-8"), args.source)
     if X.shape != (layout.n, layout.M):

@@ -158,13 +158,111 @@ def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
     return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True
 
 
-def run_demo(folder: str | None = None) -> int:
+#: One job per backend: (example, backend, the command that writes the model, the
+#: command that verifies it or None when the first one checks itself).  ``{ex}`` is the
+#: examples folder and ``{out}`` the output folder.  Each is exactly a documented CLI call.
+BACKEND_JOBS = (
+    ("ripple_adder4.circ", "relu-circuit",
+     "compile {ex}/ripple_adder4.circ --backend relu-circuit -o {out}/ripple_adder4.onnx --json",
+     "verify {ex}/ripple_adder4.circ --backend relu-circuit --json"),
+    ("binary_increment.tm", "relu-circuit",
+     "compile {ex}/binary_increment.tm --backend relu-circuit --steps 20 -o {out}/binary_increment.onnx --json",
+     "verify {ex}/binary_increment.tm --backend relu-circuit --steps 20 --samples 2000 --seed 0 --json"),
+    ("bb4.tm", "transformer",
+     "compile {ex}/bb4.tm --backend transformer --steps 110 -o {out}/bb4_transformer.onnx --json",
+     "verify {ex}/bb4.tm --backend transformer --steps 110 --json"),
+    ("bb3.tm", "rcnn",
+     "compile {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 -o {out}/bb3_rcnn.onnx --json",
+     "verify {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 --json"),
+    ("parity8.circ", "abbe-sandon",
+     "learn {ex}/parity8.circ --target parity:10110010 --steps 64 --engine float64 "
+     "--export-after {out}/parity8_trained.onnx --json", None),
+    ("bb3.tm", "gd-trace",
+     "compile {ex}/bb3.tm --backend gd-trace --steps 25 --max-input 2 -o {out}/bb3_gd_loss.onnx --json",
+     "verify {ex}/bb3.tm --backend gd-trace --steps 25 --max-input 2 --json"),
+    ("sign_sum_3x2.tm", "gd-trace §5",
+     "learn {ex}/sign_sum_3x2.tm --backend gd-trace --train {ex}/sign_sum_3x2.csv "
+     "--export-after {out}/sign_sum_trained.onnx --json", None),
+)
+
+
+def _cli_json(argv: list[str]) -> tuple[int, dict, str]:
+    """Run one CLI command in-process; ``(exit code, its last JSON line, its stderr)``."""
+    import contextlib
+    import io
+    import json
+
+    from tm2nn.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("{")]
+    return code, (json.loads(lines[-1]) if lines else {}), err.getvalue().strip()
+
+
+def _verified(backend: str, made: dict, check: dict | None) -> tuple[bool, str]:
+    """(verified, what was checked) from the JSON of the model command and of verify."""
+    if check is not None:
+        n = check.get("n_inputs", 0)
+        engines = "+".join(check.get("engines", {}))
+        return bool(check.get("ok")), f"{n:,} {check.get('mode', '')} inputs ({engines})"
+    if backend == "abbe-sandon":
+        ok = made.get("mismatches") == 0 and made.get("test_accuracy") == 1.0
+        return ok, f"{made.get('steps')} SGD steps = learner, {made.get('test_inputs')} tests"
+    ok = bool(made.get("trace_matches") and made.get("theta_matches") and made.get("stopped_at_machine_steps_plus_1"))
+    return ok, f"{made.get('optimizer_steps')} steps = machine + 1, theta {made.get('theta')}"
+
+
+def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
+    """Compile (or train) one example per backend into ``out``, verify each against the
+    interpreter: one row per job (the data behind the demo's second table)."""
+    rows = []
+    for i, (example, backend, make, check) in enumerate(BACKEND_JOBS):
+        if progress:
+            progress(i, example, backend)
+        fmt = {"ex": str(folder), "out": str(out)}
+        t0 = time.perf_counter()
+        code, made, err = _cli_json(make.format(**fmt).split())
+        model = next((w for w in make.format(**fmt).split() if w.endswith(".onnx")), "")
+        row = {"example": example, "backend": backend, "model": model}
+        if code == 2 or not made:
+            row.update(size="-", ok=False, checked=err.splitlines()[0] if err else f"exit code {code}")
+        else:
+            vjson = None
+            if check is not None:
+                _vc, vjson, verr = _cli_json(check.format(**fmt).split())
+                if not vjson:
+                    vjson = {"ok": False, "n_inputs": 0, "mode": verr.splitlines()[0] if verr else ""}
+            row["ok"], row["checked"] = _verified(backend, made, vjson)
+            size = Path(model).stat().st_size if model and Path(model).is_file() else 0
+            params = made.get("params_nonzero")
+            row["size"] = (f"{params:,} params, " if params else "") + f"{size / 1024:,.0f} KiB"
+        row["s"] = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def demo_picture(folder: Path, out: Path) -> Path:
+    """The picture the README promises: bb3's space-time diagram, the interpreter's run
+    next to the transformer's decoded run."""
+    from tm2nn.viz import spacetime_png
+
+    return spacetime_png(folder / "bb3.tm", "", out / "bb3_spacetime.png", backend="transformer")
+
+
+def run_demo(folder: str | None = None, out: str | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
     folder_p = Path(folder) if folder else default_examples_dir()
     if not folder_p.is_dir():
         raise Tm2nnError(f"examples folder not found: {folder_p}")
+    out_p = Path(out) if out else Path("tm2nn-demo")
+    try:
+        out_p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Tm2nnError(f"--out: cannot create {str(out_p)!r}: {e.strerror}") from None
     rows = run_examples(folder_p)
     t = Table(title="tm2nn examples (reference interpreter)")
     for col in ("example", "size", "input", "result", "as documented", "time"):
@@ -172,9 +270,23 @@ def run_demo(folder: str | None = None) -> int:
     for r in rows:
         mark = {True: "[green]yes[/]", False: "[red]NO[/]", None: "-"}[r["ok"]]
         t.add_row(r["example"], r["size"], r["input"] or "(empty)", r["result"], mark, f"{r['ms']:.1f} ms")
-    Console().print(t)
+    con, err = Console(), Console(stderr=True)
+    con.print(t)
     bad = [r["example"] for r in rows if r["ok"] is False]
     if bad:
-        Console(stderr=True).print(f"[red]{len(bad)} example(s) did not run as documented: {', '.join(bad)}[/]")
-        return 1
-    return 0
+        err.print(f"[red]{len(bad)} example(s) did not run as documented: {', '.join(bad)}[/]")
+
+    def progress(i, example, backend):
+        err.print(f"[dim]({i + 1}/{len(BACKEND_JOBS)}) {backend}: {example} ...[/]")
+    brows = run_backends(folder_p, out_p, progress)
+    t = Table(title=f"compiled networks, verified against the interpreter (models in {out_p}/)")
+    for col in ("example", "backend", "size", "verified", "checked", "time"):
+        t.add_column(col, justify="right" if col == "time" else "left")
+    for r in brows:
+        t.add_row(r["example"], r["backend"], r["size"], "[green]yes[/]" if r["ok"] else "[red]NO[/]",
+                  r["checked"], f"{r['s']:.1f} s")
+    con.print(t)
+    png = demo_picture(folder_p, out_p)
+    con.print(f"picture: {png} (bb3's space-time diagram: the interpreter and the transformer, side by side)")
+    bad += [f"{r['example']} ({r['backend']})" for r in brows if not r["ok"]]
+    return 1 if bad else 0
