@@ -199,6 +199,16 @@ def test_cli_learn(tmp_path, capsys):
     with torch.no_grad():
         out = saved["module"](torch.from_numpy(X.reshape(1, -1).astype(np.float64)))[0].numpy()
     assert np.array_equal(out, X @ np.array([-1.0, -1.0]))
+    # tm2nn eval reads the exported nets: x = (+,-), (+,+), (-,-) -> F = theta^T x_i after
+    # training, and s_init's z = 0 before it
+    assert main(["eval", str(after), "--input", "+-++--", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"outputs": [0.0, -2.0, 2.0]}
+    assert main(["eval", str(before), "--input", "+-++--", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"outputs": [0.0, 0.0, 0.0]}
+    assert main(["eval", str(before), "--input", "+-+x--"]) == 2
+    assert "--input:1:4" in capsys.readouterr().err
+    assert main(["info", str(after), "--json"]) == 0
+    assert "3,696" in capsys.readouterr().out
 
 
 def write(tmp_path, name, text):

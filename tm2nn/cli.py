@@ -968,14 +968,14 @@ def _learn_gd(args, obj) -> int:
                          f"{args.train} has {X.shape[0]} samples of {X.shape[1]}")
     ext = Extended(obj, layout)
     if args.export_before:
-        _save_net(ext.net, args.export_before, "before training")
+        _save_net(ext, ext.net, args.export_before, "before training")
     tests = 20 if args.test is None else args.test
     rep = _with_progress(lambda cb: learn_report(ext, X, Y, tests=tests, seed=args.seed, progress=cb),
                          total=ext.low.lowered_steps(layout.steps, ext.text_len) + 1, quiet=args.json,
                          label="training the extended network")
     r = rep.pop("result")
     if args.export_after:
-        _save_net(r.module.to_net(), args.export_after, "after training")
+        _save_net(ext, r.module.to_net(), args.export_after, "after training")
     ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
           and rep["z_equals_y"]
           and rep["F_equals_f_theta_on_train"] and rep["test_agreement"] == 1.0)
@@ -995,24 +995,38 @@ def _learn_gd(args, obj) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def _save_net(net, path: str, what: str) -> None:
-    """Write a trained (or untrained) IR net as ``.onnx`` or ``.pt`` (a torch module)."""
+def _save_net(ext, net, path: str, what: str) -> None:
+    """Write Welper §5's extended net (trained or not) as ``.onnx`` or ``.pt`` (a torch
+    module), with the metadata ``tm2nn eval`` / ``info`` read: the input is the dataset's
+    ``n x M`` feature signs (``--input +-+-..``), the output ``F(x)``, one value per sample."""
     import io
 
     from tm2nn.fileio import write_atomic
 
+    k = ext.k
+    info = net.info()
+    info.pop("widths", None)
+    bounds = [["simplex dimension |V| (§4.4, tripled)", f"{len(ext.ts.verts):,}", ""],
+              ["tape cells τ (2 tapes)", f"{ext.tau:,}", ""],
+              ["b, γ, c (§5.4 option 2)", f"{k.b:g}, {k.gamma:.4g}, {k.c:.6g}", "docs/gd_trace.md, Part 4"],
+              ["B_stop = B_lo < B_hi", f"{k.B_stop:g} < {k.B_hi:.6g}", "(4), §5.3"]]
+    meta = {"tm2nn.backend": "gd-trace", "tm2nn.what": f"Welper §5 extended network, {what}",
+            "tm2nn.source": ext.m.name,
+            "tm2nn.input_encoding": json.dumps({"kind": "signs", "names": list(net.inputs[0].space.labels)}),
+            "tm2nn.output_encoding": json.dumps({"kind": "values", "names": list(net.spaces[net.outputs[0]].labels)}),
+            "tm2nn.info": json.dumps(info, default=str), "tm2nn.bounds": json.dumps(bounds)}
     out = Path(path)
     if out.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import save_onnx, to_onnx
 
-        save_onnx(to_onnx(net, {"tm2nn.backend": "gd-trace", "tm2nn.what": f"Welper §5 extended network, {what}"}), out)
+        save_onnx(to_onnx(net, meta), out)
     else:
         import torch
 
         from tm2nn.emit.torch_emit import to_torch
 
         buf = io.BytesIO()
-        torch.save({"module": to_torch(net, torch.float64), "metadata": {"tm2nn.backend": "gd-trace"}}, buf)
+        torch.save({"module": to_torch(net, torch.float64), "metadata": meta}, buf)
         write_atomic(out, buf.getvalue())
 
 

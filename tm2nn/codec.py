@@ -28,12 +28,27 @@ def _codec(enc: dict):
         n = len(enc["names"])
         return (lambda text: 2.0 * np.asarray(parse_bits(text, n), dtype=np.float32) - 1.0,
                 lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
+    if kind == "signs":  # Welper §5's extended network: the dataset's features as + / - signs
+        n = len(enc["names"])
+        return (lambda text: _signs(text, n), None)
     if kind == "unrolled_tm":
         from tm2nn.passes.unroll import UnrollLayout
 
         layout = UnrollLayout.from_json(enc["layout"])  # parsed once, not per input
         return layout.encode, layout.decode
     raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
+
+
+def _signs(text: str, n: int) -> np.ndarray:
+    """``n`` characters ``+``/``-`` -> ±1 (a located error otherwise)."""
+    for i, ch in enumerate(text):
+        if ch not in "+-":
+            raise Tm2nnError(f"--input: {ch!r} is not + or - (the model reads {n} feature signs)",
+                             file="--input", line=1, col=i + 1, snippet=text)
+    if len(text) != n:
+        raise Tm2nnError(f"--input: the model reads {n} feature signs, got {len(text)}",
+                         file="--input", line=1, col=max(1, len(text)), snippet=text)
+    return np.array([1.0 if ch == "+" else -1.0 for ch in text], dtype=np.float32)
 
 
 def encode(enc: dict, text: str) -> np.ndarray:
@@ -62,5 +77,7 @@ def decode(enc: dict, y: np.ndarray) -> dict:
 
 def decode_many(enc: dict, y: np.ndarray) -> list[dict]:
     """Output matrix -> one report per row."""
+    if enc.get("kind") == "values":  # real outputs, reported as they are (rounded to 1e-6)
+        return [{"outputs": [round(float(v), 6) for v in row]} for row in np.asarray(y)]
     _, dec_one = _codec(enc)
     return [dec_one(bits) for bits in output_bits(enc, y)]
