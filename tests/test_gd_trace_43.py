@@ -258,3 +258,45 @@ def random_machine_case(m, data, trace_fn, check) -> None:
             trace_fn(m, inp, 40)
         return
     check(m, inp)
+
+
+# -- loss (13) as a network-IR net ----------------------------------------------------------
+def _net_case():
+    from tm2nn.backends.gd_trace.config_simplex import window_for
+
+    m = load(Path(__file__).resolve().parent.parent / "examples" / "binary_increment.tm")
+    tau, left = window_for(m, "111", 10)
+    return build(m, inputs_up_to(m, 2), tau, left, max_steps=10)
+
+
+def test_loss13_net_equals_the_closed_form_and_its_gradient():
+    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.torch_emit import run_torch, to_torch
+
+    cs = _net_case()
+    net = cs.net()
+    assert net.depth()["relu"] == 1  # one ReLU layer: Lemmas A.1 and A.2 are single units
+    mod = to_torch(net, torch.float64)
+    rng = np.random.default_rng(3)
+    m = cs.m
+    mids = [(cs.vertex(v) + cs.vertex(w)) / 2 for v, w in enumerate(cs.succ) if w is not None][:10]
+    X = np.vstack([np.eye(m)[: min(m, 20)], *mids, rng.dirichlet(np.ones(m), 10)])
+    want = np.array([float(cs.loss(x)) for x in X])
+    np.testing.assert_allclose(run_torch(mod, X)[:, 0], want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(run_onnx(to_onnx(net), X)[:, 0], want, rtol=1e-5, atol=1e-3)
+    # the Frank-Wolfe vertex from the net's autograd gradient is the machine's successor
+    for v, w in enumerate(cs.succ):
+        xt = torch.tensor(cs.vertex(v)[None, :], requires_grad=True)
+        mod(xt).sum().backward()
+        g = xt.grad.numpy()[0]
+        np.testing.assert_allclose(g, cs.gradient(cs.vertex(v)), rtol=1e-12, atol=1e-9)
+        assert int(np.argmin(g)) == (v if w is None else w)
+
+
+def test_loss13_net_refuses_too_many_pairs(monkeypatch):
+    from tm2nn.backends.gd_trace import config_simplex
+
+    cs = _net_case()
+    monkeypatch.setattr(config_simplex, "MAX_PAIR_UNITS", 10)
+    with pytest.raises(Tm2nnError, match="pair units"):
+        cs.net()

@@ -33,10 +33,13 @@ import torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import configurations, run_machine
 from tm2nn.ir.machine import MOVE_DELTA, Machine
+from tm2nn.nets import Affine, Net, Port, ReLU, SparseMatrix, Space
 
 from .lagrange import ell_pair_all, ell_v_all
 
 DEFAULT_MAX_VERTICES = 2000
+#: Most Lemma A.2 units :meth:`ConfigSimplex.net` builds (|V| = 2000 gives 1,999,000).
+MAX_PAIR_UNITS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,45 @@ class ConfigSimplex:
             self._terms = self.loss_terms()
         wv, upper = self._terms
         return (wv * ell_v_all(x)).sum() + (upper * ell_pair_all(x)).sum()
+
+    def net(self) -> Net:
+        """Loss (13) as a network-IR net (input ``x``, the simplex point, one label per
+        vertex; output ``loss``): one ReLU layer of ``|V|`` Lemma A.1 units
+        ``l_v^{1/2} = relu(x_v/mu - Σx/(mu m) - d_mu)`` and ``|V|(|V|-1)/2`` Lemma A.2 units
+        ``relu(2(x_v + x_w) - 4Σx/m - c)`` (three weights each: ``Σx`` is computed once),
+        then one affine read-out: ``l_vw = relu(..) - l_v - l_w`` folds into the ``l_v``
+        weights, ``Σ_v (omega_v - Σ_{w≠v} omega_vw) l_v + Σ_{v<w} omega_vw relu(..)``.
+        :meth:`loss` is the closed-form reference it is tested against."""
+        m, mu = self.m, 0.5
+        if m * (m - 1) // 2 > MAX_PAIR_UNITS:
+            raise Tm2nnError(f"loss (13) of {m:,} vertices needs {m * (m - 1) // 2:,} pair units "
+                             f"(limit {MAX_PAIR_UNITS:,}): use fewer inputs or steps")
+        x = Port("x", Space(tuple(f"v:{i}" for i in range(m))))
+        xs_lab = Space(tuple(f"v:{i}" for i in range(m)) + ("sum",))
+        rows = np.r_[np.arange(m), np.full(m, m)]
+        cols = np.r_[np.arange(m), np.arange(m)]
+        xs = Affine("xs", ("x",), weight=SparseMatrix((m + 1, m), rows, cols, np.ones(2 * m)), out=xs_lab,
+                    cite="[x; Σx] (Σx = 1 on S)")
+        iu, ju = np.triu_indices(m, 1)
+        P = len(iu)
+        d_mu = ((1.0 - mu) * m - 1.0) / (mu * m)
+        # rows 0..m-1: Lemma A.1 units; rows m..m+P-1: Lemma A.2 units
+        r = np.r_[np.arange(m), np.arange(m), m + np.arange(P), m + np.arange(P), m + np.arange(P)]
+        c = np.r_[np.arange(m), np.full(m, m), iu, ju, np.full(P, m)]
+        v = np.r_[np.full(m, 1.0 / mu), np.full(m, -1.0 / (mu * m)), np.full(2 * P, 2.0), np.full(P, -4.0 / m)]
+        bias = np.r_[np.full(m, -d_mu), np.full(P, -(1.0 - 4.0 / m))]
+        units = Space(tuple(f"l_v:{i}" for i in range(m)) + tuple(f"l_vw:{a},{b}" for a, b in zip(iu, ju)))
+        pre = Affine("lagrange", ("xs",), weight=SparseMatrix((m + P, m + 1), r, c, v), bias=bias, out=units,
+                     cite="Welper App. A, Lemma A.1 (mu = 1/2) and Lemma A.2")
+        om = self.omega_vw()
+        np.fill_diagonal(om, 0.0)
+        w_v = self.omega_v - om.sum(axis=1)
+        w_out = np.r_[w_v, om[iu, ju]]
+        nz = np.nonzero(w_out)[0]
+        out = Affine("loss", ("relu",), weight=SparseMatrix((1, m + P), np.zeros(len(nz)), nz, w_out[nz]),
+                     out=Space(("loss",)), cite="Welper (13)")
+        return Net("welper_loss13", (x,), (xs, pre, ReLU("relu", ("lagrange",)), out), ("loss",),
+                   {"construction": "Welper §4.3 loss (13)"})
 
     def gradient(self, x) -> np.ndarray:
         """``grad l(x)`` by autograd.  At a vertex or inside a corner ``S_v`` every ReLU is
