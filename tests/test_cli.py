@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -155,3 +156,24 @@ def test_every_format_module_is_wired(fmt):
 
     mod = format_module(fmt)
     assert mod.KIND in ("machine", "circuit") and callable(mod.parse)
+
+
+def test_demo_compiles_and_verifies_one_example_per_backend(tmp_path):
+    from tm2nn.compiler import BACKENDS
+    from tm2nn.demo import BACKEND_JOBS, run_backends
+
+    assert {b.split()[0] for _e, b, _m, _v in BACKEND_JOBS} == set(BACKENDS)  # no backend left out
+    rows = run_backends(EXAMPLES, tmp_path)
+    assert [r for r in rows if not r["ok"]] == []
+    for r in rows:  # each wrote a self-contained ONNX model
+        assert Path(r["model"]).parent == tmp_path and Path(r["model"]).stat().st_size > 10_000
+        assert "KiB" in r["size"]
+
+
+def test_demo_table_reports_a_failing_job(tmp_path, monkeypatch):
+    from tm2nn import demo
+
+    bad = (("bb3.tm", "rcnn", "compile {ex}/bb3.tm --backend rcnn --steps 0 -o {out}/x.onnx --json", None),)
+    monkeypatch.setattr(demo, "BACKEND_JOBS", bad)
+    (row,) = demo.run_backends(EXAMPLES, tmp_path)
+    assert row["ok"] is False and "step bound" in row["checked"]
