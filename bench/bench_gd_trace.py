@@ -55,11 +55,9 @@ def machine_row(name: str, text: str, steps: int) -> dict:
 
 
 def config_simplex_row() -> dict:
-    from tm2nn.backends.gd_trace.config_simplex import trace
+    from tm2nn.backends.gd_trace.config_simplex import build, inputs_up_to, trace, window_for
     from tm2nn.interp import run_machine
     from tm2nn.syntax import load
-
-    from tm2nn.backends.gd_trace.config_simplex import build, inputs_up_to, window_for
 
     m = load(ROOT / "examples" / "binary_increment.tm")
     inputs = inputs_up_to(m, 4)

@@ -340,7 +340,8 @@ def _run_gd(args, m, text: str) -> int:
     """``run --backend gd-trace``: compile Welper §4.4's loss for T = --max-steps source
     steps and this input, run the optimizer (22), decode every iterate (mapped back to the
     source machine) and check it against the interpreters at every step."""
-    from tm2nn.backends.gd_trace.machine_mode import DEFAULT_STEPS, compile as compile_gd
+    from tm2nn.backends.gd_trace.machine_mode import DEFAULT_STEPS
+    from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
     from tm2nn.ir import Circuit
     from tm2nn.ir.machine import check_input
     from tm2nn.verify.gd import check_one

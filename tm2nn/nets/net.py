@@ -14,7 +14,18 @@ import numpy as np
 
 from tm2nn.nets.grid import GridReadout, PatchMap
 from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.ops import Activation, Affine, Attention, Decode, Loop, Mul, NetIRError, Op, Port, ReLU
+from tm2nn.nets.ops import (
+    Activation,
+    Affine,
+    Attention,
+    Decode,
+    Loop,
+    Mul,
+    NetIRError,
+    Op,
+    Port,
+    ReLU,
+)
 from tm2nn.nets.space import Space
 
 

@@ -33,7 +33,7 @@ import torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import configurations, run_machine
 from tm2nn.ir.machine import MOVE_DELTA, Machine
-from tm2nn.nets import Affine, Net, Port, ReLU, SparseMatrix, Space
+from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
 
 from .lagrange import ell_pair_all, ell_v_all
 

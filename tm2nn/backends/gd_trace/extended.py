@@ -36,7 +36,19 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import Machine
 from tm2nn.ir.multitape import MConfig
-from tm2nn.nets import Activation, Affine, Concat, Mul, Net, Param, Port, ReLU, SparseMatrix, Space, StopGradient
+from tm2nn.nets import (
+    Activation,
+    Affine,
+    Concat,
+    Mul,
+    Net,
+    Param,
+    Port,
+    ReLU,
+    Space,
+    SparseMatrix,
+    StopGradient,
+)
 
 from .optimizer import ConditionalGradient
 from .tape_simplex import TapeSimplex, choose_b
@@ -199,7 +211,7 @@ class Extended:
         ops.append(StopGradient("Tg", ("T",)))
         D = np.zeros((M, self.tau))
         cells, bits = self._theta_cells()
-        for j, (cell, (sign, _off)) in enumerate(zip(cells, bits)):
+        for j, cell in enumerate(cells):
             D[j, cell - self.left] = 1.0
         ops.append(_aff("tq_pre", "Tg", np.vstack([D / e, D / e]), _sp("tqpre", 2 * M),
                         bias=np.r_[np.zeros(M), -np.ones(M)], cite="Welper App. B quantisation of the output tape"))

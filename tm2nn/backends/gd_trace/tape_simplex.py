@@ -40,7 +40,19 @@ import torch
 
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.multitape import MConfig, MultiTapeMachine
-from tm2nn.nets import Affine, Concat, Mul, Net, Param, Port, ReLU, Slice, SparseMatrix, Space, StopGradient
+from tm2nn.nets import (
+    Affine,
+    Concat,
+    Mul,
+    Net,
+    Param,
+    Port,
+    ReLU,
+    Slice,
+    Space,
+    SparseMatrix,
+    StopGradient,
+)
 
 from .lagrange import ell_v_all
 from .optimizer import ConditionalGradient
