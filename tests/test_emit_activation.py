@@ -24,7 +24,7 @@ DERIV = {"abbe_sandon_f": act.df, "abbe_sandon_fstar": act.dfstar, "abbe_sandon_
 # Where each function is defined (Welper's sqrt and reciprocal are partial); the rest: everywhere.
 DOMAIN = {"sqrt": lambda x: x >= 0, "reciprocal": lambda x: x != 0}
 # ... and where its derivative is (sqrt' is unbounded at 0).
-DERIV_DOMAIN = {"sqrt": lambda x: x > 0}
+DERIV_DOMAIN = {"sqrt": lambda x: x > 0, "reciprocal": lambda x: np.abs(x) > 1e-150}  # -1/x^2 overflows
 ONNX_OPS = {"Abs", "Sign", "Clip", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Where",
             "Sub", "Add", "Mul", "Div", "Sigmoid", "Sqrt", "Reciprocal"}
 
