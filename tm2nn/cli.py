@@ -173,6 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="end with one JSON line (rcnn: examples, memorized, "
                    "test_agreement; abbe-sandon: steps, samples_used, test_accuracy, mismatches, test_inputs)")
 
+    p = sub.add_parser("viz", help="draw a picture: spacetime, weights, attention or layers (.png or .svg)")
+    p.add_argument("kind", help="spacetime | weights | attention | layers")
+    _add_source(p)
+    p.add_argument("-o", "--output", required=True, help="picture to write: NAME.png or NAME.svg")
+    p.add_argument("--input", default=None, help="input tape (default: the file's '# input:' line, else empty)")
+    p.add_argument("--steps", type=int, help="step bound (default: to halting, at most 200)")
+    p.add_argument("--step", type=int, help="attention: the decoder step to show (default: the last)")
+    p.add_argument("--layer", help="weights: the one affine layer to draw (default: the first 12)")
+    p.add_argument("--backend", help="spacetime: transformer (default), rcnn or gd-trace; weights: any "
+                   "compiling backend (default: relu-circuit for circuits, transformer for machines)")
+    p.add_argument("--interpreter-only", action="store_true",
+                   help="spacetime: draw only the interpreter's run (no network)")
+
     p = sub.add_parser("demo", help="check and run every example, compile and verify one per backend; print tables")
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
     p.add_argument("--out", default=None, help="folder for the compiled models and the picture "
@@ -713,6 +726,76 @@ def cmd_margin(args) -> int:
     return EXIT_OK
 
 
+def cmd_viz(args) -> int:
+    """``tm2nn viz KIND SOURCE -o OUT``: one of the pictures of :mod:`tm2nn.viz`."""
+    from tm2nn.api import default_input
+    from tm2nn.ir import Circuit, Machine
+    from tm2nn.syntax import load
+    from tm2nn.viz import KINDS, check_out, save
+
+    if args.kind not in KINDS:
+        raise Tm2nnError(f"unknown picture {args.kind!r} (one of: {', '.join(KINDS)})")
+    out = check_out(args.output)
+    obj = load(args.source, args.format, args.name)
+    text = args.input
+    if text is None:  # what the file documents: an embedded tape, else its '# input:' line
+        from tm2nn.demo import example_header
+
+        text = default_input(args.source, args.format, args.name)
+        if text is None and isinstance(obj, Machine):
+            text = example_header(Path(args.source)).get("input", "")
+        text = text or ""
+    kind = args.kind
+    if kind == "layers":
+        if not isinstance(obj, Circuit):
+            raise Tm2nnError("viz layers draws a circuit's layering; this source is not a circuit")
+        from tm2nn.viz import draw_layers
+
+        fig, _ = draw_layers(obj)
+    elif kind == "weights":
+        from tm2nn.compiler import compile as compile_source
+        from tm2nn.viz import draw_weights
+
+        backend = args.backend or ("relu-circuit" if isinstance(obj, Circuit) else "transformer")
+        steps = args.steps
+        if isinstance(obj, Machine) and steps is None:
+            from tm2nn.viz.runs import default_steps
+
+            steps = default_steps(obj, text)
+        fig, _ = draw_weights(compile_source(obj, backend, steps=steps, max_input=len(text)).net, args.layer)
+    else:
+        if not isinstance(obj, Machine):
+            raise Tm2nnError(f"viz {kind} draws a machine's run; this source is a {type(obj).__name__.lower()}")
+        from tm2nn.ir import GridMachine
+        from tm2nn.viz.runs import default_steps
+
+        if isinstance(obj, GridMachine):
+            raise Tm2nnError(f"viz {kind} draws line machines; {obj.name!r} has a 2D tape")
+        steps = default_steps(obj, text) if args.steps is None else args.steps
+        if kind == "attention":
+            if (args.backend or "transformer") != "transformer":
+                raise Tm2nnError(f"viz attention shows the transformer's attention, not {args.backend!r}'s")
+            from tm2nn.compiler import compile as compile_source
+            from tm2nn.viz import draw_attention
+
+            fig, _ = draw_attention(compile_source(obj, "transformer", steps=steps), text, args.step)
+        else:
+            from tm2nn.viz import draw_spacetime, interpreter_run, net_run
+
+            backend = None if args.interpreter_only else (args.backend or "transformer")
+            got = net_run(obj, text, steps, backend) if backend else None
+            fig, first = draw_spacetime(obj, text, interpreter_run(obj, text, steps), got, backend or "")
+            save(fig, out)
+            print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+            if first is not None:
+                print(f"the {backend} run diverges from the interpreter's at step {first}", file=sys.stderr)
+                return EXIT_FAIL
+            return EXIT_OK
+    save(fig, out)
+    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    return EXIT_OK
+
+
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
@@ -1048,7 +1131,7 @@ def cmd_learn(args) -> int:
 
 _VERBS = {
     "check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile,
-    "eval": cmd_eval, "info": cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo,
+    "eval": cmd_eval, "info": cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo, "viz": cmd_viz,
     "learn": cmd_learn,
 }
 

@@ -32,6 +32,7 @@ every intermediate value.
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import re
 
@@ -412,6 +413,8 @@ class AttentionModule(nn.Module):
         """``q`` ``[dk, B]`` against ``keys`` ``[B, n, dk]``; returns ``h`` plus the
         attended values on ``rows``."""
         a = self.weights(torch.bmm(keys, q.t().unsqueeze(2))[:, :, 0])             # [B, n]
+        if _PROBE is not None:
+            _PROBE.setdefault(self.op_name, []).append(a.detach().cpu().numpy().copy())
         out_v = torch.bmm(a.unsqueeze(1), vals)[:, 0]                              # [B, dv]
         return h.index_add(0, self.rows, out_v.t())
 
@@ -447,6 +450,9 @@ class AttentionModule(nn.Module):
             a = torch.softmax(self.beta * torch.cat([s0, s + qb], 1), dim=1)
             a0, ai = a[:, :1], a[:, 1:]
             items = ai.sum(1, keepdim=True)
+        if _PROBE is not None:  # the full weight vector, null first (the hard-max path skips it)
+            full = ai if ai is not None else (s == top).to(s.dtype) * live * inv
+            _PROBE.setdefault(self.op_name, []).append(torch.cat([a0, full], 1).detach().cpu().numpy().copy())
         out_v = None
         if self.has_v:
             out_v = torch.mm(torch.bmm(x, ai.unsqueeze(2))[:, :, 0], self.wv_c.t())  # [B, dv]
@@ -604,6 +610,23 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
 
 
 _NOT_IDENT = re.compile(r"[^0-9A-Za-z_]")
+
+#: While :func:`record_attention` is active: op name -> the attention weights of every
+#: call, ``[B, 1 + n]`` with the null key in slot 0 (None otherwise: no cost).
+_PROBE: dict | None = None
+
+
+@contextlib.contextmanager
+def record_attention():
+    """Record every attention op's weights while the block runs (for pictures,
+    :mod:`tm2nn.viz.attention`); yields ``{op name: [weights of call 0, call 1, ...]}``."""
+    global _PROBE
+    rec: dict = {}
+    old, _PROBE = _PROBE, rec
+    try:
+        yield rec
+    finally:
+        _PROBE = old
 
 
 def _attr_name(name: str, taken: set[str], owner: nn.Module) -> str:

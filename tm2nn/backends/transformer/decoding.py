@@ -68,7 +68,10 @@ class TraceDecoder:
     def halted_config(self, q: str, a: str) -> bool:
         return q in self.halting or (q, a) in self.no_rule
 
-    def decode(self, taps: np.ndarray, input: str) -> Decoded:
+    def _fields(self, taps: np.ndarray):
+        """Per decoder step: state names, head locations, written and read symbol
+        indices, validity; the first malformed step; the decoder steps that end a source
+        step (not in an auxiliary state), cut at the source bound."""
         ti = self.lay.tap_indices
         taps = np.asarray(taps, dtype=np.float64)
         st, ok_st = _one_hot(taps[:, ti["st"]])
@@ -85,24 +88,46 @@ class TraceDecoder:
         names = [self.states[s] for s in st]
         # Source steps: the lowered steps that do not end in an auxiliary state.
         keep = [0] + [i for i in range(1, len(names)) if names[i] not in self.aux]
-        keep = keep[: self.source_steps + 1]
+        return names, loc, wr, sym, ok, bad, keep[: self.source_steps + 1]
+
+    def _write(self, cells: dict, loc, wr, i: int) -> None:
+        """Apply decoder step ``i``'s write (at the head location before the step)."""
+        p = int(loc[i - 1])
+        a = self.alphabet[int(wr[i])]
+        if a == self.blank:
+            cells.pop(p, None)
+        else:
+            cells[p] = a
+
+    def decode(self, taps: np.ndarray, input: str) -> Decoded:
+        names, loc, wr, sym, ok, bad, keep = self._fields(taps)
         # The tape after the last kept lowered step: input overlaid with the writes.
-        last = keep[-1]
         cells = {k: ch for k, ch in enumerate(input) if ch != self.blank}
-        for i in range(1, last + 1):
+        for i in range(1, keep[-1] + 1):
             if not ok[i]:
                 break
-            p = int(loc[i - 1])
-            a = self.alphabet[int(wr[i])]
-            if a == self.blank:
-                cells.pop(p, None)
-            else:
-                cells[p] = a
+            self._write(cells, loc, wr, i)
         state = [names[i] for i in keep]
         head = loc[keep]
         symbol = [self.alphabet[int(sym[i])] for i in keep]
         report = self._report(state, head, symbol, cells)
         return Decoded(state, head, symbol, report, cells, bad)
+
+    def configurations(self, taps: np.ndarray, input: str) -> list[tuple[str, int, dict]]:
+        """``(state, head, non-blank cells)`` after every source step the taps hold (up to
+        the first malformed step), replaying the recorded writes: the whole tape at every
+        step, for pictures (:mod:`tm2nn.viz`)."""
+        names, loc, wr, _sym, ok, _bad, keep = self._fields(taps)
+        cells = {k: ch for k, ch in enumerate(input) if ch != self.blank}
+        out, i = [], 0
+        for k in keep:
+            while i < k:
+                i += 1
+                if not ok[i]:
+                    return out
+                self._write(cells, loc, wr, i)
+            out.append((names[k], int(loc[k]), dict(cells)))
+        return out
 
     def _report(self, state, head, symbol, cells) -> dict:
         halt_at = next((k for k in range(len(state)) if self.halted_config(state[k], symbol[k])), None)
