@@ -205,13 +205,12 @@ def _verified(backend: str, made: dict, check: dict | None) -> tuple[bool, str]:
     """(verified, what was checked) from the JSON of the model command and of verify."""
     if check is not None:
         n = check.get("n_inputs", 0)
-        engines = "+".join(check.get("engines", {}))
-        return bool(check.get("ok")), f"{n:,} {check.get('mode', '')} inputs ({engines})"
+        return bool(check.get("ok")), f"{n:,} inputs ({check.get('mode', '')})"
     if backend == "abbe-sandon":
         ok = made.get("mismatches") == 0 and made.get("test_accuracy") == 1.0
-        return ok, f"{made.get('steps')} SGD steps = learner, {made.get('test_inputs')} tests"
+        return ok, f"{made.get('steps')} SGD steps = learner's; {made.get('test_inputs')} tests"
     ok = bool(made.get("trace_matches") and made.get("theta_matches") and made.get("stopped_at_machine_steps_plus_1"))
-    return ok, f"{made.get('optimizer_steps')} steps = machine + 1, theta {made.get('theta')}"
+    return ok, f"{made.get('optimizer_steps')} steps = machine's + 1; theta = interpreter's"
 
 
 def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
@@ -279,9 +278,10 @@ def run_demo(folder: str | None = None, out: str | None = None) -> int:
     def progress(i, example, backend):
         err.print(f"[dim]({i + 1}/{len(BACKEND_JOBS)}) {backend}: {example} ...[/]")
     brows = run_backends(folder_p, out_p, progress)
-    t = Table(title=f"compiled networks, verified against the interpreter (models in {out_p}/)")
+    t = Table(title=f"compiled networks, verified against the interpreter in torch and onnxruntime "
+                    f"(models in {out_p}/)")
     for col in ("example", "backend", "size", "verified", "checked", "time"):
-        t.add_column(col, justify="right" if col == "time" else "left")
+        t.add_column(col, justify="right" if col == "time" else "left", no_wrap=col in ("example", "backend"))
     for r in brows:
         t.add_row(r["example"], r["backend"], r["size"], "[green]yes[/]" if r["ok"] else "[red]NO[/]",
                   r["checked"], f"{r['s']:.1f} s")

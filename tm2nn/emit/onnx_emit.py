@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -926,24 +925,12 @@ def _serialize(model: onnx.ModelProto) -> bytes:
 
 
 def save_onnx(model: onnx.ModelProto, path) -> Path:
-    """Write ``model`` to ``path`` atomically: a temporary file in the same directory is
-    renamed over ``path``, so a failure leaves no partial file (and any old file intact)."""
+    """Write ``model`` to ``path`` atomically (:func:`tm2nn.fileio.write_atomic`): a
+    failure leaves no partial file, and any old file intact."""
+    from tm2nn.fileio import write_atomic
+
     path = Path(path)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_serialize(model))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, _serialize(model))
     return path
 
 
