@@ -78,9 +78,10 @@ def config_simplex_row() -> dict:
 def extended_rows(datasets: int) -> list[dict]:
     import numpy as np
 
-    from tm2nn.backends.gd_trace.extended import Extended, learn_report, sign_sum_layout
+    from tm2nn.backends.gd_trace.extended import Extended, sign_sum_layout
     from tm2nn.backends.gd_trace.sign_sum import sign_sum_machine
     from tm2nn.syntax import parse_text
+    from tm2nn.verify.gd import learn_report
 
     rows = []
     for n, M, k in ((3, 2, datasets), (2, 3, 1), (4, 2, 1)):

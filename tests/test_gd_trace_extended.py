@@ -18,8 +18,6 @@ from tm2nn.backends.gd_trace.extended import (
     Constants,
     Extended,
     Layout,
-    layout_from_source,
-    learn_report,
     sign_sum_layout,
     train,
 )
@@ -29,7 +27,8 @@ from tm2nn.datasets import load_csv
 from tm2nn.emit.onnx_emit import run_onnx, to_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
-from tm2nn.syntax import load, parse_text
+from tm2nn.syntax import gd_layout, load, parse_text
+from tm2nn.verify.gd import learn_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "sign_sum_3x2.tm"
@@ -109,7 +108,7 @@ def test_worked_example_file_is_the_generator_and_its_csv_gives_minus_minus():
     assert EXAMPLE.read_text(encoding="utf-8") == sign_sum_machine(3, 2)
     X, Y = load_csv(CSV)
     assert X.shape == (3, 2) and theta_of(X, Y).tolist() == [-1.0, -1.0]
-    lay = layout_from_source(EXAMPLE.read_text(encoding="utf-8"), str(EXAMPLE))
+    lay = Layout.from_header(gd_layout.parse(EXAMPLE.read_text(encoding="utf-8"), str(EXAMPLE)))
     ref = sign_sum_layout(3, 2)
     assert (lay.n, lay.M, lay.theta_cells, lay.steps) == (ref.n, ref.M, ref.theta_cells, ref.steps)
 
@@ -180,7 +179,7 @@ def test_refusals(ext32):
 ])
 def test_layout_header_errors_are_located(line, match, col):
     with pytest.raises(Tm2nnError, match=match) as e:
-        layout_from_source("machine m {}\n" + line + "\n", "m.tm")
+        gd_layout.parse("machine m {}\n" + line + "\n", "m.tm")
     assert e.value.line == 2 and e.value.col == (col if isinstance(col, int) else line.index(col) + 1)
 
 

@@ -1032,9 +1032,11 @@ def _learn_gd(args, obj) -> int:
     """``learn MACHINE.tm --backend gd-trace --train CSV``: Welper §5's extended network,
     trained by least squares (2) with the mixed Frank-Wolfe / gradient update (3) until the
     stopping criterion (4); checked against the interpreters (Prop. 2.1)."""
-    from tm2nn.backends.gd_trace.extended import Extended, layout_from_source, learn_report
+    from tm2nn.backends.gd_trace.extended import Extended, Layout
     from tm2nn.datasets import load_csv
     from tm2nn.ir import Machine
+    from tm2nn.syntax import gd_layout
+    from tm2nn.verify.gd import learn_report
 
     if not isinstance(obj, Machine):
         raise Tm2nnError("learn --backend gd-trace trains the extended network of a machine (Welper §5)")
@@ -1046,7 +1048,7 @@ def _learn_gd(args, obj) -> int:
         if getattr(args, flag) is not None:
             check_model_path(getattr(args, flag), f"--{flag.replace('_', '-')}")
     X, Y = load_csv(args.train)
-    layout = layout_from_source(Path(args.source).read_text(encoding="utf-8"), args.source)
+    layout = Layout.from_header(gd_layout.parse(Path(args.source).read_text(encoding="utf-8"), args.source))
     if X.shape != (layout.n, layout.M):
         raise Tm2nnError(f"{args.source} is laid out for {layout.n} samples of {layout.M} features; "
                          f"{args.train} has {X.shape[0]} samples of {X.shape[1]}")

@@ -21,7 +21,7 @@ from .config_simplex import (
     step,
     trace,
 )
-from .extended import Constants, Extended, Layout, learn_report, sign_sum_layout, train
+from .extended import Constants, Extended, Layout, sign_sum_layout, train
 from .lagrange import (
     corner_hyperplane,
     corner_vertex,
@@ -39,7 +39,7 @@ from .tape_simplex import TapeSimplex, Tracer44, TraceStep44, choose_b, lbar_all
 
 __all__ = [
     "compile", "run_gd",
-    "Constants", "Extended", "Layout", "learn_report", "sign_sum_layout", "train", "sign_sum_machine",
+    "Constants", "Extended", "Layout", "sign_sum_layout", "train", "sign_sum_machine",
     "Config", "ConfigSimplex", "TraceStep", "build", "corner_hyperplane", "corner_vertex",
     "ell_pair_all", "ell_v", "ell_v_all", "ell_vw", "estimate_vertices", "inputs_up_to",
     "pair_hyperplane", "step", "trace", "vertex",

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from tm2nn.errors import Tm2nnError
-from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import Machine
 from tm2nn.ir.multitape import MConfig
 from tm2nn.nets import (
@@ -112,6 +111,15 @@ class Layout:
     theta_cells: tuple[int, ...]
     theta_value: dict = field(default_factory=dict)
     steps: int = 1000  # a bound on the machine's source steps (sizes the tape window)
+
+    @classmethod
+    def from_header(cls, h: dict) -> "Layout":
+        """The layout a ``# gd-trace:`` header declares (:func:`tm2nn.syntax.gd_layout.parse`):
+        every sample's label then its features over ``+``/``-`` (:func:`.sign_sum.dataset_text`),
+        ``theta_j`` read from source cell ``theta[j]`` (``+`` = +1, ``-`` = -1)."""
+        from .sign_sum import dataset_text
+
+        return cls(h["samples"], h["features"], dataset_text, tuple(h["theta"]), {"+": 1.0, "-": -1.0}, h["steps"])
 
 
 def _aff(name, inp, w: np.ndarray, out: Space, bias=None, cite: str = "") -> Affine:
@@ -378,98 +386,6 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
     return TrainResult(steps, losses, configs, halted, theta, mod, mod.op("z").value.detach().numpy().copy())
 
 
-def lowered_run(ext: Extended, x, y, max_steps: int = 100_000) -> MultiRun:
-    """The §4.1 machine's interpreter run on the encoded dataset (the reference)."""
-    from tm2nn.interp.multitape import run_multitape
-
-    return run_multitape(ext.low.machine, ext.low.lower_input(ext.layout.text(np.asarray(x, dtype=int),
-                                                                                np.asarray(y, dtype=int))),
-                         max_steps)
-
-
-HEADER = "# gd-trace:"
-
-
-def layout_from_source(text: str, path: str = "<source>") -> Layout:
-    """The layout a machine file declares in a ``# gd-trace: samples=N features=M
-    theta=C1,C2,.. steps=T`` comment: the input is every sample's label then its features
-    over ``+``/``-`` (:func:`.sign_sum.dataset_text`), ``theta_j`` is read from source cell
-    ``C_j`` (``+`` = +1, ``-`` = -1), and the machine takes at most ``T`` steps."""
-    from .sign_sum import dataset_text
-
-    for ln, line in enumerate(text.splitlines(), start=1):
-        if not line.startswith(HEADER):
-            continue
-        fields, col = {}, len(HEADER) + 1
-        for tok in line[len(HEADER):].split():
-            col = line.index(tok, col - 1) + 1
-            key, eq, val = tok.partition("=")
-            if not eq or key not in ("samples", "features", "theta", "steps") or key in fields:
-                raise Tm2nnError(f"gd-trace header: expected samples=N features=M theta=C1,C2,.. steps=T, "
-                                 f"got {tok!r}", file=path, line=ln, col=col, snippet=line)
-            try:
-                fields[key] = [int(v) for v in val.split(",")] if key == "theta" else int(val)
-            except ValueError:
-                raise Tm2nnError(f"gd-trace header: {key} must be {'integers' if key == 'theta' else 'an integer'}",
-                                 file=path, line=ln, col=col + len(key) + 1, snippet=line) from None
-        missing = [k for k in ("samples", "features", "theta", "steps") if k not in fields]
-        if missing:
-            raise Tm2nnError(f"gd-trace header: missing {', '.join(missing)}", file=path, line=ln, col=1, snippet=line)
-        if len(fields["theta"]) != fields["features"] or fields["samples"] < 2 or fields["steps"] < 1:
-            raise Tm2nnError("gd-trace header: theta must list one cell per feature, samples must be >= 2 "
-                             "and steps >= 1", file=path, line=ln, col=1, snippet=line)
-        return Layout(fields["samples"], fields["features"], dataset_text, tuple(fields["theta"]),
-                      {"+": 1.0, "-": -1.0}, fields["steps"])
-    raise Tm2nnError("learn --backend gd-trace needs a machine whose file declares its data layout in a "
-                     "'# gd-trace: samples=N features=M theta=C1,C2,.. steps=T' comment "
-                     "(see examples/sign_sum_3x2.tm)", file=path, line=1, col=1, snippet=text.splitlines()[0] if text else "")
-
-
-def learn_report(ext: Extended, X, Y, tests: int = 20, seed: int = 0, progress=None) -> dict:
-    """Train on ``(X, Y)`` and check Prop. 2.1 against the interpreters: the stopping
-    criterion after ``k_t + 1`` steps (``k_t`` = the §4.1 machine's steps), every iterate
-    ``k >= 1`` equal to the machine's configuration ``k - 1``, ``theta`` equal to the
-    source machine's output, and ``F = f_theta`` on the training data and on ``tests``
-    fresh random datasets of the same shape."""
-    from tm2nn.interp.machine import run_machine
-
-    n, M = ext.layout.n, ext.layout.M
-    X = np.asarray(X, dtype=np.int64)
-    Y = np.asarray(Y, dtype=np.int64).reshape(-1)
-    if X.shape != (n, M):
-        raise Tm2nnError(f"the machine is laid out for {n} samples of {M} features; the training set has "
-                         f"{X.shape[0]} of {X.shape[1] if X.ndim == 2 else 0}")
-    r = train(ext, X, Y, progress=progress)
-    ref = lowered_run(ext, X, Y, max_steps=ext.low.lowered_steps(ext.layout.steps, ext.text_len))
-    src = run_machine(ext.m, ext.layout.text(X, Y), ext.layout.steps)
-    theta_ref = np.array([ext.layout.theta_value.get(src.cells.get(c, ext.m.blank), np.nan)
-                          for c in ext.layout.theta_cells])
-    first = next((k for k, (a, b) in enumerate(zip(r.configs, ref.configs)) if a != b), None)
-    same_trace = first is None and len(r.configs) == len(ref.configs)
-
-    def F(x):
-        with torch.no_grad():
-            return r.module(torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(1, -1)))[0].numpy()
-    rng = np.random.default_rng(seed)
-    fresh = [rng.choice([-1, 1], (n, M)) for _ in range(tests)]
-    agree = [np.array_equal(F(x), x @ theta_ref) for x in fresh]
-    return {
-        "samples": n, "features": M, "optimizer_steps": r.steps, "machine_steps": ref.steps,
-        "source_steps": src.steps, "halted": bool(ref.halted and src.halted),
-        "stopped_at_machine_steps_plus_1": r.steps == ref.steps + 1,
-        "trace_matches": same_trace, "first_divergence": None if same_trace else (first or len(ref.configs)),
-        "theta": r.theta.tolist(), "theta_interpreter": theta_ref.tolist(),
-        "theta_matches": bool(np.array_equal(r.theta, theta_ref)),
-        "F_equals_f_theta_on_train": bool(np.array_equal(F(X), X @ theta_ref)),
-        "test_datasets": tests, "test_agreement": float(np.mean(agree)) if agree else 1.0,
-        # z = y after the first step up to float64 rounding of the s_init mix (u + (z - u)
-        # with a large u): measured 1e-14, far below the quantisation's 1/2 margin.
-        "z_deviation": float(np.abs(r.z - Y).max()),
-        "z_equals_y": bool(np.abs(r.z - Y).max() <= 1e-9),
-        "final_loss": r.losses[-1], "B_stop": ext.k.B_stop, "result": r,
-    }
-
-
 def sign_sum_layout(n: int, M: int) -> Layout:
     """The layout of :mod:`.sign_sum`'s machine."""
     from .sign_sum import dataset_text, output_cells, step_bound
@@ -477,4 +393,4 @@ def sign_sum_layout(n: int, M: int) -> Layout:
     return Layout(n, M, dataset_text, tuple(output_cells(n, M)), {"+": 1.0, "-": -1.0}, step_bound(n, M))
 
 
-__all__ = ["Constants", "Extended", "Layout", "TrainResult", "train", "lowered_run", "sign_sum_layout"]
+__all__ = ["Constants", "Extended", "Layout", "TrainResult", "train", "sign_sum_layout"]
