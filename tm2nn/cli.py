@@ -141,10 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("learn", help="train a network by SGD and compare it with the interpreter: a learner "
-                       "machine (rcnn: Algorithm 1) or a learner circuit (abbe-sandon: Lemma 3's net, exact)")
+                       "machine (rcnn: Algorithm 1), a learner circuit (abbe-sandon: Lemma 3's net, exact) "
+                       "or a machine with a '# gd-trace:' layout (gd-trace: Welper §5's extended network)")
     _add_source(p)
-    p.add_argument("--train", help="rcnn: training set: CSV, one example a line, d features then the "
-                   "label, each +1 or -1 (an optional header line is skipped)")
+    p.add_argument("--train", help="rcnn and gd-trace: training set: CSV, one example a line, d features then "
+                   "the label, each +1 or -1 (an optional header line is skipped)")
     p.add_argument("--samples", help="abbe-sandon: sample stream, a CSV of +1/-1 rows: n input bits (x) then "
                    "the label, or x, r, r' then the label (else r, r' are drawn from --seed)")
     p.add_argument("--target", help="abbe-sandon: draw the stream: parity:SECRET (e.g. parity:1011 or "
@@ -166,10 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="abbe-sandon: exact (§4.1's G_n in exact arithmetic, the default: faster, "
                    "docs/abbe_sandon.md \"float64 engine and export\") or float64 (the dyadic re-parametrisation "
                    "as an IR net, emitted to torch and trained with torch.optim.SGD)")
-    p.add_argument("--export-before", metavar="PATH", help="abbe-sandon --engine float64: write the net before "
-                   "training (.onnx or .pt)")
-    p.add_argument("--export-after", metavar="PATH", help="abbe-sandon --engine float64: write the net after "
-                   "training (.onnx or .pt)")
+    p.add_argument("--export-before", metavar="PATH", help="abbe-sandon --engine float64 and gd-trace: write the "
+                   "net before training (.onnx or .pt)")
+    p.add_argument("--export-after", metavar="PATH", help="abbe-sandon --engine float64 and gd-trace: write the "
+                   "net after training (.onnx or .pt)")
     p.add_argument("--json", action="store_true", help="end with one JSON line (rcnn: examples, memorized, "
                    "test_agreement; abbe-sandon: steps, samples_used, test_accuracy, mismatches, test_inputs)")
 
