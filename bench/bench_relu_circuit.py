@@ -39,10 +39,10 @@ def _rate(fn, n_inputs: int, min_time: float = 1.0) -> float:
 
 def bench_one(label: str, path: Path, quick: bool) -> dict:
     from tm2nn.compiler import compile as tm2nn_compile
-    from tm2nn.compiler import metadata
     from tm2nn.emit.onnx_emit import to_onnx
     from tm2nn.emit.torch_emit import to_torch
     from tm2nn.interp import eval_circuit, random_inputs
+    from tm2nn.model_io import metadata
     from tm2nn.syntax import load
 
     c = load(path)
@@ -58,7 +58,7 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
     import torch
 
     t0 = time.perf_counter()
-    blob = to_onnx(compiled.net, metadata(compiled, "bench")).SerializeToString()
+    blob = to_onnx(compiled.net, metadata(compiled)).SerializeToString()
     t_onnx = time.perf_counter() - t0
     so = ort.SessionOptions()
     sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])

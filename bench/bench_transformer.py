@@ -26,14 +26,15 @@ REPEATS = 2
 def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
     from tm2nn.backends.transformer import compile as compile_tf
     from tm2nn.backends.transformer.decoding import TraceDecoder
-    from tm2nn.compiler import onnx_model
+    from tm2nn.emit.onnx_emit import onnx_session, run_onnx
     from tm2nn.interp import run_machine
-    from tm2nn.verify.trace import encode_tokens, onnx_runner, torch_runner
+    from tm2nn.model_io import onnx_model
+    from tm2nn.verify.trace import encode_tokens, torch_runner
 
     t0 = time.perf_counter()
     c = compile_tf(m, steps=steps)
     t_compile = time.perf_counter() - t0
-    blob = onnx_model(c, "bench").SerializeToString()
+    blob = onnx_model(c).SerializeToString()
     tokens = encode_tokens(c.input_encoding, [INPUT])
     row = {"bench": f"transformer T={steps}", "decoder_steps": c.options["decoder_steps"],
            "compile_s": round(t_compile, 3), "onnx_bytes": len(blob)}
@@ -43,7 +44,8 @@ def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
     row["interp_s"] = round(time.perf_counter() - t0, 5)
     dec = TraceDecoder(c.output_encoding)
     for eng in engines:
-        run = torch_runner(c.net) if eng == "torch" else onnx_runner(blob)
+        sess = onnx_session(blob) if eng == "onnxruntime" else None
+        run = torch_runner(c.net) if eng == "torch" else (lambda tok, sess=sess: run_onnx(sess, tok)[0])
         best = float("inf")
         for _ in range(REPEATS):  # the best of REPEATS runs: the machine is shared
             t0 = time.perf_counter()

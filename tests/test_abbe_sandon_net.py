@@ -213,7 +213,7 @@ def test_cli_samples_csv(run_cli, tmp_path):
     (["--target", "const:1", "--samples", "x.csv", "--steps", "5"], "exactly one of"),
     (["--target", "const:1", "--steps", "0"], "--steps must be"),
     (["--target", "bogus", "--steps", "5"], "unknown target"),
-    (["--target", "const:1", "--steps", "5", "--backend", "nope"], "unknown learn backend"),
+    (["--target", "const:1", "--steps", "5", "--backend", "nope"], "invalid choice: 'nope'"),
 ])
 def test_cli_bad_input(run_cli, argv, msg):
     code, out, err = _cli(run_cli, "learn", str(EXAMPLES / "parity8.circ"), *argv)
@@ -227,8 +227,11 @@ def test_cli_info_and_compile(run_cli, tmp_path):
     assert info["memory bits m"] == "44" and info["gamma"].endswith("e75")
     code, out, err = _cli(run_cli, "compile", str(EXAMPLES / "parity8.circ"), "--backend", "abbe-sandon",
                              "-o", str(tmp_path / "x.onnx"))
-    assert code == 2 and "tm2nn learn" in err and "--export-after" in err
+    assert code == 2 and "tm2nn learn" in err and "--engine float64" in err  # the exact G_n is no IR net
     assert not (tmp_path / "x.onnx").exists()
+    code, out, err = _cli(run_cli, "compile", str(EXAMPLES / "parity8.circ"), "--backend", "abbe-sandon",
+                             "--engine", "float64", "-o", str(tmp_path / "x.onnx"))
+    assert code == 0 and (tmp_path / "x.onnx").stat().st_size > 10_000, err
 
 
 @pytest.mark.slow

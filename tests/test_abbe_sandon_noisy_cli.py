@@ -117,7 +117,7 @@ def test_learn_samples_csv(run_cli, tmp_path):
 
 @pytest.mark.parametrize("argv, msg", [
     (["--target", "parity:10"], "the secret has 2 bits"),
-    ([], "exactly one of --samples CSV or --target"),
+    ([], "exactly one of --samples (a CSV) or --target"),
     (["--target", "parity:101", "--steps", "5"], "exactly its t = 10"),
     (["--target", "parity:101", "--engine", "float64"], "mpmath"),
     (["--target", "parity:101", "--test", "-1"], "--test must be >= 0"),

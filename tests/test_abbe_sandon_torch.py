@@ -12,11 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tm2nn.backends.abbe_sandon.backend import BACKEND
 from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
 from tm2nn.backends.abbe_sandon.net import build_net
 from tm2nn.backends.abbe_sandon.train import held_out_inputs
 from tm2nn.backends.abbe_sandon.train import train as train_exact
-from tm2nn.backends.abbe_sandon.train_torch import TorchEngine, export, train
+from tm2nn.backends.abbe_sandon.train_torch import TorchEngine, train
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, to_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.interp.learner import run_learner
@@ -27,6 +28,11 @@ from tm2nn.nets.space import Space
 
 from .conftest import EXAMPLES
 from .test_abbe_sandon_net import _stream, learners
+
+
+def export(eng: TorchEngine, path, steps: int):
+    """The engine's net with its current weights, saved as any model (Compiled.save)."""
+    return BACKEND.model(eng.ir, eng.module.to_net(), steps, eng.memory()).save(path)
 
 
 def _onnx1(model, Z) -> np.ndarray:
@@ -89,7 +95,7 @@ def test_float64_and_exact_engines_agree(parity4_trained):
 def test_only_gadget_weights_change_and_flips_are_exact(parity4_trained):
     _, _, _, ir, eng, rep, before, _ = parity4_trained
     after = eng.module.state_dict()
-    params = {n for n, _ in eng.module.named_parameters()}
+    params = {n for n, p in eng.module.named_parameters() if p.requires_grad}  # the rest: frozen
     assert params and all(n.endswith(".train.weight") or "_train." in n for n in params)
     for k, v in after.items():
         if k not in params:
@@ -104,7 +110,7 @@ def test_only_gadget_weights_change_and_flips_are_exact(parity4_trained):
             assert abs(w[e]) == abs(ir.w[e])
     assert any(w[e] != ir.w[e] for e in ir.gadget)  # something did flip
     # every trainable entry is an M_s edge and vice versa
-    n_params = sum(p.numel() for p in eng.module.parameters())
+    n_params = sum(p.numel() for p in eng.module.parameters() if p.requires_grad)
     assert n_params == len(ir.gadget)
 
 
@@ -134,12 +140,15 @@ def test_state_dict_and_pt_round_trip(parity4_trained, tmp_path):
     Z = held_out_inputs(lr, ALL4, None, np.ones(16, bool))
     assert other.predict_rows(Z) == eng.predict_rows(Z)
     path = export(eng, tmp_path / "m.pt", rep.steps)
-    saved = torch.load(path, weights_only=False)
-    assert set(saved) == {"module", "state_dict", "metadata"}
-    assert saved["metadata"]["tm2nn.abbe_sandon.memory"] == "".join(map(str, eng.memory()))
+    saved = torch.load(path, weights_only=True)  # a state dict and metadata, no pickled module
+    assert set(saved) == {"state_dict", "metadata"}
+    assert json.loads(saved["metadata"]["tm2nn.options"])["memory"] == "".join(map(str, eng.memory()))
     x = torch.from_numpy(Z.astype(np.float64))
+    from tm2nn import load_model
+
+    loaded = load_model(path).torch()
     with torch.no_grad():
-        assert torch.equal(saved["module"](x), eng.module(x))
+        assert torch.equal(loaded(x), eng.module(x))
     for k, v in saved["state_dict"].items():
         assert torch.equal(v, eng.module.state_dict()[k])
 
@@ -181,9 +190,9 @@ def test_sparse_trainable_affine_trains_only_its_edges():
     net = _sparse_net()
     m = to_torch(net, torch.float64)
     assert m.a.form == "scatter"
-    assert [n for n, _ in m.named_parameters()] == ["a.weight"]
+    assert [n for n, p in m.named_parameters() if p.requires_grad] == ["a.weight"]
     assert m.a.weight.shape == (3,)
-    assert set(m.state_dict()) == {"a.weight", "a.bias", "a.rows", "a.cols"}
+    assert set(m.state_dict()) == {"a.weight", "a.bias"}  # the frozen bias holds its nonzeros
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [-1.0, 0.5, 0.0, 2.0]], dtype=torch.float64)
     m(x).sum().backward()
@@ -193,13 +202,13 @@ def test_sparse_trainable_affine_trains_only_its_edges():
     dense = m.to_net().nodes[0].weight.dense()
     want = net.nodes[0].weight.dense()
     assert (dense != 0).tolist() == (want != 0).tolist()  # absent edges stay absent
-    assert torch.equal(m.a.bias, torch.tensor([0.0, 1.0, -0.5], dtype=torch.float64))
+    assert torch.equal(m.a.dense_bias(), torch.tensor([0.0, 1.0, -0.5], dtype=torch.float64))
     # the written-back net runs in ONNX like the trained module
     got = run_onnx(to_onnx(m.to_net()), x.numpy())
     np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=1e-6)
     # with a trainable bias, the bias is a parameter too
     m2 = to_torch(_sparse_net(train_bias=True), torch.float64)
-    assert {n for n, _ in m2.named_parameters()} == {"a.weight", "a.bias"}
+    assert {n for n, p in m2.named_parameters() if p.requires_grad} == {"a.weight", "a.bias"}
 
 
 # ---------------------------------------------------------------- CLI
@@ -211,8 +220,8 @@ def test_cli_float64_learn_with_exports(run_cli, tmp_path):
     rep = json.loads(r.out.strip().splitlines()[-1])
     assert rep["mismatches"] == 0 and rep["test_accuracy"] == 1.0
     assert b.is_file() and a.is_file()
-    assert onnx_metadata(b)["tm2nn.abbe_sandon.steps"] == "0"
-    assert torch.load(a, weights_only=False)["metadata"]["tm2nn.abbe_sandon.steps"] == "20"
+    assert json.loads(onnx_metadata(b)["tm2nn.options"])["steps"] == 0
+    assert json.loads(torch.load(a, weights_only=True)["metadata"]["tm2nn.options"])["steps"] == 20
     r = run_cli("info", str(a))
     assert r.code == 0 and "gamma" in r.out
     for x in ("00", "10"):  # x, then the coin r': trained on const:1, the net answers 1

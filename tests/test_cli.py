@@ -159,7 +159,7 @@ def test_every_format_module_is_wired(fmt):
 
 
 def test_demo_compiles_and_verifies_one_example_per_backend(tmp_path):
-    from tm2nn.compiler import BACKENDS
+    from tm2nn.backends import BUILTIN as BACKENDS
     from tm2nn.demo import BACKEND_JOBS, run_backends
 
     assert {b.split()[0] for _e, b, _m, _v in BACKEND_JOBS} == set(BACKENDS)  # no backend left out

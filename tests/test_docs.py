@@ -2,7 +2,9 @@
 file, from a scratch folder that looks like the repository root (``examples/`` and, when
 present, ``../shared``).  A command's exit code must be 0, or the ``# exit N`` its comment
 gives; ``"key": value`` pairs in a ``# => {...}`` comment (or on a following ``# ...``
-line) must be in the command's last JSON line.  So the docs cannot rot."""
+line) must be in the command's last JSON line.  Every ```python block runs too, in order,
+per file, in one namespace (its ``assert``s are the documented results).  So the docs
+cannot rot."""
 
 from __future__ import annotations
 
@@ -94,3 +96,32 @@ def test_documented_commands_run(doc, repo_like, capsys):
             rep = json.loads(js[-1])
             for k, v in want.items():
                 assert rep.get(k) == v, f"{where}: {k} = {rep.get(k)!r}, documented {v!r}"
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """``(first line, code)`` of every ```python block of ``path``."""
+    out, block, start = [], None, 0
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if block is None and line.strip() == "```python":
+            block, start = [], i + 1
+        elif block is not None and line.strip() == "```":
+            out.append((start, "\n".join(block)))
+            block = None
+        elif block is not None:
+            block.append(line)
+    return out
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if python_blocks(d)], ids=lambda d: d.name)
+def test_documented_python_runs(doc, repo_like, capsys, monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType(f"docs_{doc.stem}")  # a real module: dataclasses look their class up
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
+    for line, code in python_blocks(doc):
+        try:
+            exec(compile(code, f"{doc.name}:{line}", "exec"), namespace)  # noqa: S102 - our own docs
+        except Exception as e:  # noqa: BLE001 - report which block failed, and where
+            pytest.fail(f"{doc.name}:{line}: {type(e).__name__}: {e}")

@@ -116,7 +116,7 @@ def test_net_l_S_matches_reference():
             tr.module.op("s").value.copy_(x)
         with torch.no_grad():
             vals = tr.module.trace(tr.ro)
-        got = float((tr.module.op("loss").weight.detach()[0, : len(vals["lag1r"][0]) + len(vals["lag2r"][0])]
+        got = float((tr.module.op("loss").dense_weight().detach()[0, : len(vals["lag1r"][0]) + len(vals["lag2r"][0])]
                      * torch.cat([vals["lag1r"][0], vals["lag2r"][0]])).sum())
         want = float((wv * ell_v_all(x, 0.25)).sum() + (om * lbar_all(x)).sum())
         assert got == pytest.approx(want, rel=1e-9, abs=1e-6)

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tm2nn import load_model
 from tm2nn.backends.gd_trace.extended import (
     Constants,
     Extended,
@@ -194,9 +195,10 @@ def test_cli_learn(tmp_path, capsys):
     check_prop_21(rep, X, Y)
     assert rep["theta"] == [-1.0, -1.0] and rep["source_steps"] == 56
     assert before.stat().st_size > 10_000 and after.stat().st_size > 10_000
-    saved = torch.load(after, weights_only=False)
+    assert set(torch.load(after, weights_only=True)) == {"state_dict", "metadata"}
+    module = load_model(after).torch()  # rebuilt from the source, the trained weights put back
     with torch.no_grad():
-        out = saved["module"](torch.from_numpy(X.reshape(1, -1).astype(np.float64)))[0].numpy()
+        out = module(torch.from_numpy(X.reshape(1, -1).astype(np.float64)))[0].numpy()
     assert np.array_equal(out, X @ np.array([-1.0, -1.0]))
     # tm2nn eval reads the exported nets: x = (+,-), (+,+), (-,-) -> F = theta^T x_i after
     # training, and s_init's z = 0 before it

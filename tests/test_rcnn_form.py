@@ -223,7 +223,7 @@ def test_binarise_refuses_bad_input():
     low = binarise(Machine("m", ("0", "1"), "0", ("a",), "a", {}, ()))
     with pytest.raises(Tm2nnError) as e:
         low.lower_input("012")
-    assert e.value.col == 3 and e.value.file == "--input"
+    assert e.value.col == 3 and e.value.file == "input"
 
 
 # ---------------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def test_normal_form_refuses_bad_inputs():
     for text, col in [("+_-", 2), ("+/-", 2), ("+x", 2)]:
         with pytest.raises(Tm2nnError) as e:
             low.lower_input(text)
-        assert e.value.col == col and e.value.file == "--input"
+        assert e.value.col == col and e.value.file == "input"
 
 
 # ---------------------------------------------------------------------------------------

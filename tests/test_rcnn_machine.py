@@ -19,7 +19,6 @@ from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.syntax import load, load_all
 from tm2nn.verify.check import verify_compiled
-from tm2nn.verify.grid import run_grid
 
 #: Line examples the float32 filter can carry (D <= 12 digits); sign_sum_3x2's 308 lowered
 #: states need 13 and are refused (test_too_many_states_for_float32_is_refused).
@@ -70,7 +69,7 @@ def test_busy_beaver_champions(stem):
     m, steps, sigma = max(corpus(stem), key=lambda r: r[1])
     c = compile_rcnn(m, steps=steps, max_input=0)
     ok(c, [""])
-    rep = run_grid(c, "")
+    rep = c.run("")
     assert rep["halted"] and rep["steps"] == steps and rep["sigma"] == sigma
 
 
@@ -90,7 +89,7 @@ def test_random_machines_match_at_every_step(m, seed):
 def test_not_halting_within_the_bound_says_so():
     m = load(EXAMPLES / "bb4.tm")
     c = compile_rcnn(m, steps=30, max_input=0)
-    rep = run_grid(c, "")
+    rep = c.run("")
     assert rep == run_machine(m, "", 30).report() and rep["halted"] is False
 
 

@@ -5,9 +5,9 @@ import pytest
 
 from tests.conftest import CORPUS
 from tm2nn.compiler import compile as tm2nn_compile
-from tm2nn.compiler import metadata
 from tm2nn.emit.onnx_emit import run_onnx, to_onnx
 from tm2nn.emit.torch_emit import run_torch, to_torch
+from tm2nn.model_io import metadata
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled
 
@@ -42,7 +42,7 @@ def _ints(bits: np.ndarray) -> list[int]:
 
 def _both_engines(compiled, x):
     y_t = run_torch(to_torch(compiled.net), x.astype(np.float32)) > 0.5
-    y_o = run_onnx(to_onnx(compiled.net, metadata(compiled, "t")).SerializeToString(), x.astype(np.float32)) > 0.5
+    y_o = run_onnx(to_onnx(compiled.net, metadata(compiled)).SerializeToString(), x.astype(np.float32)) > 0.5
     return y_t, y_o
 
 

@@ -391,7 +391,7 @@ def test_bad_names_and_escapes():
     "text, line, col, words",
     [
         ("machine m {\n start: a\n a 0 -> 1 R\n}\n", 3, 12, ["end of line", "name or symbol"]),
-        ("machine m {\n start: a\n a 0 1 R b\n}\n", 3, 11, ["'->'"]),
+        ("machine m {\n start: a\n a 0 1 R b\n}\n", 3, 6, ["missing '->' before '1'"]),
         ("machine m {\n start a\n}\n", 2, 9, ["'->'", "end of line"]),
         ("machine m {\n start: a\n a 0 -> 1 R b\n", 3, 14, ["end of file", "'}'"]),
         ("foo", 1, 1, ["'foo'", "'machine'"]),

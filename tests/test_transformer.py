@@ -20,7 +20,7 @@ from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.nets import Attention, Decode
 from tm2nn.syntax import load, load_all
-from tm2nn.verify.trace import run_compiled, verify_trace
+from tm2nn.verify import verify_compiled
 
 LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
 
@@ -31,7 +31,7 @@ def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
 
 
 def ok(c, inputs, use_onnx=False):
-    rep = verify_trace(c, inputs, 0, None, use_onnx)
+    rep = verify_compiled(c, inputs=inputs, use_onnx=use_onnx)
     assert rep.first is None, rep.first
     assert rep.ok and rep.n_inputs == len(inputs)
     return rep
@@ -79,14 +79,14 @@ def test_busy_beaver_champions_halt_with_listed_steps(stem):
     m, steps, sigma = _champion(stem)
     c = compile_tf(m, steps=steps + 1)
     ok(c, [""])
-    rep = run_compiled(c, "")
+    rep = c.run("")
     assert (rep["halted"], rep["steps"], rep["sigma"]) == (True, steps, sigma)
 
 
 def test_not_halting_within_bound_says_so():
     m = load(EXAMPLES / "bb4.tm")
     c = compile_tf(m, steps=50)
-    rep = run_compiled(c, "")
+    rep = c.run("")
     want = run_machine(m, "", 50).report()
     assert rep == want and rep["halted"] is False and rep["steps"] == 50
 
@@ -96,7 +96,7 @@ def test_binary_counter_stays_and_morphett_missing_rule():
     c = compile_tf(m, steps=300)
     assert c.options["decoder_steps"] == 600 and c.options["stay_aux_states"] == 1
     ok(c, ["000000", "0101", "1", ""])
-    assert run_compiled(c, "000000")["steps"] == 247
+    assert c.run("000000")["steps"] == 247
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,11 +130,11 @@ def c_layers(c) -> int:
 
 def readout_reports(c, inputs: list[str]) -> list[dict]:
     """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
-    from tm2nn.compiler import onnx_model
     from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.model_io import onnx_model
     from tm2nn.verify.trace import encode_tokens
 
-    model = onnx_model(c, "test")
+    model = onnx_model(c)
     names = [o.name for o in model.graph.output]
     assert names == ["trace", "state", "halted", "steps", "head", "final_tape"]
     _trace, state, halted, steps, head, cells = run_onnx(model, encode_tokens(c.input_encoding, inputs))
@@ -185,7 +185,7 @@ def test_a_wrong_weight_is_caught_at_the_right_step():
     body2 = Net(body.name, body.inputs, nodes, body.outputs)
     net2 = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body2)), c.net.outputs)
     bad = dataclasses.replace(c, net=net2)
-    rep = verify_trace(bad, ["1011"], 0, None, False)
+    rep = verify_compiled(bad, inputs=["1011"], use_onnx=False)
     assert not rep.ok and rep.first.step is not None
     # binary_increment on 1011 first re-reads a written cell when it walks back left (step 5)
     assert rep.first.step == 5, rep.first
@@ -200,7 +200,7 @@ def test_softmax_needs_a_cold_enough_beta():
     beta = res["beta"]
     assert beta is not None and res["below"] is not None and res["below"] < beta
     ok(compile_tf(m, steps=20, attention="softmax", beta=beta), inputs)
-    rep = verify_trace(compile_tf(m, steps=20, attention="softmax", beta=res["below"]), inputs, 0, None, False)
+    rep = verify_compiled(compile_tf(m, steps=20, attention="softmax", beta=res["below"]), inputs=inputs, use_onnx=False)
     assert not rep.ok
 
 
@@ -249,15 +249,15 @@ def test_ten_thousand_steps_binary_counter():
     """T = 10^4 (2·10^4 decoder steps: the counter's stays are lowered) in onnxruntime:
     every step checked against the interpreter, and the model's own decoded outputs."""
     from tm2nn.backends.transformer.decoding import TraceDecoder
-    from tm2nn.compiler import onnx_model
     from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.model_io import onnx_model
     from tm2nn.verify.trace import encode_tokens, first_divergence
 
     m = load(EXAMPLES / "binary_counter.tm")
     c = compile_tf(m, steps=10_000)
     assert c.options["decoder_steps"] == 20_000 and c.options["w_pos"] == 16
     text = "0" * 14
-    trace, state, halted, steps, head, _cells = run_onnx(onnx_model(c, "test"), encode_tokens(c.input_encoding, [text]))
+    trace, state, halted, steps, head, _cells = run_onnx(onnx_model(c), encode_tokens(c.input_encoding, [text]))
     assert trace.shape[:2] == (1, 20_001)
     decoded = TraceDecoder(c.output_encoding).decode(trace[0], text)
     assert first_divergence(m, decoded, text, 10_000) is None

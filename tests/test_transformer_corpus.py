@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_transformer import corpus_machines
 from tm2nn.backends.transformer import compile as compile_tf
-from tm2nn.verify.trace import verify_trace
+from tm2nn.verify import verify_compiled
 
 STEMS = ("2x2", "2x3", "2x4", "3x2", "4x2")
 SOFTMAX_BETA = 20.0
@@ -27,5 +27,5 @@ def test_200_corpus_machines_every_step(chunk):
     for stem, m, steps, _sigma in sample()[chunk::4]:
         for mode in ("hardmax", "softmax"):
             c = compile_tf(m, steps=steps + 1, attention=mode, beta=SOFTMAX_BETA)
-            rep = verify_trace(c, [""], 0, None, use_onnx=(mode == "hardmax"))
+            rep = verify_compiled(c, inputs=[""], use_onnx=(mode == "hardmax"))
             assert rep.ok, (stem, m.name, mode, rep.first)

@@ -257,7 +257,7 @@ def test_refuses_oversize_before_building():
     with pytest.raises(Tm2nnError) as e:  # building 10^18 cells would never return
         unroll(m, 10**9, 10**9)
     msg = e.value.message
-    assert "needs about" in msg and "over the limit of 5,000,000" in msg and "--max-gates" in msg
+    assert "needs about" in msg and "over the limit of 5,000,000" in msg and "raise max_gates" in msg
     need = estimate_unroll_size(m, 30, 61)
     with pytest.raises(Tm2nnError):
         unroll(m, 30, 61, max_gates=need - 1)

@@ -143,3 +143,60 @@ def test_huge_pictures_are_refused(tmp_path, capsys):
     assert main(["viz", "spacetime", str(EXAMPLES / "binary_counter.tm"), "--interpreter-only", "--input", "0" * 12,
                  "--steps", "5000", "-o", str(tmp_path / "x.png")]) == 2
     assert "refusing to draw" in capsys.readouterr().err
+
+
+def _tick_labels(ax) -> list:
+    """The tick labels ``ax`` draws: visible, not empty, at a tick inside the view."""
+    out = []
+    for axis in (ax.xaxis, ax.yaxis):
+        lo, hi = sorted(axis.get_view_interval())
+        for tick in axis.get_major_ticks():
+            if lo - 1e-9 <= tick.get_loc() <= hi + 1e-9:
+                out += [t for t in (tick.label1, tick.label2) if t.get_visible() and t.get_text()]
+    return out
+
+
+def _overlap(a, b) -> bool:
+    """Two display boxes share more than an edge."""
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("src,backend,options", [
+    ("binary_increment.tm", "transformer", {"steps": 10}),
+    ("ripple_adder4.circ", "relu-circuit", {}),
+    ("bb3.tm", "rcnn", {"steps": 5, "max_input": 0}),  # long labels: rule:base:c=head(nf~...)
+], ids=["transformer", "relu-circuit", "rcnn"])
+def test_weights_labels_stay_in_their_panel(src, backend, options):
+    """No tick label or title of a panel prints over another panel, another colour bar
+    (colour bars are axes too) or their labels, and no two labels of one axis overlap."""
+    from tm2nn.compiler import compile as compile_source
+
+    fig, names = draw_weights(compile_source(load(EXAMPLES / src), backend, **options).net)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.axison]  # panels and colour bars
+    assert len(names) >= 5 and len(axes) >= 2 * len(names)
+    boxes = {ax: ax.get_window_extent(renderer) for ax in axes}
+    texts = {ax: [(t.get_text(), t.get_window_extent(renderer)) for t in _tick_labels(ax)] for ax in axes}
+    for ax in axes:
+        if ax.get_title():
+            texts[ax].append((ax.get_title(), ax.title.get_window_extent(renderer)))
+    assert sum(len(v) for v in texts.values()) > 20 * len(names)
+    def name(ax) -> str:
+        return repr(ax.get_title()) if ax.get_title() else "a colour bar"
+
+    clashes = []
+    for a in axes:
+        for text, box in texts[a]:
+            for b in axes:
+                if b is a:
+                    continue
+                if _overlap(box, boxes[b]):
+                    clashes.append(f"{text!r} of {name(a)} over the axes of {name(b)}")
+                clashes += [f"{text!r} of {name(a)} over {other!r} of {name(b)}"
+                            for other, obox in texts[b] if _overlap(box, obox)]
+        for axis in (a.get_xticklabels(), a.get_yticklabels()):
+            shown = [t.get_window_extent(renderer) for t in axis if t.get_visible() and t.get_text()]
+            clashes += [f"{a.get_title()!r}: two tick labels overlap" for i, p in enumerate(shown)
+                        for q in shown[i + 1:] if _overlap(p, q)]
+    assert not clashes, f"{len(clashes)} overlaps, e.g. {clashes[:5]}"

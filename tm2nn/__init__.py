@@ -1,15 +1,28 @@
 """tm2nn: compile Turing machines and boolean circuits into exact, verified neural networks.
 
-Public API (re-exports only): ``load``, ``load_all``, ``run``, ``run_circuit``,
-``compile`` (source -> :class:`~tm2nn.backends.base.Compiled`) and ``verify``
-(a compiled net against the reference interpreter).
+The public API (re-exports only; docs/api.md walks through it):
+
+* ``load``, ``load_all``: a source file -> IR (Machine, GridMachine, Circuit, Learner);
+* ``run``: a run report (:class:`Report`), from the interpreter or a backend;
+* ``compile``: source -> :class:`Compiled` (``.torch()``, ``.onnx()``, ``.save()``,
+  ``.run()``, ``.verify()``, ``.info()``); ``load_model``: a saved model -> the same;
+* ``verify``: a compiled net against the reference interpreter;
+* ``learn``: the constructions trained by SGD;
+* ``backends``: the registry (``backends.names()``, ``backends.get(name)``,
+  ``backends.register(backend)``).
 """
 
 __version__ = "0.1.0"
 
+from tm2nn import backends  # noqa: E402
 from tm2nn.api import load, load_all, run, run_circuit  # noqa: E402
-from tm2nn.compiler import compile  # noqa: E402
+from tm2nn.backends.base import Backend, Compiled, Learned  # noqa: E402
+from tm2nn.compiler import compile, learn  # noqa: E402
 from tm2nn.errors import Tm2nnError  # noqa: E402
+from tm2nn.model_io import load_model  # noqa: E402
+from tm2nn.options import OptionError  # noqa: E402
+from tm2nn.report import Report  # noqa: E402
 from tm2nn.verify import verify_compiled as verify  # noqa: E402
 
-__all__ = ["load", "load_all", "run", "run_circuit", "compile", "verify", "Tm2nnError", "__version__"]
+__all__ = ["load", "load_all", "run", "run_circuit", "compile", "learn", "verify", "load_model", "backends",
+           "Backend", "Compiled", "Learned", "Report", "Tm2nnError", "OptionError", "__version__"]

@@ -1,4 +1,5 @@
-"""The public API: load sources, run machines and circuits.  Thin orchestration only."""
+"""The public API: load sources, run machines and circuits (with the interpreter or a
+backend).  Thin orchestration only."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tm2nn.compiler import compile, load_ir
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
 from tm2nn.ir import Circuit, Machine
+from tm2nn.options import OptionError
+from tm2nn.report import Report
 from tm2nn.syntax import format_module, guess_format, load, load_all
 
 __all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits"]
@@ -26,7 +30,7 @@ def default_input(path: str | Path, fmt: str | None = None, name: str | None = N
     return fn(SourceText.from_file(path).text)
 
 
-def parse_bits(text: str, n: int, what: str = "--input") -> np.ndarray:
+def parse_bits(text: str, n: int, what: str = "input") -> np.ndarray:
     """A '0'/'1' string of length ``n`` (spaces and '_' ignored) -> bool array."""
     bits = []
     for i, ch in enumerate(text):
@@ -40,16 +44,42 @@ def parse_bits(text: str, n: int, what: str = "--input") -> np.ndarray:
     return np.array(bits, dtype=bool)
 
 
-def run_circuit(c: Circuit, bits: str) -> dict:
+def run_circuit(c: Circuit, bits: str) -> Report:
     """Evaluate one input pattern; the report is ``{"outputs": "0110..."}``."""
     x = parse_bits(bits, len(c.inputs))
     y = eval_circuit(c, x[None, :])[0]
-    return {"outputs": "".join("1" if b else "0" for b in y)}
+    return Report(outputs="".join("1" if b else "0" for b in y))
 
 
-def run(source, input: str | None = None, max_steps: int = DEFAULT_MAX_STEPS, **kw):
-    """Run a machine (a path or a Machine) with the reference interpreter."""
-    m = source if isinstance(source, Machine) else load(source, kw.pop("format", None), kw.pop("name", None))
-    if isinstance(m, Circuit):
-        return run_circuit(m, input or "")
-    return run_machine(m, input or "", max_steps, **kw)
+def run(source, input: str | None = None, max_steps: int | None = None, *, backend: str | None = None,
+        engine: str = "torch", format: str | None = None, name: str | None = None, trace: bool = False,
+        progress=None, **options) -> Report:
+    """Run a machine (or evaluate a circuit) on ``input`` and return its run report.
+
+    ``source`` is a path or an IR object.  Without ``backend`` the reference interpreter
+    runs it (at most ``max_steps`` steps, default 10^7; ``trace=True`` keeps every step in
+    ``report.run.trace``).  With ``backend`` the machine is compiled with that backend,
+    its step bound set to ``max_steps`` (default: the backend's), and run on ``engine``;
+    ``options`` are the backend's other compile options."""
+    ir = load_ir(source, format, name)
+    text = "" if input is None else input
+    if backend is None or backend == "interp":
+        if options:
+            raise OptionError(f"the interpreter takes no option {{{next(iter(options))}}}", next(iter(options)))
+        if isinstance(ir, Circuit):
+            return run_circuit(ir, text)
+        if not isinstance(ir, Machine):
+            raise OptionError(f"{ir.name!r} is a {ir.summary()['kind']}: it runs on a stream of samples, not on "
+                              f"one input ('tm2nn learn' trains its net; {{name}} {ir.h.name} picks its circuit h)",
+                              "name")
+        steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
+        return Report.of_run(run_machine(ir, text, steps, trace=trace, progress=progress))
+    from tm2nn import backends
+
+    spec = backends.get(backend)
+    if spec.run_steps is None:
+        raise Tm2nnError(f"the {spec.name} backend does not run machines step by step (backends that do: "
+                         f"{', '.join(b.name for b in backends.all() if b.run_steps)})")
+    values = {**options, spec.run_steps: spec.run_default_steps if max_steps is None else max_steps}
+    compiled = compile(ir, spec.name, **spec.options_for_run(values, [text]))
+    return compiled.run(text, engine=engine, progress=progress)

@@ -43,11 +43,11 @@ def _signs(text: str, n: int) -> np.ndarray:
     """``n`` characters ``+``/``-`` -> ±1 (a located error otherwise)."""
     for i, ch in enumerate(text):
         if ch not in "+-":
-            raise Tm2nnError(f"--input: {ch!r} is not + or - (the model reads {n} feature signs)",
-                             file="--input", line=1, col=i + 1, snippet=text)
+            raise Tm2nnError(f"input: {ch!r} is not + or - (the model reads {n} feature signs)",
+                             file="input", line=1, col=i + 1, snippet=text)
     if len(text) != n:
-        raise Tm2nnError(f"--input: the model reads {n} feature signs, got {len(text)}",
-                         file="--input", line=1, col=max(1, len(text)), snippet=text)
+        raise Tm2nnError(f"input: the model reads {n} feature signs, got {len(text)}",
+                         file="input", line=1, col=max(1, len(text)), snippet=text)
     return np.array([1.0 if ch == "+" else -1.0 for ch in text], dtype=np.float32)
 
 

@@ -1,191 +1,90 @@
-"""Orchestration: source -> IR -> passes -> backend -> Compiled -> model files.
+"""Orchestration: source -> IR -> backend -> Compiled; and the same for training.
 
-``compile`` is the one place that strings the stages together; the CLI and the
-tests call it.  Backends receive IR and return a :class:`~tm2nn.backends.base.Compiled`;
-they never parse, run interpreters or write files.
+``compile`` and ``learn`` are the one place that strings the stages together; the CLI,
+the Python API and the tests call them.  They name no backend: the registry
+(:mod:`tm2nn.backends`) gives the backend, whose options dataclass validates the keyword
+arguments (an option it does not take is an error listing the ones it does).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import json
 from pathlib import Path
 
-from tm2nn.backends.base import Compiled
+from tm2nn import backends
+from tm2nn.backends.base import Compiled, Learned
 from tm2nn.errors import Tm2nnError
-from tm2nn.ir import Circuit, GridMachine, Machine
-
-BACKENDS = {"relu-circuit": "tm2nn.backends.relu_circuit", "transformer": "tm2nn.backends.transformer",
-            "rcnn": "tm2nn.backends.rcnn", "abbe-sandon": "tm2nn.backends.abbe_sandon",
-            "gd-trace": "tm2nn.backends.gd_trace"}
-DEFAULT_MAX_GATES = 5_000_000
+from tm2nn.options import OptionError, fields_of
 
 
-def backend_module(name: str):
-    if name not in BACKENDS:
-        raise Tm2nnError(f"unknown backend {name!r} (available: {', '.join(BACKENDS)})")
-    return importlib.import_module(BACKENDS[name])
+def load_ir(source, format: str | None = None, name: str | None = None):
+    """A path (loaded with :func:`tm2nn.syntax.load`) or an IR object (returned as is)."""
+    if isinstance(source, (str, Path)):
+        from tm2nn.syntax import load
+
+        return load(source, format, name)
+    if format is not None or name is not None:
+        raise OptionError("{format} and {name} apply to a source file, not to an IR object", "format", "name")
+    return source
 
 
-def compile(
-    source,
-    backend: str = "relu-circuit",
-    *,
-    format: str | None = None,
-    name: str | None = None,
-    steps: int | None = None,
-    tape: int | None = None,
-    origin: int | None = None,
-    max_gates: int = DEFAULT_MAX_GATES,
-    corrections: bool = True,
-    pm_one_output: bool = False,
-    attention: str = "hardmax",
-    beta: float = 10.0,
-    max_input: int | None = None,
-) -> Compiled:
-    """Compile a source (a path, a Machine or a Circuit) with ``backend``.
-
-    Machines go to the relu-circuit backend through TM -> circuit unrolling, which needs
-    ``steps`` (T) and takes ``tape`` (N cells, default 2T+1) and ``origin``.  The
-    transformer backend takes line machines, ``steps`` (T), ``attention`` (hardmax or
-    softmax) and ``beta`` (the softmax inverse temperature).  The rcnn and gd-trace
-    backends take machines, ``steps`` (T) and ``max_input`` (the longest input tape,
-    default T).
-    """
-    from tm2nn.syntax import load
-
-    if backend == "abbe-sandon":
-        raise Tm2nnError("the abbe-sandon net is built and trained by 'tm2nn learn LEARNER.circ' (exactly, "
-                         "or with --engine float64 --export-before/--export-after for .onnx/.pt models); "
-                         "'tm2nn info LEARNER.circ --backend abbe-sandon' gives its size")
-    ir = source if isinstance(source, (Machine, Circuit)) else load(source, format, name)
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-    from tm2nn.ir import Learner
-
-    if isinstance(ir, Learner):
-        raise Tm2nnError(f"{ir.name!r} is a learner (h and g circuits, Abbe & Sandon Lemma 3); the "
-                         f"{backend} backend compiles machines and circuits.  Train it with 'tm2nn learn', "
-                         f"or compile one of its circuits with --name {ir.h.name} or --name {ir.g.name}")
-    if isinstance(ir, NoisyLearner):
-        raise Tm2nnError(f"{ir.name!r} is a noisy learner (Abbe & Sandon §4.2, Lemma 6); the {backend} "
-                         f"backend compiles machines and circuits.  Train it with 'tm2nn learn', or compile "
-                         f"its circuit with --name {ir.h.name}")
-    mod = backend_module(backend)
-    if backend == "transformer":
-        if isinstance(ir, Circuit):
-            raise Tm2nnError("the transformer backend compiles machines, not circuits (try --backend relu-circuit)")
-        if pm_one_output:
-            raise Tm2nnError("--pm-one applies to the relu-circuit backend only")
-        return mod.compile(ir, steps=steps, attention=attention, beta=beta, corrections=corrections)
-    if backend == "rcnn":
-        if isinstance(ir, Circuit):
-            raise Tm2nnError("the rcnn backend compiles machines (machine mode), not circuits")
-        return mod.compile(ir, steps=steps, max_input=max_input)
-    if backend == "gd-trace":
-        if isinstance(ir, Circuit):
-            raise Tm2nnError("the gd-trace backend compiles machines (Welper §4.4), not circuits")
-        return mod.compile(ir, steps=steps, max_input=max_input)
-    if backend == "relu-circuit":
-        if isinstance(ir, Circuit):
-            return mod.compile(ir, corrections=corrections, pm_one_output=pm_one_output)
-        return _compile_unrolled(mod, ir, steps, tape, origin, max_gates, corrections, pm_one_output)
-    raise Tm2nnError(f"backend {backend!r} cannot compile {type(ir).__name__}")  # pragma: no cover
+def default_backend(ir, learning: bool = False):
+    """The first backend (in the registry's order) that compiles, or trains, ``ir``."""
+    for b in backends.all():
+        takes = getattr(b, "learn_takes", ()) if learning else b.takes
+        if (not learning or b.LearnOptions is not None) and takes and isinstance(ir, tuple(takes)):
+            return b
+    what = "trains" if learning else "compiles"
+    raise Tm2nnError(f"no backend {what} a {type(ir).__name__.lower()} ({getattr(ir, 'name', '?')!r})")
 
 
-def unroll_machine(m: Machine, steps, tape=None, origin=None, max_gates: int = DEFAULT_MAX_GATES):
-    """TM -> circuit for the relu-circuit backend: ``steps`` is required, the window
-    defaults to 2T+1 cells (every run of T steps fits).  Returns (circuit, layout)."""
-    from tm2nn.passes.unroll import unroll
+def sha256_of(source, ir) -> str:
+    if isinstance(source, (str, Path)) and Path(source).is_file():
+        return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    from tm2nn.model_io import source_text
 
-    if isinstance(m, GridMachine):
-        raise Tm2nnError("the relu-circuit backend unrolls line machines; this is a grid machine")
-    if steps is None:
-        raise Tm2nnError("compiling a machine to a circuit needs a step bound: pass --steps T")
-    n = tape if tape is not None else 2 * steps + 1
-    return unroll(m, steps, n, origin=origin, max_gates=max_gates)
+    return hashlib.sha256(source_text(ir).encode()).hexdigest()
 
 
-def _compile_unrolled(mod, m: Machine, steps, tape, origin, max_gates, corrections, pm_one_output) -> Compiled:
-    circuit, layout = unroll_machine(m, steps, tape, origin, max_gates)
-    inner = mod.compile(circuit, corrections=corrections, pm_one_output=pm_one_output)
-    threshold = inner.output_encoding.get("threshold", 0.5)
-    return Compiled(
-        backend=inner.backend,
-        net=inner.net,
-        source=m,
-        input_encoding={"kind": "unrolled_tm", "layout": layout.to_json()},
-        output_encoding={"kind": "unrolled_tm", "layout": layout.to_json(), "threshold": threshold},
-        bounds=inner.bounds,
-        options=dict(inner.options, steps=steps, tape=layout.tape, origin=layout.origin, circuit_gates=len(circuit.gates)),
-    )
+def compile(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
+            **options) -> Compiled:
+    """Compile ``source`` (a path, or a Machine / Circuit / Learner) with ``backend`` (default:
+    the first that takes it).  ``options`` are the backend's (``tm2nn.backends.get(name).Options``);
+    ``format`` and ``name`` pick the file's format and one item of a multi-item file."""
+    spec = backends.get(backend) if backend is not None else None
+    opts = spec.options(**options) if spec is not None else None  # bad options fail before any work
+    ir = load_ir(source, format, name)
+    if spec is None:
+        spec = default_backend(ir)
+        opts = spec.options(**options)
+    spec.check_source(ir)
+    compiled = spec.compile(ir, opts).with_options(opts)
+    compiled.source_sha256 = sha256_of(source, ir)
+    return compiled
 
 
-def source_tables(ir) -> dict:
-    """The machine's or circuit's symbol and port tables, for the model's metadata."""
-    if isinstance(ir, Circuit):
-        return {"inputs": list(ir.inputs), "outputs": list(ir.outputs)}
-    return {
-        "alphabet": list(ir.alphabet), "blank": ir.blank, "states": list(ir.states),
-        "start": ir.start, "halting": ir.halting, "tape": ir.tape_kind, "convention": ir.convention,
-    }
+def learn(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
+          models=(), progress=None, **options) -> Learned:
+    """Train the construction of ``backend`` (default: the first that trains ``source``).
+    ``options`` are the backend's ``LearnOptions``; a training-set option (a CSV path) is
+    read here and handed over as arrays.  ``models`` names the snapshots to return
+    (``"before"`` / ``"after"`` training), each a :class:`Compiled` that can be saved;
+    ``progress(done, total, description=None)`` follows the training."""
+    from tm2nn.datasets import load_csv
 
-
-def metadata(compiled: Compiled, source_sha256: str) -> dict[str, str]:
-    """ARCHITECTURE.md's ``metadata_props`` for a compiled model."""
-    from tm2nn import __version__
-
-    info = compiled.net.info()
-    info.pop("widths", None)
-    return {
-        "tm2nn.version": __version__,
-        "tm2nn.backend": compiled.backend,
-        "tm2nn.source_sha256": source_sha256,
-        "tm2nn.source_name": compiled.source.name,
-        "tm2nn.input_encoding": json.dumps(compiled.input_encoding, sort_keys=True),
-        "tm2nn.output_encoding": json.dumps(compiled.output_encoding, sort_keys=True),
-        "tm2nn.tables": json.dumps(source_tables(compiled.source), sort_keys=True),
-        "tm2nn.options": json.dumps(compiled.options, sort_keys=True),
-        "tm2nn.info": json.dumps(info, sort_keys=True),
-        "tm2nn.bounds": json.dumps(compiled.bounds),
-    }
-
-
-def sha256_of(path: str | Path | None, ir=None) -> str:
-    if path is not None and Path(path).is_file():
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return hashlib.sha256(repr(ir).encode()).hexdigest()
-
-
-def onnx_model(compiled: Compiled, source_sha256: str):
-    """The compiled net as an ONNX model with its metadata, plus what the backend adds to
-    the graph (its ``finish_onnx(model, compiled)``, e.g. the transformer's decoded outputs)."""
-    from tm2nn.emit.onnx_emit import to_onnx
-
-    model = to_onnx(compiled.net, metadata(compiled, source_sha256))
-    finish = getattr(backend_module(compiled.backend), "finish_onnx", None)
-    return finish(model, compiled) if finish else model
-
-
-def save(compiled: Compiled, out: str | Path, source_sha256: str) -> Path:
-    """Write the model: ``.onnx`` (self-contained ONNX) or ``.pt`` (torch module + metadata)."""
-    out = Path(out)
-    meta = metadata(compiled, source_sha256)
-    if out.suffix == ".onnx":
-        from tm2nn.emit.onnx_emit import save_onnx
-
-        save_onnx(onnx_model(compiled, source_sha256), out)
-    elif out.suffix == ".pt":
-        import io
-
-        import torch
-
-        from tm2nn.emit.torch_emit import to_torch
-        from tm2nn.fileio import write_atomic
-
-        buf = io.BytesIO()
-        torch.save({"module": to_torch(compiled.net), "metadata": meta}, buf)
-        write_atomic(out, buf.getvalue())
-    else:
-        raise Tm2nnError(f"output must end in .onnx or .pt, got {out.name!r}")
-    return out
+    spec = backends.get(backend) if backend is not None else None
+    if spec is not None and spec.LearnOptions is None:
+        spec.learn(None, None)  # the backend's own "does not train" error
+    ir = load_ir(source, format, name)
+    spec = spec or default_backend(ir, learning=True)
+    opts = spec.learn_options(**options)
+    missing = [m for m in models if m not in getattr(spec, "exports", ())]
+    if missing:
+        raise Tm2nnError(f"the {spec.name} backend does not export the net {missing[0]} training")
+    if not isinstance(ir, tuple(getattr(spec, "learn_takes", ()))):
+        raise Tm2nnError(f"the {spec.name} backend trains {spec.takes_what}; {getattr(ir, 'name', '?')!r} is a "
+                         f"{type(ir).__name__.lower()}")
+    data = {f.name: load_csv(getattr(opts, f.name)) for f in fields_of(spec.LearnOptions)
+            if f.data == "csv" and getattr(opts, f.name) is not None}
+    path = str(source) if isinstance(source, (str, Path)) else None
+    return spec.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))

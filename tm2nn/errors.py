@@ -57,23 +57,29 @@ class Tm2nnError(Exception):
         return Loc(self.file, self.line, self.col or 1)
 
     def render(self) -> str:
-        if self.file is not None and self.line is not None:
-            head = f"{self.file}:{self.line}:{self.col or 1}: error: {self.message}"
-        elif self.file is not None:
-            head = f"{self.file}: error: {self.message}"
-        else:
-            head = f"tm2nn: error: {self.message}"
-        out = [head]
-        if self.snippet is not None:
-            shown = self.snippet.rstrip("\r\n").expandtabs(1)
-            out.append("    " + shown)
-            col = max(1, self.col or 1)
-            out.append("    " + " " * min(col - 1, len(shown)) + "^")
-        out.extend(self.notes)
-        return "\n".join(out)
+        return render_located("error", self.message, self.file, self.line, self.col, self.snippet, self.notes)
 
     def __str__(self) -> str:
         return self.render()
+
+
+def render_located(severity: str, message: str, file: str | None, line: int | None, col: int | None,
+                   snippet: str | None, notes=()) -> str:
+    """``file:line:col: severity: message``, the source line and a caret under ``col``,
+    then the notes (the layout of every error and warning tm2nn prints)."""
+    if file is not None and line is not None:
+        head = f"{file}:{line}:{col or 1}: {severity}: {message}"
+    elif file is not None:
+        head = f"{file}: {severity}: {message}"
+    else:
+        head = f"tm2nn: {severity}: {message}"
+    out = [head]
+    if snippet is not None:
+        shown = snippet.rstrip("\r\n").expandtabs(1)
+        out.append("    " + shown)
+        out.append("    " + " " * min(max(1, col or 1) - 1, len(shown)) + "^")
+    out.extend(notes)
+    return "\n".join(out)
 
 
 def error_at(loc: Loc | None, message: str, notes=()) -> Tm2nnError:

@@ -1,28 +1,342 @@
-"""What every backend returns: a :class:`Compiled` network plus how to talk to it.
+"""The backend interface (ARCHITECTURE.md, "The backend interface") and :class:`Compiled`,
+the object a user holds.
 
-A backend turns IR into a NetIR and nothing else (ARCHITECTURE.md): it never
-parses text, runs the interpreter or writes files.  ``input_encoding`` and
-``output_encoding`` are JSON-able dicts (a ``"kind"`` plus what that kind needs);
-:mod:`tm2nn.codec` turns user inputs into tensors and output tensors back into
-reports from these dicts alone, so a saved ONNX model can be driven from its
-metadata without the source file.
+A construction is one :class:`Backend` object, exported as ``BACKEND`` by its package
+and listed in :mod:`tm2nn.backends`.  It is the only place that knows that construction:
+
+* ``Options``: its compile options, a dataclass of :func:`tm2nn.options.option` fields
+  (defaults, help text); ``LearnOptions`` likewise where it trains;
+* :meth:`Backend.compile`: IR -> :class:`Compiled` (a backend never parses text, runs the
+  interpreter or writes files);
+* its encodings: :meth:`Backend.run` turns user inputs into tensors, runs an engine and
+  decodes the outputs into run reports; :meth:`Backend.checker` tells ``verify`` how to
+  compare a model with the reference;
+* :meth:`Backend.info_rows`: its size next to the paper's bounds;
+* :meth:`Backend.learn`: its training loop, where it has one; :meth:`Backend.margin`
+  and :meth:`Backend.find_beta`: its extra analyses, where it has them.
+
+Every method has a default that fits a circuit backend with ``bits`` encodings, so a new
+construction of that kind is a few lines (docs/backends.md).  ``compiler.py``,
+``cli.py`` and ``verify/`` reach a backend only through this interface.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from tm2nn.ir import Circuit, Machine
-from tm2nn.nets import Net
+from tm2nn.errors import Tm2nnError
+from tm2nn.options import NoOptions, OptionError, make, to_dict
+from tm2nn.report import Report
+
+ENGINES = ("torch", "onnxruntime")
 
 
 @dataclass
+class Learned:
+    """What a training run returns: ``summary`` (the ``--json`` line), ``ok`` (every check
+    passed), ``lines`` (the human report, rich markup) and ``models`` (``"before"`` /
+    ``"after"`` training, each a :class:`Compiled`, where the backend exports them)."""
+
+    summary: dict
+    ok: bool
+    lines: list[str] = field(default_factory=list)
+    models: dict = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    """A result table (margins, sizes): column titles and rows of strings, plus the rows
+    as JSON."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    json: object = None
+
+
+class Backend:
+    """One construction (see the module doc).  Subclasses set the class attributes and
+    override :meth:`compile`; everything else has a default."""
+
+    #: the name users type (``--backend NAME``)
+    name: str = ""
+    #: one line: the paper and what the network does (help text, docs)
+    summary: str = ""
+    #: compile options (a dataclass of :func:`tm2nn.options.option` fields)
+    Options: type = NoOptions
+    #: learn options, for a backend that trains (``tm2nn learn``); None otherwise
+    LearnOptions: type | None = None
+    #: the IR classes the backend compiles (and trains), and how to name them in an error
+    takes: tuple[type, ...] = ()
+    learn_takes: tuple[type, ...] = ()
+    takes_what: str = "circuits"
+    #: the option that ``run --max-steps N`` sets (a compile-time step bound), and the
+    #: bound ``run`` uses when none is given; None: the backend does not run machines
+    run_steps: str | None = None
+    run_default_steps: int | None = None
+    #: the engines its models run on
+    engines: tuple[str, ...] = ENGINES
+
+    # -- options and compiling -------------------------------------------------------------
+    def options(self, **values):
+        """The validated options object (unknown names and bad values are errors)."""
+        return make(self.Options, values, f"the {self.name} backend")
+
+    def check_source(self, ir) -> None:
+        """Refuse IR this backend does not compile, with a clear error."""
+        if self.takes and not isinstance(ir, self.takes):
+            what = type(ir).__name__.lower().replace("gridmachine", "grid machine")
+            raise Tm2nnError(f"the {self.name} backend compiles {self.takes_what}; {getattr(ir, 'name', '?')!r} "
+                             f"is a {what}")
+
+    def compile(self, ir, opts) -> "Compiled":
+        raise NotImplementedError(f"the {self.name} backend does not compile")
+
+    def options_for_run(self, values: dict, texts: list[str]) -> dict:
+        """The compile options ``run`` uses for these inputs (default: as given)."""
+        return values
+
+    def rebuild(self, ir, build: dict) -> "Compiled":
+        """The model a saved file describes: ``build`` is what :attr:`Compiled.build` held."""
+        return self.compile(ir, self.options(**build.get("options", {})))
+
+    # -- running ---------------------------------------------------------------------------
+    def encode(self, compiled: "Compiled", texts: list[str]):
+        """The model's input array for ``texts`` (what ``compiled.torch()`` and the ONNX
+        model take; default: the :mod:`tm2nn.codec` encodings)."""
+        from tm2nn.codec import encode_many
+
+        return encode_many(compiled.input_encoding, texts)
+
+    def run(self, compiled: "Compiled", texts: list[str], engine: str, progress=None) -> list[Report]:
+        """Encode ``texts``, run them through ``engine``, decode one report each (the
+        :mod:`tm2nn.codec` encodings; backends with encodings of their own override)."""
+        from tm2nn.codec import decode_many
+
+        x = self.encode(compiled, texts)
+        y = compiled.runner(engine)(x)
+        return [Report(r) for r in decode_many(compiled.output_encoding, y)]
+
+    def configurations(self, compiled: "Compiled", text: str, engine: str = "torch") -> list:
+        """The run decoded from the network, every step's ``(state, head, non-blank
+        cells)`` (for space-time diagrams); default: the trace of the run a report holds."""
+        from tm2nn.interp import configurations
+
+        r = self.run(compiled, [text], engine)[0]
+        if r.run is None or r.run.trace is None:
+            raise Tm2nnError(f"the {self.name} backend decodes only the final configuration, not every step")
+        return [(q, head, dict(cells)) for _k, q, head, cells in configurations(r.run)]
+
+    def checker(self, compiled: "Compiled"):
+        """What ``verify`` needs to compare this model with the reference
+        (:class:`tm2nn.verify.check.Checker`); default: circuits, bit for bit against the
+        bit-parallel evaluator."""
+        from tm2nn.ir import Circuit
+        from tm2nn.verify.check import CircuitChecker
+
+        if isinstance(compiled.source, Circuit) and compiled.output_encoding.get("kind") == "bits":
+            return CircuitChecker(compiled)
+        raise Tm2nnError(f"the {self.name} backend has no verifier for {compiled.output_encoding.get('kind')!r} models")
+
+    # -- reports and analyses ----------------------------------------------------------------
+    def info_rows(self, compiled: "Compiled") -> list:
+        """Size rows ``(quantity, this network, the paper's bound)``."""
+        return [list(r) for r in compiled.bounds]
+
+    def info_source(self, ir, opts):
+        """A size report without compiling (for constructions too large to build): a
+        :class:`Table`, or None to compile and report the model's size."""
+        return None
+
+    #: the snapshots ``learn`` can return (``"before"`` / ``"after"`` training)
+    exports: tuple[str, ...] = ()
+
+    def learn(self, ir, opts, *, data: dict | None = None, source_path: str | None = None, progress=None,
+              models=()) -> Learned:
+        """Train: ``data`` holds the training sets (a ``data="csv"`` option's file, read as
+        ``(X, Y)`` arrays); ``models`` the snapshots wanted."""
+        raise Tm2nnError(f"the {self.name} backend does not train (backends that do: "
+                         f"{', '.join(b.name for b in _registry().all() if b.LearnOptions)})")
+
+    def learn_options(self, **values):
+        if self.LearnOptions is None:
+            self.learn(None, None)
+        return make(self.LearnOptions, values, f"learning with the {self.name} backend")
+
+    def margin(self, ir, opts, *, samples: int, trials: int, seed: int) -> Table:
+        raise Tm2nnError(f"the {self.name} backend has no margin analysis (backends with one: "
+                         f"{', '.join(b.name for b in _registry().all() if type(b).margin is not Backend.margin)})")
+
+    def find_beta(self, ir, values: dict, *, inputs, samples, seed) -> dict:
+        raise Tm2nnError(f"the {self.name} backend has no softmax beta to search")
+
+    def finish_onnx(self, model, compiled: "Compiled"):
+        """What the backend adds to the emitted ONNX graph (default: nothing)."""
+        return model
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}: {self.summary}>"
+
+
+def _registry():
+    import tm2nn.backends as reg
+
+    return reg
+
+
+@dataclass(eq=False)
 class Compiled:
+    """A compiled network and how to talk to it: what ``tm2nn.compile`` returns and
+    ``tm2nn.load_model`` gives back.
+
+    ``net`` is the network IR; ``input_encoding`` / ``output_encoding`` are JSON-able
+    dicts (a ``"kind"`` plus what it needs) from which a saved model is driven without its
+    source; ``bounds`` are size rows next to the paper's; ``options`` the derived sizes;
+    ``build`` what rebuilds the model from its source (the validated compile options)."""
+
     backend: str
-    net: Net
-    source: Machine | Circuit
+    net: object
+    source: object
     input_encoding: dict
     output_encoding: dict
-    # Size report next to the paper's bounds: rows of (quantity, ours, paper's bound).
-    bounds: list[tuple[str, str, str]] = field(default_factory=list)
+    bounds: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
+    build: dict = field(default_factory=dict)
+    source_sha256: str | None = None
+    #: a torch state dict that replaces the construction's weights (a loaded ``.pt``)
+    state_dict: dict | None = field(default=None, repr=False)
+    #: the bytes of a loaded ``.onnx`` file (run as they are)
+    onnx_bytes: bytes | None = field(default=None, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __repr__(self) -> str:
+        return (f"<Compiled {self.backend} of {getattr(self.source, 'name', '?')!r}: "
+                f"{self.info()['info']['params_nonzero']:,} parameters>")
+
+    @property
+    def spec(self) -> Backend:
+        """The :class:`Backend` that made this model."""
+        return _registry().get(self.backend)
+
+    def with_options(self, opts) -> "Compiled":
+        """Record the validated compile options (what :meth:`Backend.rebuild` reads)."""
+        self.build = {**self.build, "options": to_dict(opts)}
+        return self
+
+    # -- views -----------------------------------------------------------------------------
+    def torch(self, dtype=None):
+        """The network as a ``torch.nn.Module`` (a new one per call).  Construction weights
+        are ``nn.Parameter``\\ s with ``requires_grad=False`` (the trained ones of a backend
+        that trains have ``True``), named after the IR's ops (docs/api.md, "The torch
+        module")."""
+        from tm2nn.emit.torch_emit import to_torch
+
+        dtype = dtype or self.dtype
+        module = to_torch(self.net, dtype)
+        if self.state_dict is not None:
+            try:
+                module.load_state_dict(self.state_dict, strict=True)
+            except RuntimeError as e:
+                raise Tm2nnError(f"the saved weights do not fit this {self.backend} network: "
+                                 f"{str(e).splitlines()[0]}") from None
+        module.eval()
+        return module
+
+    @property
+    def dtype(self):
+        import torch
+
+        return torch.float64 if self.options.get("dtype") == "float64" else torch.float32
+
+    def onnx(self):
+        """The model as an ``onnx.ModelProto`` (weights inside, metadata in
+        ``metadata_props``)."""
+        import onnx
+
+        if self.onnx_bytes is not None:
+            return onnx.load_model_from_string(self.onnx_bytes)
+        from tm2nn.model_io import onnx_model
+
+        return onnx_model(self)
+
+    def save(self, path):
+        """Write the model: ``.onnx`` (self-contained) or ``.pt`` (a state dict and the
+        metadata; ``torch.load(path, weights_only=True)`` reads it)."""
+        from tm2nn.model_io import save
+
+        return save(self, path)
+
+    def metadata(self) -> dict[str, str]:
+        from tm2nn.model_io import metadata
+
+        return metadata(self)
+
+    # -- running ---------------------------------------------------------------------------
+    def runner(self, engine: str):
+        """``run(*arrays) -> outputs`` for an engine (``torch`` or ``onnxruntime``), built
+        once per model."""
+        if engine not in self.spec.engines:
+            raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
+                              f"not {{engine}} {engine!r}", "engine")
+        if engine not in self._cache:
+            if engine == "torch":
+                from tm2nn.emit.torch_emit import run_torch
+
+                module = self.module()
+                self._cache[engine] = lambda *x, batch_size=4096: run_torch(module, *x, batch_size=batch_size)
+            else:
+                from tm2nn.emit.onnx_emit import onnx_session, run_onnx
+
+                sess = onnx_session(self.onnx_bytes if self.onnx_bytes is not None else self.onnx())
+                self._cache[engine] = lambda *x, batch_size=4096: run_onnx(sess, *x, batch_size=batch_size)
+        return self._cache[engine]
+
+    def module(self):
+        """The torch module the ``torch`` engine runs (built once, shared; :meth:`torch`
+        gives a fresh one)."""
+        if "module" not in self._cache:
+            self._cache["module"] = self.torch()
+        return self._cache["module"]
+
+    def encode(self, inputs):
+        """The input array the network takes for ``inputs`` (strings, as ``run`` takes
+        them): ``torch.from_numpy(compiled.encode(texts))`` feeds ``compiled.torch()``."""
+        return self.spec.encode(self, [inputs] if isinstance(inputs, str) else list(inputs))
+
+    def run(self, inputs, engine: str = "torch", progress=None):
+        """Run one input (a string: returns a :class:`~tm2nn.report.Report`) or a batch (a
+        list of strings: a list of reports) through ``engine``.  The reports are the
+        CLI's ``--json`` reports."""
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else [str(t) for t in inputs]
+        reports = self.spec.run(self, texts, engine, progress) if texts else []
+        return reports[0] if single else reports
+
+    def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
+               seed: int | None = None, onnx: bool = True, progress=None):
+        """Check the network against the reference interpreter (:func:`tm2nn.verify.verify_compiled`):
+        the given ``inputs``, else every input when few enough, else random inputs for
+        ``budget`` seconds (at most ``samples``).  Returns a
+        :class:`~tm2nn.verify.VerifyReport`."""
+        from tm2nn.verify import DEFAULT_BUDGET, verify_compiled
+
+        return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
+                               samples=samples, seed=seed, use_onnx=onnx, progress=progress)
+
+    def info(self) -> dict:
+        """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)
+        and the backend's rows next to the paper's bounds."""
+        key = ("info", id(self.net))
+        if key not in self._cache:
+            info = self.net.info()
+            info.pop("widths", None)
+            self._cache[key] = {"backend": self.backend, "info": info, "bounds": self.spec.info_rows(self)}
+        return self._cache[key]
+
+
+def loaded_info(compiled: Compiled, meta: dict) -> None:
+    """A loaded model's info as the file records it (no recomputation)."""
+    if "tm2nn.info" in meta:
+        compiled._cache[("info", id(compiled.net))] = {"backend": compiled.backend, "info": json.loads(meta["tm2nn.info"]),
+                                   "bounds": json.loads(meta.get("tm2nn.bounds", "[]"))}

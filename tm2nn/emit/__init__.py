@@ -10,6 +10,10 @@ Internally both run in *feature-major* layout: a hidden value of width ``n`` is 
 ``[batch, n]``).  Every public input and output is ``[batch, width]``; the transposes happen
 once at the edges of the graph.
 
+In the torch module every op tensor is a named ``nn.Parameter`` (frozen unless the
+construction trains it) holding exactly what :meth:`tm2nn.nets.Net.info` counts, and each
+op caches its runtime form (:mod:`tm2nn.emit.torch_emit`).
+
 The entry points are imported lazily, so ``tm2nn.emit.onnx_emit`` (``tm2nn eval`` on an
 ``.onnx`` file) does not import torch.
 """
@@ -78,6 +82,8 @@ _LAZY = {
     "to_torch": "tm2nn.emit.torch_emit",
     "run_torch": "tm2nn.emit.torch_emit",
     "NetModule": "tm2nn.emit.torch_emit",
+    "OpModule": "tm2nn.emit.torch_emit",
+    "AffineModule": "tm2nn.emit.torch_emit",
     "to_onnx": "tm2nn.emit.onnx_emit",
     "to_onnx_step": "tm2nn.emit.onnx_emit",
     "save_onnx": "tm2nn.emit.onnx_emit",

@@ -432,7 +432,9 @@ class _Emitter:
             return
         wk = op.wk.dense()[:, cols]
         has_v = bool(op.wv.nnz and np.any(op.wv.vals != 0))
-        one, two = self.ints(base, 1), self.ints(base, 2)
+        # Constants are made where a step reads them: an initializer no node reads is
+        # dead weight that onnxruntime warns about (tests/test_onnx_clean.py).
+        one = self.ints(base, 1)
         s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]                                                                        # [dk, B]
         s += [("qc", "MatMul", [self.init(f"{base}.wk_t", _f32(wk.T)), q], {}),                 # [c, B]
@@ -473,6 +475,7 @@ class _Emitter:
             if shift:
                 s.append(("logits", "Add", ["@scores", shift], {}))
                 logits = "@logits"
+            two = self.ints(base, 2)
             s += [("all", "Concat", ["@null_score.b", logits], {"axis": 2}),
                   ("scaled", "Mul", ["@all", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}),
                   ("weights", "Softmax", ["@scaled"], {"axis": 2}),
@@ -480,7 +483,6 @@ class _Emitter:
                   ("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), two], {}),
                   self.reduce("items", "ReduceSum", "@item_weights", base, 2, 1)]
         parts = []
-        row = self.ints(base, 1, -1)
         if has_v:
             s += [("item_weights.t", "Transpose", ["@item_weights"], {"perm": [0, 2, 1]}),          # [B, n, 1]
                   ("mix", "MatMul", [x, "@item_weights.t"], {}),                                  # [B, c, 1]
@@ -489,11 +491,11 @@ class _Emitter:
                   ("values", "MatMul", [self.init(f"{base}.wv", _f32(op.wv.dense()[rows][:, cols])), "@mix.2d"], {})]
             parts.append("@values")
         if np.any(bv != 0):
-            s += [("items.row", "Reshape", ["@items", row], {}),                                   # [1, B]
+            s += [("items.row", "Reshape", ["@items", self.ints(base, 1, -1)], {}),                 # [1, B]
                   ("value_bias", "Mul", [self.init(f"{base}.bv", _f32(bv[:, None])), "@items.row"], {})]
             parts.append("@value_bias")
         if np.any(nv != 0):
-            s += [("null_weight.row", "Reshape", ["@null_weight", row], {}),
+            s += [("null_weight.row", "Reshape", ["@null_weight", self.ints(base, 1, -1)], {}),
                   ("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight.row"], {})]
             parts.append("@null_mix")
         if not parts:
@@ -947,16 +949,11 @@ def onnx_metadata(model_or_path) -> dict[str, str]:
     return {p.key: p.value for p in _load(model_or_path).metadata_props}
 
 
-def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
-    """Run numpy arrays (one per graph input, in order, batch first: ``[n, width]``,
-    ``[n, length, width]`` or token ids ``[n, length]``) through onnxruntime on the CPU,
-    ``batch_size`` rows at a time.  Each array is cast to its input's type (float32, or
-    int64 for token ids).  Returns a float32 array, or a tuple of them when the model has
-    several outputs."""
+def onnx_session(model_or_path_or_bytes):
+    """An onnxruntime session on the CPU for a model (a ModelProto, serialized bytes or a
+    path); build it once and pass it to :func:`run_onnx` to run many batches."""
     import onnxruntime as ort
 
-    if batch_size < 1:
-        raise ValueError("batch_size must be positive")
     src = model_or_path_or_bytes
     if isinstance(src, onnx.ModelProto):
         src = _serialize(src)
@@ -964,7 +961,20 @@ def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
         src = os.fspath(src)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
+    """Run numpy arrays (one per graph input, in order, batch first: ``[n, width]``,
+    ``[n, length, width]`` or token ids ``[n, length]``) through onnxruntime on the CPU,
+    ``batch_size`` rows at a time (``model_or_path_or_bytes`` may be an
+    :func:`onnx_session`).  Each array is cast to its input's type (float32, or
+    int64 for token ids).  Returns a float32 array, or a tuple of them when the model has
+    several outputs."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    src = model_or_path_or_bytes
+    sess = src if hasattr(src, "get_inputs") else onnx_session(src)
     names = [i.name for i in sess.get_inputs()]
     if len(arrays) != len(names):
         raise TypeError(f"the model takes {len(names)} input(s) {names}, got {len(arrays)}")

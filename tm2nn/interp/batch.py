@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import DEFAULT_MAX_STEPS, RunResult, _Tables, run_machine
 from tm2nn.ir.machine import GridMachine, Machine, check_input
 
@@ -19,7 +18,9 @@ def run_batch(m: Machine, inputs: list[str], max_steps: int = DEFAULT_MAX_STEPS)
     if isinstance(m, GridMachine):
         return [run_machine(m, x, max_steps) for x in inputs]
     if max_steps < 0:
-        raise Tm2nnError(f"--max-steps must be >= 0, got {max_steps}")
+        from tm2nn.options import OptionError
+
+        raise OptionError(f"{{max_steps}} must be >= 0, got {max_steps}", "max_steps")
     for x in inputs:
         check_input(m, x)
     B = len(inputs)

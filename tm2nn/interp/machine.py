@@ -16,7 +16,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import MOVE_DELTA, GridMachine, Machine, check_input
 
 DEFAULT_MAX_STEPS = 10_000_000
@@ -147,7 +146,9 @@ def run_machine(
     ``progress(steps)`` is called about every 2**20 steps, for progress bars.
     """
     if max_steps < 0:
-        raise Tm2nnError(f"--max-steps must be >= 0, got {max_steps}")
+        from tm2nn.options import OptionError
+
+        raise OptionError(f"{{max_steps}} must be >= 0, got {max_steps}", "max_steps")
     if isinstance(m, GridMachine):
         return _run_grid(m, input, max_steps, trace, progress, start or (0, 0))
     if start is not None:
@@ -244,7 +245,7 @@ def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress,
               start: tuple[int, int] = (0, 0)) -> RunResult:
     rows = input.split("/") if "/" not in m.symbol_index else [input]
     for r, row in enumerate(rows):
-        check_input(m, row, what="--input" if len(rows) == 1 else f"--input row {r}")
+        check_input(m, row, what="input" if len(rows) == 1 else f"input row {r}")
     t = _Tables(m)
     K = t.K
     blank = m.symbol_index[m.blank]

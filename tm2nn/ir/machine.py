@@ -52,6 +52,11 @@ class Machine:
     rules: tuple[Rule, ...]
     missing_rule_counts_step: bool = False
     loc: Loc | None = field(default=None, compare=False, repr=False)
+    # Where a parser found parts of the machine, for diagnostics (tm2nn.lint); not part of
+    # the machine's identity (no equality, repr or validation), not kept by ``replace``.
+    # Keys: "start" (the start-state declaration), "states" (an explicit state list),
+    # ("next", state, read) (the NEXT of the rule for (state, read)).
+    locations: dict | None = field(default=None, compare=False, repr=False)
 
     tape_kind: ClassVar[str] = "line"
     moves: ClassVar[tuple[str, ...]] = LINE_MOVES
@@ -190,7 +195,7 @@ def validate_machine(m: Machine) -> None:
         first[key] = r
 
 
-def check_input(m: Machine, text: str, what: str = "--input") -> None:
+def check_input(m: Machine, text: str, what: str = "input") -> None:
     """An input string must consist of the machine's symbols."""
     for i, ch in enumerate(text):
         if ch not in m.symbol_index:

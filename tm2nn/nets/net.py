@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tm2nn.nets.grid import GridReadout, PatchMap
+from tm2nn.nets.grid import GridReadout, MemoryGrid, PatchMap
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.ops import (
     Activation,
@@ -23,6 +23,7 @@ from tm2nn.nets.ops import (
     Mul,
     NetIRError,
     Op,
+    Param,
     Port,
     ReLU,
 )
@@ -135,22 +136,39 @@ class Net:
 
     def info(self) -> dict:
         """Widths, depth, parameter counts, l1 norm, distinct weight values (every op's
-        tensors: affine weights, attention Q/K/V and null key/value, embeddings)."""
+        tensors: affine weights, attention Q/K/V and null key/value, embeddings, positional
+        tables, decoder inputs, memory layers, params; nested nets counted once).
+
+        ``params_dense`` counts every entry of every tensor.  ``params_nonzero`` counts the
+        parameters of the emitted torch module (``sum(p.numel() for p in
+        to_torch(net).parameters())``):
+
+        * a fixed tensor (the construction's) counts its nonzero entries;
+        * a trainable tensor counts in full, since a trained zero is still a free
+          parameter: every stored entry of a sparse trainable affine weight (every entry
+          when it stores none, :func:`tm2nn.emit.affine_form`), every entry of a
+          trainable bias (``train_bias``), of a :class:`Param` value and of a trainable
+          :class:`MemoryGrid` W;
+        * a computed positional code (:class:`~tm2nn.nets.positions.BinaryPositions`)
+          counts its placement's entries (one per bit), not the table it computes.
+        """
         layers = self.affine_layers()
         values: list[np.ndarray] = []
         dense = nonzero = 0
         l1 = 0.0
         for op in self.all_ops():
-            for t in op.tensors().values():
+            for name, t in op.tensors().items():
+                free = _trainable_tensor(op, name)
                 if isinstance(t, SparseMatrix):
-                    dense += t.shape[0] * t.shape[1]
-                    nonzero += t.nnz
+                    full = t.shape[0] * t.shape[1]
+                    dense += full
+                    nonzero += (t.nnz if 0 < t.nnz < full else full) if free else t.nnz
                     l1 += t.l1()
                     values.append(t.vals)
                 else:
                     a = np.asarray(t, dtype=np.float64).ravel()
                     dense += a.size
-                    nonzero += int(np.count_nonzero(a))
+                    nonzero += a.size if free else int(np.count_nonzero(a))
                     l1 += float(np.abs(a).sum())
                     values.append(a[a != 0])
         allv = np.concatenate(values) if values else np.zeros(0)
@@ -177,3 +195,15 @@ class Net:
         if acts:
             out["activations"] = dict(sorted(acts.items()))
         return out
+
+
+def _trainable_tensor(op: Op, name: str) -> bool:
+    """Whether the construction trains tensor ``name`` of ``op`` (every entry is then a
+    parameter, :meth:`Net.info`)."""
+    if isinstance(op, Affine):
+        return bool(op.trainable) and (name == "weight" or (name == "bias" and bool(op.train_bias)))
+    if isinstance(op, Param):
+        return True
+    if isinstance(op, MemoryGrid):
+        return bool(op.trainable)
+    return False

@@ -106,7 +106,7 @@ class BinaryLowering(Lowering):
     def lower_input(self, text: str) -> str:
         rows = self._rows(self.source, text)
         for r, row in enumerate(rows):
-            check_input(self.source, row, what="--input" if len(rows) == 1 else f"--input row {r}")
+            check_input(self.source, row, what="input" if len(rows) == 1 else f"input row {r}")
         return "/".join("".join(self.code[a] for a in row) for row in rows)
 
     def source_input(self, text: str) -> str:

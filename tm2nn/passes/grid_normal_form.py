@@ -87,13 +87,13 @@ class NormalFormLowering(Lowering):
     def lower_input(self, text: str) -> str:
         """Goel et al., B.1.2: the input is one row without blanks."""
         if "/" in text:
-            raise Tm2nnError("the normal form takes a one-row input (no '/')", file="--input",
+            raise Tm2nnError("the normal form takes a one-row input (no '/')", file="input",
                              line=1, col=text.index("/") + 1, snippet=text)
         check_input(self.source, text)
         if BLANK in text:
             raise Tm2nnError("the normal form takes an input without blanks '_' "
                              "(binarise the machine to encode blank input cells)",
-                             file="--input", line=1, col=text.index(BLANK) + 1, snippet=text)
+                             file="input", line=1, col=text.index(BLANK) + 1, snippet=text)
         return text
 
     def source_input(self, text: str) -> str:

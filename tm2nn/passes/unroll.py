@@ -231,17 +231,19 @@ class UnrollLayout:
         for i, ch in enumerate(input):
             if ch not in self._sym:
                 raise Tm2nnError(
-                    f"--input: symbol {ch!r} is not in the alphabet of {self.name!r} "
+                    f"input: symbol {ch!r} is not in the alphabet of {self.name!r} "
                     f"({' '.join(repr(a) for a in self.alphabet)})",
-                    file="--input", line=1, col=i + 1, snippet=input,
+                    file="input", line=1, col=i + 1, snippet=input,
                 )
         room = self.tape - self.origin
         if len(input) > room:
-            raise Tm2nnError(
-                f"--input: {len(input)} symbols do not fit in the tape window: only {room} cells "
+            from tm2nn.options import OptionError
+
+            raise OptionError(
+                f"input: {len(input)} symbols do not fit in the tape window: only {room} cells "
                 f"lie right of the start cell (window of {self.tape} cells, start cell {self.origin}); "
-                f"raise --tape or lower --origin",
-                file="--input", line=1, col=room + 1, snippet=input,
+                "raise {tape} or lower {origin}", "tape", "origin",
+                file="input", line=1, col=room + 1, snippet=input,
             )
         K = len(self.alphabet)
         cells = np.full(self.tape, self._sym[self.blank], dtype=np.int64)
@@ -788,12 +790,14 @@ def _check_args(m: Machine, steps: int, tape: int, origin: int | None) -> None:
         raise Tm2nnError(
             f"machine {m.name!r} has a grid tape: unrolling to a circuit supports line machines only"
         )
+    from tm2nn.options import OptionError
+
     if not isinstance(steps, int) or steps < 0:
-        raise Tm2nnError(f"--steps must be >= 0, got {steps}")
+        raise OptionError(f"{{steps}} must be >= 0, got {steps}", "steps")
     if not isinstance(tape, int) or tape < 1:
-        raise Tm2nnError(f"--tape must be >= 1, got {tape}")
+        raise OptionError(f"{{tape}} must be >= 1, got {tape}", "tape")
     if origin is not None and not (0 <= origin < tape):
-        raise Tm2nnError(f"--origin must be a cell of the window (0 .. {tape - 1}), got {origin}")
+        raise OptionError(f"{{origin}} must be a cell of the window (0 .. {tape - 1}), got {origin}", "origin")
 
 
 # ---------------------------------------------------------------------------------------
@@ -877,9 +881,11 @@ def unroll(
     if max_gates is not None:
         need = plan.estimate()
         if need > max_gates:
-            raise Tm2nnError(
+            from tm2nn.options import OptionError
+
+            raise OptionError(
                 f"unrolling {T} steps over {N} cells needs about {need:,} gates, over the limit "
-                f"of {max_gates:,}; raise --max-gates or lower --steps/--tape"
+                f"of {max_gates:,}; raise {{max_gates}} or lower {{steps}} or {{tape}}", "max_gates", "steps", "tape"
             )
     layout = UnrollLayout(
         name=m.name, alphabet=m.alphabet, blank=m.blank, states=m.states, halting=m.halting,

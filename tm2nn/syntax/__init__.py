@@ -57,9 +57,11 @@ def guess_format(path: str | Path) -> str:
     if suffix in EXTENSIONS:
         return EXTENSIONS[suffix]
     known = ", ".join(sorted(EXTENSIONS))
-    raise Tm2nnError(
+    from tm2nn.options import OptionError
+
+    raise OptionError(
         f"cannot tell the format of {str(path)!r} from its extension {suffix or '(none)'!r}; "
-        f"use --format NAME (extensions: {known}; formats: {', '.join(FORMATS)})"
+        f"name it with {{format}} (extensions: {known}; formats: {', '.join(FORMATS)})", "format"
     )
 
 

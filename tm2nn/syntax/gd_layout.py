@@ -35,6 +35,6 @@ def parse(text: str, path: str = "<source>") -> dict:
             raise Tm2nnError("gd-trace header: theta must list one cell per feature, samples must be >= 2 "
                              "and steps >= 1", file=path, line=ln, col=1, snippet=line)
         return fields
-    raise Tm2nnError("learn --backend gd-trace needs a machine whose file declares its data layout in a "
+    raise Tm2nnError("learning with the gd-trace backend needs a machine whose file declares its data layout in a "
                      "'# gd-trace: samples=N features=M theta=C1,C2,.. steps=T' comment "
                      "(see examples/sign_sum_3x2.tm)", file=path, line=1, col=1, snippet=text.splitlines()[0] if text else "")

@@ -115,7 +115,7 @@ def default_input(text: str | SourceText) -> str | None:
 
         raise Tm2nnError(
             "$INITIAL_TAPE puts the head (the '*' marker) after the first cell; tm2nn starts "
-            "the head on the first input cell: pass --input with the tape from the head onwards"
+            "the head on the first input cell: give the input from the head onwards"
         )
     return tape
 
@@ -124,8 +124,8 @@ def parse(src: SourceText) -> list[Machine]:
     text = src.text
     name = Path(src.path).stem or "machine"
 
-    # (state, read) -> (write, move, next, line, col)
-    table: dict[tuple[str, str], tuple[str, str, str, int, int]] = {}
+    # (state, read) -> (write, move, next, line, col, column of next)
+    table: dict[tuple[str, str], tuple[str, str, str, int, int, int]] = {}
     states: dict[str, None] = {START: None}
     symbols: dict[str, None] = {BLANK: None}
 
@@ -147,7 +147,7 @@ def parse(src: SourceText) -> list[Machine]:
                 "too many fields: a rule has 5 fields (and optionally '!' for a breakpoint)",
                 lineno, bad[1],
             )
-        (state, scol), (read, rcol), (write, wcol), (dirn, dcol), (nxt, _) = toks[:5]
+        (state, scol), (read, rcol), (write, wcol), (dirn, dcol), (nxt, ncol) = toks[:5]
         for sym, c, role in ((read, rcol, "current symbol"), (write, wcol, "new symbol")):
             if len(sym) != 1:
                 raise src.error(f"<{role}> must be a single character, not {sym!r}", lineno, c)
@@ -162,7 +162,7 @@ def parse(src: SourceText) -> list[Machine]:
                 lineno, scol,
                 notes=(f"{src.path}:{pl}:{pc}: note: the first rule is here",),
             )
-        table[key] = (write, move, nxt, lineno, scol)
+        table[key] = (write, move, nxt, lineno, scol, ncol)
         for q in (state, nxt):
             if q != WILD:
                 states.setdefault(q)
@@ -179,6 +179,7 @@ def parse(src: SourceText) -> list[Machine]:
     alphabet = tuple(symbols)
     halting = {q: o for q in states if (o := outcome_of(q)) is not None}
     rules: list[Rule] = []
+    locations: dict = {}  # no start declaration: the start state is always '0'
     for q in states:
         if q in halting:
             continue
@@ -186,10 +187,11 @@ def parse(src: SourceText) -> list[Machine]:
             hit = table.get((q, a)) or table.get((q, WILD)) or table.get((WILD, a)) or table.get((WILD, WILD))
             if hit is None:
                 continue
-            w, mv, nq, ln, col = hit
+            w, mv, nq, ln, col, ncol = hit
             rules.append(Rule(
                 q, a, a if w == WILD else w, mv, q if nq == WILD else nq, loc=src.loc(ln, col),
             ))
+            locations[("next", q, a)] = src.loc(ln, ncol)
     return [Machine(
         name=name,
         alphabet=alphabet,
@@ -200,4 +202,5 @@ def parse(src: SourceText) -> list[Machine]:
         rules=tuple(rules),
         missing_rule_counts_step=True,
         loc=src.loc(1, 1),
+        locations=locations,
     )]

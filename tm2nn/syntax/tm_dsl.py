@@ -53,7 +53,10 @@ Rules ``STATE SYMBOL... -> WRITE MOVE NEXT``:
 * ``*`` on the left stands for every symbol that has no explicit rule for this state (an
   explicit rule wins wherever it is written; one ``*`` rule per state);
 * ``*`` as WRITE writes the symbol read; ``*`` as NEXT stays in the same state;
-* MOVE is ``L R S`` on a line tape, ``L R U D S`` on a grid tape, in either case.
+* MOVE is ``L R S`` on a line tape, ``L R U D S`` on a grid tape, in either case;
+* ``-->`` is an error (a typo of ``->``), not the symbol ``-`` followed by ``->``: write
+  ``- ->`` to read ``-``.  A rule line without ``->`` is reported at the word used
+  instead (``=>``, ``- >``, ...) or where the arrow is missing.
 
 The machine's rule order is the order of the lines; a ``*`` rule expands, in alphabet
 order, where it is written.  Structural checks (determinism, halting states without
@@ -178,6 +181,13 @@ def _syntax_error(src: SourceText, text: str, e: UnexpectedInput) -> Tm2nnError:
         return src.error(msg, e.line, e.column, notes=_hint(src, e.line, e.allowed))
     if isinstance(e, UnexpectedToken):
         tok = e.token
+        if tok.type in ("_NL", "$END", "_RBRACE") and "_ARROW" in (e.expected or ()):
+            # A rule's line ended (or a comment, '}' came) before any '->': point at the
+            # arrow-like typo or at the place where '->' is missing, not at the line's end.
+            line = tok.line if tok.type != "$END" and tok.line is not None else _end_position(src)[0]
+            bad = _arrow_error(src, line)
+            if bad is not None:
+                return bad
         if tok.type == "$END":
             line, col = _end_position(src)
             return src.error("unexpected end of file" + _expected(e.expected), line, col)
@@ -204,6 +214,57 @@ def _syntax_error(src: SourceText, text: str, e: UnexpectedInput) -> Tm2nnError:
     if not isinstance(line, int) or line < 1:
         line, col = _end_position(src)
     return src.error("syntax error" + _expected(getattr(e, "expected", ()) or ()), line, col)
+
+
+_LINE_TOKEN = re.compile(
+    r"(?P<q>'(?:[^'\\\n\r]|\\[^\n\r])*')|(?P<c>#)|(?P<p>->|[*{}:])|(?P<w>(?:(?!->)[^\s#*{}':])+)|(?P<x>\S)"
+)
+# A word that was meant as '->': '=>', '==>', '~>', '>', a Unicode arrow, ... (a lone '-'
+# or '=' only where a rule's arrow belongs: it may be a symbol elsewhere).
+_ARROWISH = re.compile(r"[-=~\u2013\u2014]*[>\u2192\u21d2\u27f6\u279e\u27f9]+")
+_ARROW_PART = re.compile(r"[-=~>\u2013\u2014\u2192\u21d2\u27f6\u279e\u27f9]+")
+_RULE_FORM = "a rule reads  STATE SYMBOL... -> WRITE MOVE NEXT"
+
+
+def _line_words(text: str) -> list[tuple[str, int]]:
+    """The atoms of the item on one line, as the grammar splits them, with 1-based
+    columns: after a '{', up to a '}' or a comment."""
+    out: list[tuple[str, int]] = []
+    for mt in _LINE_TOKEN.finditer(text):
+        if mt.lastgroup == "c" or mt.group() == "}":
+            break
+        if mt.group() == "{":  # 'machine m { ...': the item starts after the brace
+            out.clear()
+            continue
+        out.append((mt.group(), mt.start() + 1))
+    return out
+
+
+def _arrow_error(src: SourceText, line: int) -> Tm2nnError | None:
+    """A rule line without '->': an error at the arrow-like word used instead (``=>``,
+    ``- >``, ``→``, ...) or, when the line has the shape of a rule, where '->' is missing.
+    None when the line does not look like a rule (the generic message is better then)."""
+    words = _line_words(src.line_text(line) or "")
+    n = len(words)
+    if n < 3 or (words[0][0].lower() in _KEYS and n < 5):
+        return None
+    # 1. an unmistakable arrow (after the state and at least one symbol read)
+    for i in range(2, n):
+        w, col = words[i]
+        if w == "-" and i + 1 < n and words[i + 1][0].startswith(">") and _ARROW_PART.fullmatch(words[i + 1][0]):
+            got = src.line_text(line)[col - 1 : words[i + 1][1] - 1 + len(words[i + 1][0])]
+            return src.error(f"expected '->' ({_RULE_FORM}), got {got!r}", line, col)
+        if _ARROWISH.fullmatch(w):
+            return src.error(f"expected '->' ({_RULE_FORM}), got {w!r}", line, col)
+    # 2. a stray '-', '=', ... exactly where the arrow belongs: before WRITE MOVE NEXT
+    if n >= 5 and _ARROW_PART.fullmatch(words[n - 4][0]):
+        w, col = words[n - 4]
+        return src.error(f"expected '->' ({_RULE_FORM}), got {w!r}", line, col)
+    # 3. the shape of a rule with the arrow left out: ... WRITE MOVE NEXT
+    if n >= 5 and words[n - 2][0].upper() in GRID_MOVES:
+        w, col = words[n - 3]
+        return src.error(f"missing '->' before {w!r} ({_RULE_FORM})", line, col)
+    return None
 
 
 def _unquote(src: SourceText, tok: Token) -> str:
@@ -298,6 +359,7 @@ class _Builder:
                 self.add_decl(it)
             else:
                 st, lhs, write, move, nxt = it.children
+                self.check_arrow(lhs.children[-1])
                 self.raw_rules.append(_RawRule(st, st, list(lhs.children), write, move, nxt))
 
         tape = self.single_word("tape", ("line", "grid"), "line")
@@ -434,8 +496,13 @@ class _Builder:
             parsed.append((r, q, reads, write, mv, nxt))
 
         rules: list[Rule] = []
+        locations: dict = {"start": self.src.loc(start_tok.line, start_tok.column)}
+        if states_declared:
+            tok = self.decls["states"][0]
+            locations["states"] = self.src.loc(tok.line, tok.column)
         for r, q, reads, write, mv, nxt in parsed:
             loc = self.src.loc(r.tok.line, r.tok.column)
+            next_loc = self.src.loc(r.next.line, r.next.column)
             for a in reads:
                 targets = [a] if a is not None else [b for b in alphabet if (q, b) not in explicit]
                 for b in targets:
@@ -444,6 +511,7 @@ class _Builder:
                             q, b, b if write is None else write, mv, q if nxt is None else nxt, loc
                         )
                     )
+                    locations[("next", q, b)] = next_loc
 
         return cls(
             name=mname,
@@ -455,7 +523,20 @@ class _Builder:
             rules=tuple(rules),
             missing_rule_counts_step=convention == "morphett",
             loc=self.src.loc(kw_tok.line, kw_tok.column),
+            locations=locations,
         )
+
+    def check_arrow(self, last: Token) -> None:
+        """``s a --> b R t`` lexes as reading ``a`` and ``-``: a silent extra rule when
+        ``-`` is a symbol.  A run of ``-`` glued to the arrow is a typo of ``->``."""
+        text = self.src.line_text(last.line) or ""
+        end = last.column - 1 + len(str(last))
+        if last.type == "WORD" and set(str(last)) == {"-"} and text[end : end + 2] == "->":
+            raise self.err(
+                f"expected '->' ({_RULE_FORM}), got {str(last) + '->'!r} "
+                f"(to read the symbol '-', write  - ->  with a space)",
+                last,
+            )
 
     def add_decl(self, it: Tree) -> None:
         key_tok, *values = it.children

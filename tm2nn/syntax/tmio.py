@@ -448,4 +448,5 @@ def parse(src: SourceText) -> list[Machine]:
         rules=tuple(rules),
         missing_rule_counts_step=False,
         loc=doc.loc(spec.root),
+        locations={"start": doc.loc(snode)},
     )]

@@ -1,5 +1,13 @@
-"""Net vs interpreter: exhaustive or random inputs, torch and onnxruntime, first divergence."""
+"""Net vs interpreter: exhaustive or random inputs within a time budget, torch and
+onnxruntime, first divergence.  The backend says what to compare (its checker)."""
 
-from tm2nn.verify.check import Mismatch, VerifyReport, verify_compiled
+from tm2nn.verify.check import (
+    DEFAULT_BUDGET,
+    Checker,
+    InputSpace,
+    Mismatch,
+    VerifyReport,
+    verify_compiled,
+)
 
-__all__ = ["verify_compiled", "VerifyReport", "Mismatch"]
+__all__ = ["verify_compiled", "VerifyReport", "Mismatch", "Checker", "InputSpace", "DEFAULT_BUDGET"]

@@ -15,7 +15,7 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
     """``compile_at(beta) -> Compiled``.  Returns ``{"beta", "below", "tried", ...}``
     where ``beta`` is the smallest verified β found (None if even ``max_beta`` fails)
     and ``below`` the largest failing β tried."""
-    from tm2nn.verify.trace import verify_trace
+    from tm2nn.verify.check import verify_compiled
 
     first = compile_at(start)
     if inputs is None:
@@ -27,7 +27,7 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
 
     def bad(beta: float) -> int:
         c = first if beta == start else compile_at(beta)
-        n = verify_trace(c, inputs, samples, seed, use_onnx=False).engines["torch"]
+        n = verify_compiled(c, inputs=inputs, use_onnx=False).engines["torch"]
         tried.append((beta, n))
         return n
 

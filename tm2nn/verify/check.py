@@ -1,30 +1,34 @@
-"""Verification: run the compiled net (torch, and ONNX in onnxruntime) and the
-reference interpreter side by side on the same inputs.
+"""Verification: run a compiled net (torch, and ONNX in onnxruntime) and the reference
+side by side on the same inputs, in chunks, within a time budget.
 
-* Circuits: exhaustive when there are at most 16 inputs, otherwise ``samples``
-  random inputs from a printed seed; compared bit for bit with the bit-parallel
-  evaluator.
-* Machines compiled by unrolling: every tape that fits (exhaustive when at most
-  2^16 of them), else random tapes; the decoded configuration after T steps is
-  compared with the interpreter's run report, field by field.
+The inputs are the given ones, else every input of the model's input space when there
+are few enough (exhaustive, shortest first), else random inputs from a printed seed,
+for as long as the budget lasts (at most ``samples``).  The report says how many
+inputs were checked, how they were chosen, whether the space was covered, and the first
+divergence (input, step, field and both values).
 
-The first divergence is reported with the input, the field (output bit) and both
-values.  Nothing here compares a net with itself.
+What to compare is the backend's business (:meth:`tm2nn.backends.base.Backend.checker`):
+a :class:`Checker` names the input space and checks one chunk on one engine.  This file
+holds the driver and the checkers of the ``bits`` (circuits) and ``unrolled_tm``
+encodings; the step-by-step checkers are in :mod:`.trace`, :mod:`.grid` and :mod:`.gd`.
+Nothing here compares a net with itself.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tm2nn.backends.base import Compiled
-from tm2nn.codec import decode_many, encode_many, output_bits
 from tm2nn.ir import Circuit
 
 EXHAUSTIVE_LIMIT = 1 << 16
+#: seconds of random inputs when no budget is given (ARCHITECTURE: "verify at human speed")
+DEFAULT_BUDGET = 60.0
 REPORT_FIELDS = ("halted", "steps", "state", "outcome", "tape", "head", "sigma")
 
 
@@ -44,12 +48,19 @@ class VerifyReport:
     mode: str  # "exhaustive" | "random" | "given"
     n_inputs: int
     seed: int | None
-    engines: dict[str, int] = field(default_factory=dict)  # engine -> mismatches
+    engines: dict[str, int] = field(default_factory=dict)  # engine -> mismatching inputs
     first: Mismatch | None = None
-    max_deviation: dict[str, float] = field(default_factory=dict)  # |y - nearest 0/1 value|
+    max_deviation: dict[str, float] = field(default_factory=dict)  # |y - nearest exact value|
     # Unrolled machines: inputs whose run leaves the compiled tape window within T steps.
     # The net must flag them (``overflow``); they are outside the model's domain.
     out_of_window: int = 0
+    space: int | None = None  # inputs in the space (exhaustive mode)
+    complete: bool = True  # every input the mode promises was checked (not cut by the budget)
+    seconds: float = 0.0
+    budget: float | None = None
+    how: str = ""  # how the inputs were chosen, in words
+    reference: str = ""  # what the net was compared with
+    compares: str = ""  # what was compared
 
     @property
     def ok(self) -> bool:
@@ -61,34 +72,131 @@ class VerifyReport:
         return d
 
 
-def onnx_bytes(compiled: Compiled, tag: str = "verify") -> bytes:
-    """The compiled model as ``tm2nn compile`` writes it, serialized."""
-    from tm2nn.compiler import onnx_model
+class InputSpace:
+    """Strings over ``symbols`` of ``min_len..max_len`` characters: enumerated shortest
+    first when there are at most ``limit``, else sampled (a uniform length, then uniform
+    symbols)."""
 
-    return onnx_model(compiled, tag).SerializeToString()
+    def __init__(self, symbols, min_len: int, max_len: int, limit: int, noun: str = "tapes"):
+        self.symbols = list(symbols)
+        self.min_len, self.max_len, self.limit, self.noun = min_len, max(min_len, max_len), limit, noun
+        total = 0
+        for k in range(self.min_len, self.max_len + 1):  # stop counting past the limit
+            total += len(self.symbols) ** k
+            if total > limit:
+                break
+        self.size = total  # exact when <= limit
+
+    @property
+    def small(self) -> bool:
+        return self.size <= self.limit
+
+    def all(self):
+        for k in range(self.min_len, self.max_len + 1):
+            for p in itertools.product(self.symbols, repeat=k):
+                yield "".join(p)
+
+    def random(self, seed: int):
+        rng = np.random.default_rng(seed)
+        while True:
+            k = int(rng.integers(self.min_len, self.max_len + 1))
+            yield "".join(self.symbols[i] for i in rng.integers(0, len(self.symbols), size=k))
+
+    def describe(self) -> str:
+        if self.symbols == ["0", "1"] and self.min_len == self.max_len:
+            return f"{self.max_len}-bit {self.noun}"
+        syms = " ".join(repr(s) if s in (" ", "") else s for s in self.symbols)
+        n = f"{self.max_len}" if self.min_len == self.max_len else f"{self.min_len}..{self.max_len}"
+        return f"{self.noun} of {n} symbols over {{{syms}}}"
 
 
-def engine_runners(compiled: Compiled, use_onnx: bool, progress=None):
-    """(name, run(x) -> y) for torch and, optionally, onnxruntime.  ``x`` is a float32
-    array, or int64 token ids for a model whose input encoding is ``tokens``."""
-    if compiled.input_encoding.get("kind") == "tokens":
-        from tm2nn.verify.trace import onnx_runner, torch_runner
+class Checker:
+    """What ``verify`` needs from a backend for one compiled model."""
 
-        yield "torch", torch_runner(compiled.net, progress)
-        if use_onnx:
-            yield "onnxruntime", onnx_runner(onnx_bytes(compiled))
-        return
-    from tm2nn.emit.torch_emit import run_torch, to_torch
+    reference = "the interpreter"
+    compares = "the run report"
+    onnx = True  # the model also runs in onnxruntime
+    engines: tuple[str, ...] = ("torch",)  # the engines this verification runs (set by the driver)
 
-    module = to_torch(compiled.net)
-    yield "torch", lambda x: run_torch(module, x)
-    if use_onnx:
-        from tm2nn.emit.onnx_emit import run_onnx
+    def __init__(self, compiled) -> None:
+        self.compiled = compiled
 
-        blob = onnx_bytes(compiled)
-        yield "onnxruntime", lambda x: run_onnx(blob, x)
+    def space(self) -> InputSpace:
+        raise NotImplementedError
+
+    def batch(self) -> int:
+        """The most inputs to run at once (memory)."""
+        return 4096
+
+    def check(self, engine: str, texts: list[str]) -> tuple[list, float, dict]:
+        """``(per input: None or (step, field, expected, got), max deviation, counts)``."""
+        raise NotImplementedError
 
 
+def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float = DEFAULT_BUDGET,
+                    samples: int | None = None, seed: int | None = None, use_onnx: bool = True,
+                    progress=None) -> VerifyReport:
+    """Check ``compiled`` against its reference (see the module doc).  ``progress(done,
+    total, elapsed, budget)`` is called after every chunk (``total`` None for a random
+    run bounded by the budget alone)."""
+    if samples is not None and samples < 0:
+        from tm2nn.options import OptionError
+
+        raise OptionError("{samples} must be >= 0", "samples")
+    checker = compiled.spec.checker(compiled)
+    engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
+    checker.engines = tuple(engines)
+    space = None if inputs is not None else checker.space()
+    if inputs is not None:
+        mode, stream, total, how = "given", iter(list(inputs)), len(inputs), "the given inputs"
+    elif space.small:
+        mode, stream, total = "exhaustive", space.all(), space.size
+        how = f"every one of the {space.size:,} {space.describe()}"
+    else:
+        seed = secrets.randbits(32) if seed is None else seed
+        mode, stream, total = "random", space.random(seed), samples
+        how = f"random {space.describe()} (seed {seed})"
+    rep = VerifyReport(compiled.backend, mode, 0, seed if mode == "random" else None,
+                       engines=dict.fromkeys(engines, 0), max_deviation=dict.fromkeys(engines, 0.0),
+                       space=space.size if mode == "exhaustive" else None, budget=budget, how=how,
+                       reference=checker.reference, compares=checker.compares)
+    t0 = time.perf_counter()
+    chunk = 1
+    while total is None or rep.n_inputs < total:
+        want = chunk if total is None else min(chunk, total - rep.n_inputs)
+        texts = list(itertools.islice(stream, want))
+        if not texts:
+            break
+        t1 = time.perf_counter()
+        for eng in engines:
+            diffs, dev, counts = checker.check(eng, texts)
+            rep.max_deviation[eng] = max(rep.max_deviation[eng], float(dev))
+            if eng == "torch":
+                rep.out_of_window += int(counts.get("out_of_window", 0))
+            for text, d in zip(texts, diffs):
+                if d is None:
+                    continue
+                rep.engines[eng] += 1
+                if rep.first is None:
+                    rep.first = Mismatch(eng, text, d[1], d[2], d[3], step=d[0])
+        rep.n_inputs += len(texts)
+        now = time.perf_counter()
+        if progress is not None:
+            progress(rep.n_inputs, total, now - t0, budget)
+        if mode != "given" and now - t0 >= budget:
+            break
+        # aim at chunks of about a second, within the budget and the checker's memory
+        rate = len(texts) / max(now - t1, 1e-6)
+        left = budget - (now - t0) if mode != "given" else math.inf
+        chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
+    rep.seconds = time.perf_counter() - t0
+    rep.complete = total is None or rep.n_inputs >= total
+    if mode == "random" and total is None:
+        rep.complete = True  # a random run promises nothing more than the budget
+    return rep
+
+
+# -- circuits: bit for bit against the bit-parallel evaluator -----------------------------------
 def _deviation(enc: dict, y: np.ndarray) -> float:
     if y.size == 0:
         return 0.0
@@ -97,128 +205,78 @@ def _deviation(enc: dict, y: np.ndarray) -> float:
     return float(np.minimum(np.abs(y), np.abs(y - 1.0)).max())
 
 
-def verify_compiled(
-    compiled: Compiled,
-    *,
-    inputs: list[str] | None = None,
-    samples: int = 10_000,
-    seed: int | None = None,
-    use_onnx: bool = True,
-) -> VerifyReport:
-    if compiled.output_encoding.get("kind") == "transformer_trace":
-        from tm2nn.verify.trace import verify_trace
+class CircuitChecker(Checker):
+    """A circuit's model against the bit-parallel evaluator, every output bit."""
 
-        return verify_trace(compiled, inputs, samples, seed, use_onnx)
-    if compiled.output_encoding.get("kind") == "gd_trace_loss":
-        from tm2nn.verify.gd import verify_gd
+    reference = "the bit-parallel evaluator"
+    compares = "every output bit"
 
-        return verify_gd(compiled, inputs, samples, seed, use_onnx)
-    if compiled.output_encoding.get("kind") == "rcnn_trace":
-        from tm2nn.verify.grid import verify_grid
+    def space(self) -> InputSpace:
+        n = len(self.compiled.source.inputs)
+        return InputSpace("01", n, n, EXHAUSTIVE_LIMIT, noun="inputs")
 
-        return verify_grid(compiled, inputs, samples, seed, use_onnx)
-    if isinstance(compiled.source, Circuit):
-        return _verify_circuit(compiled, inputs, samples, seed, use_onnx)
-    return _verify_unrolled(compiled, inputs, samples, seed, use_onnx)
+    def check(self, engine: str, texts: list[str]):
+        from tm2nn.api import parse_bits
+        from tm2nn.codec import output_bits
+        from tm2nn.interp import eval_circuit
 
-
-def _verify_circuit(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
-    from tm2nn.api import parse_bits
-    from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs
-
-    c: Circuit = compiled.source
-    n = len(c.inputs)
-    if inputs:
-        x = np.stack([parse_bits(s, n) for s in inputs])
-        mode = "given"
-    elif n <= 16:
-        x, mode = exhaustive_inputs(n), "exhaustive"
-    else:
-        seed = secrets.randbits(32) if seed is None else seed
-        x, mode = random_inputs(n, samples, seed), "random"
-    want = eval_circuit(c, x)
-    rep = VerifyReport(compiled.backend, mode, len(x), seed if mode == "random" else None)
-    enc = compiled.output_encoding
-    for name, run in engine_runners(compiled, use_onnx):
-        y = run(x.astype(np.float32))
-        rep.max_deviation[name] = _deviation(enc, y)
+        c: Circuit = self.compiled.source
+        x = np.stack([parse_bits(s, len(c.inputs)) for s in texts])
+        want = eval_circuit(c, x)
+        enc = self.compiled.output_encoding
+        y = self.compiled.runner(engine)(x.astype(np.float32))
         got = output_bits(enc, y)
-        bad = np.nonzero((got != want).any(axis=1))[0]
-        rep.engines[name] = int(bad.size)
-        if bad.size and rep.first is None:
-            i = int(bad[0])
-            j = int(np.nonzero(got[i] != want[i])[0][0])
-            rep.first = Mismatch(
-                name, "".join("1" if b else "0" for b in x[i]), f"output {j} ({c.outputs[j]})",
-                int(want[i, j]), int(got[i, j]),
-            )
-    return rep
+        out = []
+        for i in range(len(texts)):
+            bad = np.nonzero(got[i] != want[i])[0]
+            out.append(None if not bad.size else
+                       (None, f"output {bad[0]} ({c.outputs[bad[0]]})", int(want[i, bad[0]]), int(got[i, bad[0]])))
+        return out, _deviation(enc, y), {}
 
 
-def machine_inputs(layout: dict, samples: int, seed: int | None):
-    """Tapes for an unrolled machine (its layout JSON): all that fit, or a random sample."""
-    from tm2nn.passes.unroll import UnrollLayout
-
-    lay = UnrollLayout.from_json(layout)
-    room = lay.tape - lay.origin  # cells from the start cell to the window's right end
-    return all_or_sample_tapes(lay.alphabet, room, EXHAUSTIVE_LIMIT, samples, seed)
-
-
+# -- machines unrolled into circuits (relu-circuit): the final configuration ---------------------
 def all_or_sample_tapes(alphabet, max_cells: int, limit: int, samples: int, seed: int | None):
     """Every tape of at most ``max_cells`` cells when there are at most ``limit`` of them
-    (``(tapes, "exhaustive", None)``), else ``samples`` random tapes of random length
-    (``(tapes, "random", seed)``, the seed drawn when not given, so it can be printed)."""
-    alphabet = list(alphabet)
-    total = 0
-    for k in range(max_cells + 1):  # stop counting once past the limit (max_cells may be large)
-        total += len(alphabet) ** k
-        if total > limit:
-            break
-    if total <= limit:
-        xs = ["".join(p) for k in range(max_cells + 1) for p in itertools.product(alphabet, repeat=k)]
-        return xs, "exhaustive", None
+    (``(tapes, "exhaustive", None)``), else ``samples`` random tapes (``(tapes, "random",
+    seed)``, the seed drawn when not given)."""
+    space = InputSpace(alphabet, 0, max_cells, limit)
+    if space.small:
+        return list(space.all()), "exhaustive", None
     seed = secrets.randbits(32) if seed is None else seed
-    rng = np.random.default_rng(seed)
-    xs = []
-    for _ in range(samples):
-        k = int(rng.integers(0, max_cells + 1))
-        xs.append("".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=k)))
-    return xs, "random", seed
+    return list(itertools.islice(space.random(seed), samples)), "random", seed
 
 
-def _verify_unrolled(compiled, inputs, samples, seed, use_onnx) -> VerifyReport:
-    from tm2nn.interp import run_machine
+class UnrolledChecker(Checker):
+    """A machine unrolled for T steps: the decoded configuration after T steps against
+    the interpreter's run report, field by field; runs that leave the tape window must be
+    flagged as overflow."""
 
-    m = compiled.source
-    steps = compiled.options["steps"]
-    if inputs is not None:
-        xs, mode = list(inputs), "given"
-    else:
-        xs, mode, seed = machine_inputs(compiled.input_encoding["layout"], samples, seed)
-    x = encode_many(compiled.input_encoding, xs)
-    lay = compiled.input_encoding["layout"]
-    want = []
-    for s in xs:
-        r = run_machine(m, s, steps, trace=True)
-        heads = [0, *r.trace.head]
-        inside = lay["origin"] + min(heads) >= 0 and lay["origin"] + max(heads) < lay["tape"]
-        want.append(r.report() if inside else {"overflow": True})
-    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
-    rep.out_of_window = sum(1 for w in want if w.get("overflow"))
-    enc = compiled.output_encoding
-    for name, run in engine_runners(compiled, use_onnx):
-        y = run(x)
-        rep.max_deviation[name] = _deviation(enc, y)
-        bad = 0
-        for s, got, w in zip(xs, decode_many(enc, y), want):
+    compares = "the configuration after T steps (every report field)"
+
+    def space(self) -> InputSpace:
+        lay = self.compiled.input_encoding["layout"]
+        return InputSpace(lay["alphabet"], 0, lay["tape"] - lay["origin"], EXHAUSTIVE_LIMIT)
+
+    def check(self, engine: str, texts: list[str]):
+        from tm2nn.codec import decode_many, encode_many
+        from tm2nn.interp import run_machine
+
+        m = self.compiled.source
+        steps = self.compiled.options["steps"]
+        lay = self.compiled.input_encoding["layout"]
+        want = []
+        for s in texts:
+            r = run_machine(m, s, steps, trace=True)
+            heads = [0, *r.trace.head]
+            inside = lay["origin"] + min(heads) >= 0 and lay["origin"] + max(heads) < lay["tape"]
+            want.append(r.report() if inside else {"overflow": True})
+        enc = self.compiled.output_encoding
+        y = self.compiled.runner(engine)(encode_many(self.compiled.input_encoding, texts))
+        out = []
+        for got, w in zip(decode_many(enc, y), want):
             if w.get("overflow"):  # outside the window: the net must say so, nothing more
                 diff = [] if got.get("overflow") else ["overflow"]
             else:
                 diff = [f for f in ("overflow",) + REPORT_FIELDS if got.get(f) != w.get(f)]
-            if diff:
-                bad += 1
-                if rep.first is None:
-                    f = diff[0]
-                    rep.first = Mismatch(name, s, f, w.get(f), got.get(f))
-        rep.engines[name] = bad
-    return rep
+            out.append((None, diff[0], w.get(diff[0]), got.get(diff[0])) if diff else None)
+        return out, _deviation(enc, y), {"out_of_window": sum(1 for w in want if w.get("overflow"))}

@@ -20,7 +20,7 @@ import numpy as np
 
 from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.check import Mismatch, VerifyReport
+from tm2nn.verify.check import Checker
 
 LOSS_RTOL = 1e-5  # onnxruntime runs float32
 
@@ -35,15 +35,17 @@ def _onnx_loss(net, ro: np.ndarray) -> float:
     return float(y[0, 0])
 
 
-def check_one(compiled: Compiled, text: str, use_onnx: bool = False):
-    """``(GDRun, first divergence or None, onnx divergence or None)`` for one input."""
+def check_one(compiled: Compiled, text: str, use_onnx: bool = False, progress=None):
+    """``(GDRun, first divergence or None, onnx divergence or None)`` for one input;
+    ``progress(k, total)`` after every optimizer step."""
     from tm2nn.backends.gd_trace.machine_mode import run_gd, simplex_of
     from tm2nn.interp.machine import run_machine
     from tm2nn.interp.multitape import run_multitape
     from tm2nn.verify.trace import compare_runs
 
     low, ts = simplex_of(compiled)
-    g = run_gd(compiled, text)
+    total = int(compiled.output_encoding["lowered_steps"])
+    g = run_gd(compiled, text, progress=(lambda k: progress(k, total)) if progress else None)
     lowered = run_multitape(low.machine, low.lower_input(text), len(g.lowered.configs) - 1)
     d = None
     for k, (want, got) in enumerate(zip(lowered.configs, g.lowered.configs)):
@@ -76,32 +78,39 @@ def check_one(compiled: Compiled, text: str, use_onnx: bool = False):
     return g, d, od
 
 
-def verify_gd(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool) -> VerifyReport:
-    from tm2nn.verify.trace import EXHAUSTIVE_CELLS, machine_tapes
+class GDChecker(Checker):
+    """Welper §4.4: the optimizer run on the torch module, every iterate decoded and
+    checked (see the module doc); onnxruntime computes the loss at the last iterate."""
 
-    m = compiled.source
-    if inputs is not None:
-        xs, mode = list(inputs), "given"
-    else:
-        cells = min(EXHAUSTIVE_CELLS, int(compiled.input_encoding["max_input"]))
-        xs, mode, seed = machine_tapes([a for a in m.alphabet if a != m.blank], cells, samples, seed)
-    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
-    bad = {"torch": 0, **({"onnxruntime": 0} if use_onnx else {})}
-    dev = 0.0
-    for text in xs:
-        g, d, od = check_one(compiled, text, use_onnx)
-        dev = max(dev, g.max_deviation)
-        if d is not None:
-            bad["torch"] += 1
-            if rep.first is None:
-                rep.first = Mismatch("torch", text, d[1], d[2], d[3], step=d[0])
-        if od is not None:
-            bad["onnxruntime"] += 1
-            if rep.first is None:
-                rep.first = Mismatch("onnxruntime", text, od[1], od[2], od[3], step=od[0])
-    rep.engines = bad
-    rep.max_deviation = {"torch": dev}
-    return rep
+    compares = ("every optimizer iterate (the §4.1 configuration), the source configuration at every step, "
+                "the loss bounds (23)")
+
+    def __init__(self, compiled: Compiled) -> None:
+        super().__init__(compiled)
+        self._runs: dict = {}  # text -> (GDRun, divergence, onnx divergence), for the second engine
+
+    def space(self):
+        from tm2nn.verify.check import InputSpace
+        from tm2nn.verify.trace import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
+
+        m = self.compiled.source
+        cells = min(EXHAUSTIVE_CELLS, int(self.compiled.input_encoding["max_input"]))
+        return InputSpace([a for a in m.alphabet if a != m.blank], 0, cells, EXHAUSTIVE_TAPES)
+
+    def batch(self) -> int:
+        return 8
+
+    def check(self, engine: str, texts: list[str]):
+        out, dev = [], 0.0
+        for text in texts:
+            if engine == "torch":
+                g, d, od = check_one(self.compiled, text, use_onnx="onnxruntime" in self.engines)
+                self._runs[text] = od
+                dev = max(dev, g.max_deviation)
+                out.append(d)
+            else:
+                out.append(self._runs.pop(text, None))
+        return out, dev, {}
 
 
 # -- Welper §5: the extended network's training against the interpreters -------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.verify.check import Mismatch, VerifyReport, onnx_bytes
-from tm2nn.verify.trace import compare_runs, machine_tapes
+from tm2nn.verify.check import Checker, InputSpace
+from tm2nn.verify.trace import EXHAUSTIVE_TAPES, compare_runs
 
 #: Output floats held at once by a runner (the states of a batch of grids).
 BATCH_FLOATS = 1 << 26
@@ -18,26 +18,11 @@ class GridModel:
     """The compiled model's encodings, for encoding inputs and decoding outputs."""
 
     def __init__(self, compiled: Compiled) -> None:
-        self._setup(compiled.source, compiled.input_encoding, compiled.output_encoding)
-
-    @classmethod
-    def from_metadata(cls, enc_in: dict, enc_out: dict) -> "GridModel":
-        """From a saved model's encodings: the machine is rebuilt from its text."""
-        from tm2nn.errors import Tm2nnError
-        from tm2nn.syntax import parse_text
-
-        if "machine" not in enc_in:
-            raise Tm2nnError("this RCNN model's metadata does not hold its machine (written by an older "
-                             "tm2nn): compile it again")
-        gm = cls.__new__(cls)
-        gm._setup(parse_text(enc_in["machine"], "tm", "<model metadata>")[0], enc_in, enc_out)
-        return gm
-
-    def _setup(self, source, enc: dict, enc_out: dict) -> None:
         from tm2nn.backends.rcnn import machine_form
 
-        self.source = source
-        self.chain, self.code = machine_form(source, enc)
+        enc, enc_out = compiled.input_encoding, compiled.output_encoding
+        self.source = compiled.source
+        self.chain, self.code = machine_form(self.source, enc)
         self.window = tuple(enc["window"])
         self.steps = int(enc_out["source_steps"])
         self.filter_steps = int(enc_out["filter_steps"])
@@ -49,12 +34,12 @@ class GridModel:
 
     def grids(self, texts: list[str]) -> np.ndarray:
         from tm2nn.backends.rcnn.machine_io import start_grids
-        from tm2nn.errors import Tm2nnError
+        from tm2nn.options import OptionError
 
         long = [t for t in texts if len(t) > self.max_input]
         if long:
-            raise Tm2nnError(f"input {long[0]!r} is longer than the compiled bound of {self.max_input} cells "
-                             "(compile with a larger --max-input)")
+            raise OptionError(f"input {long[0]!r} is longer than the compiled bound of {self.max_input} cells "
+                              "(compile with a larger {max_input})", "max_input")
         return start_grids(self.chain, self.code, texts, self.window)
 
     def decode(self, states: np.ndarray, text: str):
@@ -63,52 +48,42 @@ class GridModel:
         return decode_run(self.chain, self.code, self.window, states, text, self.steps)
 
 
-def runners(compiled: Compiled, use_onnx: bool, batch: int):
-    """(engine, run(grids) -> states) for torch and, optionally, onnxruntime."""
-    from tm2nn.emit.torch_emit import run_torch, to_torch
+class GridChecker(Checker):
+    """The RCNN: the grid after every filter step, decoded and mapped back to the source
+    machine, against the interpreter's configuration (state, head, every cell) at every
+    source step."""
 
-    module = to_torch(compiled.net)
-    yield "torch", lambda x: run_torch(module, x, batch_size=batch)
-    if use_onnx:
-        from tm2nn.emit.onnx_emit import run_onnx
+    compares = "state, head and every cell after every source step"
 
-        blob = onnx_bytes(compiled)
-        yield "onnxruntime", lambda x: run_onnx(blob, x, batch_size=batch)
+    def __init__(self, compiled: Compiled) -> None:
+        super().__init__(compiled)
+        self.gm = GridModel(compiled)
 
+    def space(self) -> InputSpace:
+        return InputSpace(self.compiled.source.alphabet, 0, self.gm.max_input, EXHAUSTIVE_TAPES)
 
-def verify_grid(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool) -> VerifyReport:
-    from tm2nn.backends.rcnn.machine_io import max_deviation
-    from tm2nn.errors import Tm2nnError
-    from tm2nn.interp import run_machine
+    def batch(self) -> int:
+        return self.gm.batch()
 
-    gm = GridModel(compiled)
-    m = compiled.source
-    if inputs is not None:
-        xs, mode = list(inputs), "given"
-    else:
-        xs, mode, seed = machine_tapes(m.alphabet, gm.max_input, samples, seed)
-    x = gm.grids(xs)
-    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
-    want = [run_machine(m, t, gm.steps, trace=True) for t in xs]
-    for name, run in runners(compiled, use_onnx, gm.batch()):
-        states = run(x)
-        rep.max_deviation[name] = max_deviation(states, gm.code.n_digits) / 3 ** (gm.code.n_digits - 1)
-        bad = 0
-        for text, s, w in zip(xs, states, want):
+    def check(self, engine: str, texts: list[str]):
+        from tm2nn.backends.rcnn.machine_io import max_deviation
+        from tm2nn.errors import Tm2nnError
+        from tm2nn.interp import run_machine
+
+        gm, m = self.gm, self.compiled.source
+        states = self.compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
+        dev = max_deviation(states, gm.code.n_digits) / 3 ** (gm.code.n_digits - 1)
+        out = []
+        for text, s in zip(texts, states):
             try:
-                d = compare_runs(w, gm.decode(s, text))
+                out.append(compare_runs(run_machine(m, text, gm.steps, trace=True), gm.decode(s, text)))
             except Tm2nnError as e:
-                d = (None, "encoding", "a B.1.1 grid", str(e))
-            if d is not None:
-                bad += 1
-                if rep.first is None:
-                    rep.first = Mismatch(name, text, d[1], d[2], d[3], step=d[0])
-        rep.engines[name] = bad
-    return rep
+                out.append((None, "encoding", "a B.1.1 grid", str(e)))
+        return out, dev, {}
 
 
-def run_grid(compiled: Compiled, text: str, engine: str = "torch") -> dict:
-    """One input through a machine-mode model; the source machine's run report."""
+def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch") -> list:
+    """The source machine's decoded runs (RunResults with traces) of ``texts``."""
     gm = GridModel(compiled)
-    run = dict(runners(compiled, engine != "torch", 1))["torch" if engine == "torch" else "onnxruntime"]
-    return gm.decode(np.asarray(run(gm.grids([text])))[0], text).report()
+    states = compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
+    return [gm.decode(np.asarray(s), t) for s, t in zip(states, texts)]

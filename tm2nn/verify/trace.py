@@ -12,14 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.verify.check import (
-    REPORT_FIELDS,
-    Mismatch,
-    VerifyReport,
-    all_or_sample_tapes,
-    engine_runners,
-    onnx_bytes,
-)
+from tm2nn.verify.check import REPORT_FIELDS, Checker, InputSpace, all_or_sample_tapes
 
 #: Exhaustive verification covers every tape up to this many cells (when few enough).
 EXHAUSTIVE_CELLS = 8
@@ -42,7 +35,7 @@ def encode_tokens(enc: dict, texts: list[str]) -> np.ndarray:
             if ch not in index:
                 raise Tm2nnError(f"symbol {ch!r} is not in the alphabet "
                                  f"({' '.join(repr(a) for a in enc['alphabet'])})",
-                                 file="--input", line=1, col=c + 1, snippet=t)
+                                 file="input", line=1, col=c + 1, snippet=t)
             out[r, c] = index[ch]
     return out
 
@@ -73,18 +66,6 @@ def torch_runner(net_or_module, progress=None):
                 d.progress = None
             torch.set_num_threads(threads)
         return np.concatenate(outs)
-    return run
-
-
-def onnx_runner(model_bytes: bytes):
-    """Same contract as :func:`torch_runner`, in onnxruntime (the taps are the model's
-    first output; a compiled model also has the decoded outputs of
-    :mod:`tm2nn.backends.transformer.readout`)."""
-    from tm2nn.emit.onnx_emit import run_onnx
-
-    def run(tokens):
-        y = run_onnx(model_bytes, tokens, batch_size=BATCH)
-        return y[0] if isinstance(y, tuple) else y
     return run
 
 
@@ -151,41 +132,37 @@ def compare_runs(want, got) -> tuple[int | None, str, object, object] | None:
     return None
 
 
-def verify_trace(compiled: Compiled, inputs, samples: int, seed, use_onnx: bool,
-                 progress=None) -> VerifyReport:
-    from tm2nn.backends.transformer.decoding import TraceDecoder
+class TraceChecker(Checker):
+    """The transformer: every source step's state, head and symbol under the head,
+    decoded from the taps, against the interpreter's trace; then the run report."""
 
-    m = compiled.source
-    enc_in, enc_out = compiled.input_encoding, compiled.output_encoding
-    steps = int(enc_out["source_steps"])
-    if inputs is not None:
-        xs, mode = list(inputs), "given"
-    else:
-        xs, mode, seed = machine_tapes(m.alphabet, min(EXHAUSTIVE_CELLS, steps + 1), samples, seed)
-    tokens = encode_tokens(enc_in, xs)
-    dec = TraceDecoder(enc_out)
-    rep = VerifyReport(compiled.backend, mode, len(xs), seed)
-    for name, run in engine_runners(compiled, use_onnx, progress):
-        taps = run(tokens)
-        rep.max_deviation[name] = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
-        bad = 0
-        for text, t in zip(xs, taps):
-            d = first_divergence(m, dec.decode(t, text), text, steps)
-            if d is not None:
-                bad += 1
-                if rep.first is None:
-                    rep.first = Mismatch(name, text, d[1], d[2], d[3], step=d[0])
-        rep.engines[name] = bad
-    return rep
+    compares = "state, head and the symbol under the head after every step, then the run report"
+
+    def __init__(self, compiled) -> None:
+        from tm2nn.backends.transformer.decoding import TraceDecoder
+
+        super().__init__(compiled)
+        self.steps = int(compiled.output_encoding["source_steps"])
+        self.decoder = TraceDecoder(compiled.output_encoding)
+
+    def space(self) -> InputSpace:
+        return InputSpace(self.compiled.source.alphabet, 0, min(EXHAUSTIVE_CELLS, self.steps + 1), EXHAUSTIVE_TAPES)
+
+    def batch(self) -> int:
+        return BATCH
+
+    def check(self, engine: str, texts: list[str]):
+        taps = run_taps(self.compiled, texts, engine)
+        dev = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
+        m = self.compiled.source
+        return [first_divergence(m, self.decoder.decode(t, text), text, self.steps)
+                for text, t in zip(texts, taps)], dev, {}
 
 
-def run_compiled(compiled: Compiled, text: str, engine: str = "torch", progress=None) -> dict:
-    """Run one input through a compiled transformer and return the source run report."""
-    from tm2nn.backends.transformer.decoding import TraceDecoder
-
-    tokens = encode_tokens(compiled.input_encoding, [text])
+def run_taps(compiled: Compiled, texts: list[str], engine: str, progress=None) -> np.ndarray:
+    """``[n, T+1, tap_w]`` taps of a compiled transformer on ``texts`` (torch or onnxruntime)."""
+    tokens = compiled.encode(texts)
     if engine == "torch":
-        taps = torch_runner(compiled.net, progress)(tokens)
-    else:
-        taps = onnx_runner(onnx_bytes(compiled, "run"))(tokens)
-    return TraceDecoder(compiled.output_encoding).decode(taps[0], text).report
+        return torch_runner(compiled.module(), progress)(tokens)
+    y = compiled.runner(engine)(tokens, batch_size=BATCH)
+    return y[0] if isinstance(y, tuple) else y

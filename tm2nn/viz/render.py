@@ -22,12 +22,14 @@ def check_out(path: str | Path) -> Path:
     return out
 
 
-def figure(width: float, height: float):
-    """A new figure of ``width`` x ``height`` inches (clamped to something viewable)."""
+def figure(width: float, height: float, layout: str | None = None):
+    """A new figure of ``width`` x ``height`` inches (clamped to something viewable);
+    ``layout="constrained"`` makes room for every panel's tick labels, title and colour
+    bar (matplotlib's constrained layout)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(min(max(width, 4.0), 40.0), min(max(height, 3.0), 40.0)), dpi=100)
+    fig = Figure(figsize=(min(max(width, 4.0), 40.0), min(max(height, 3.0), 40.0)), dpi=100, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 
@@ -58,3 +60,41 @@ def thin_ticks(labels: list[str], most: int = 40) -> tuple[list[int], list[str]]
     step = -(-n // most)
     idx = list(range(0, n, step))
     return idx, [labels[i] for i in idx]
+
+
+def shorten(label: str, most: int = 40) -> str:
+    """``label`` cut to ``most`` characters with an ellipsis in the middle (both ends
+    usually name the dimension)."""
+    if len(label) <= most:
+        return label
+    head = (most - 1) // 2
+    return label[:head] + "\u2026" + label[len(label) - (most - 1 - head):]
+
+
+def declutter_ticks(fig, axes, **label_props) -> None:
+    """Lay ``fig`` out (a draw), then drop the tick labels of ``axes`` that would print
+    over an earlier label of the same axis, keeping the first in reading order.  The
+    kept labels get ``label_props`` (``{"x": {...}, "y": {...}}``: rotation, size) again.
+    A layout engine only grows the axes when labels go, so the kept ones stay apart."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            locs = list(axis.get_majorticklocs())
+            texts = axis.get_ticklabels()
+            if len(locs) < 2 or len(texts) != len(locs):
+                continue
+            # each label's extent along the axis, in reading order (left to right, top down)
+            spans = [(b.x0, b.x1) if which == "x" else (-b.y1, -b.y0)
+                     for b in (t.get_window_extent(renderer) for t in texts)]
+            keep, end = [], -float("inf")
+            for i in sorted(range(len(locs)), key=lambda i: spans[i][0]):
+                if not texts[i].get_text():
+                    keep.append(i)
+                elif spans[i][0] >= end + 1.0:  # a pixel apart
+                    keep.append(i)
+                    end = spans[i][1]
+            if len(keep) < len(locs):
+                keep.sort()
+                axis.set_ticks([locs[i] for i in keep], [texts[i].get_text() for i in keep],
+                               **label_props.get(which, {}))

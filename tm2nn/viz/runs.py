@@ -7,8 +7,6 @@ from __future__ import annotations
 from tm2nn.errors import Tm2nnError
 
 Config = tuple[str, int, dict]
-#: Backends whose decoded output holds every step's whole configuration.
-SPACETIME_BACKENDS = ("transformer", "rcnn", "gd-trace")
 DEFAULT_MAX_STEPS = 200
 
 
@@ -26,36 +24,19 @@ def default_steps(m, text: str, cap: int = DEFAULT_MAX_STEPS) -> int:
     return max(1, run_machine(m, text, cap).steps)
 
 
-def net_run(m, text: str, steps: int, backend: str) -> list[Config]:
+def net_run(m, text: str, steps: int, backend: str, options: dict | None = None) -> list[Config]:
     """Compile ``m`` with ``backend`` for ``steps`` steps and inputs as long as ``text``,
-    run it on ``text`` in torch and decode every step."""
+    run it on ``text`` in torch and decode every step (the backend's
+    :meth:`~tm2nn.backends.base.Backend.configurations`)."""
+    from tm2nn import backends
     from tm2nn.compiler import compile as compile_source
-    from tm2nn.interp import configurations
 
-    if backend not in SPACETIME_BACKENDS:
-        raise Tm2nnError(f"the space-time diagram needs every step's configuration, which the "
-                         f"{', '.join(SPACETIME_BACKENDS)} backends decode; {backend!r} does not "
-                         "(relu-circuit decodes only the final tape)")
-    c = compile_source(m, backend, steps=steps, max_input=len(text))
-    if backend == "transformer":
-        from tm2nn.backends.transformer.decoding import TraceDecoder
-        from tm2nn.verify.trace import encode_tokens, torch_runner
-
-        taps = torch_runner(c.net)(encode_tokens(c.input_encoding, [text]))[0]
-        return TraceDecoder(c.output_encoding).configurations(taps, text)
-    if backend == "rcnn":
-        import numpy as np
-
-        from tm2nn.verify.grid import GridModel, runners
-
-        gm = GridModel(c)
-        run = dict(runners(c, False, 1))["torch"]
-        result = gm.decode(np.asarray(run(gm.grids([text])))[0], text)
-    else:
-        from tm2nn.backends.gd_trace.machine_mode import run_gd
-
-        result = run_gd(c, text).result
-    return [(q, head, dict(cells)) for _k, q, head, cells in configurations(result)]
+    spec = backends.get(backend)
+    if spec.run_steps is None:
+        raise Tm2nnError(f"the space-time diagram needs every step's configuration; the {backend} backend "
+                         "decodes only the final tape")
+    values = spec.options_for_run({**(options or {}), spec.run_steps: steps}, [text])
+    return spec.configurations(compile_source(m, backend, **values), text)
 
 
 def divergences(want: list[Config], got: list[Config]) -> tuple[int | None, dict]:

@@ -78,9 +78,9 @@ def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = 
         raise Tm2nnError("space-time diagrams are drawn for line machines; a grid machine's tape is 2D "
                          "(see docs/viz.md)")
     runs = [want] + ([got] if got is not None else [])
-    refuse_large("steps", max(len(r) for r in runs), "pass a smaller --steps")
+    refuse_large("steps", max(len(r) for r in runs), "lower the step bound (steps)")
     lo, hi = _extent(runs, text)
-    refuse_large("tape cells", hi - lo + 1, "pass a smaller --steps")
+    refuse_large("tape cells", hi - lo + 1, "lower the step bound (steps)")
     first, diff = (None, {}) if got is None else divergences(want, got)
     rows = max(len(r) for r in runs)
     fig = figure(width=len(runs) * (3.5 + 0.25 * (hi - lo + 1)), height=2.5 + 0.18 * rows)

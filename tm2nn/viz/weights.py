@@ -10,7 +10,7 @@ import numpy as np
 
 from tm2nn.errors import Tm2nnError
 
-from .render import figure, thin_ticks
+from .render import declutter_ticks, figure, shorten, thin_ticks
 
 MAX_LAYERS = 12
 
@@ -42,25 +42,34 @@ def _groups(labels: list[str]) -> list[tuple[int, int, str]]:
     return runs
 
 
+#: Most ticks an axis gets before they are thinned (by group, or evenly).
+MOST_TICKS = 40
+TICK_PROPS = {"x": {"rotation": 90, "fontsize": 6}, "y": {"fontsize": 6}}
+
+
 def _axis(ax, labels: list[str], which: str) -> None:
+    """Ticks for one axis: every label when they are few; one ``group:*`` per label
+    group when there are too many labels but the groups are few (each group at its
+    middle, groups split by thin lines); else evenly thinned labels.  Groups of one or
+    two labels on average (``rlo:*``, ``rhi:*`` alternating) are not drawn as groups."""
     groups = _groups(labels)
-    if len(labels) <= 40 or len(groups) <= 1:
-        idx, labs = thin_ticks(labels)
-    else:  # one tick per group, at its middle
+    real = 1 < len(groups) <= min(MOST_TICKS, len(labels) // 2)
+    if len(labels) > MOST_TICKS and real:
         idx = [(a + b - 1) / 2 for a, b, _g in groups]
         labs = [f"{g}:*" if g else "" for _a, _b, g in groups]
-        idx, labs = idx[:60], labs[:60]
-    for a, _b, _g in groups[1:]:
-        (ax.axvline if which == "x" else ax.axhline)(a - 0.5, color="0.6", lw=0.5)
-    if which == "x":
-        ax.set_xticks(idx, labs, rotation=90, fontsize=6)
     else:
-        ax.set_yticks(idx, labs, fontsize=6)
+        idx, labs = thin_ticks(labels, MOST_TICKS)
+    if real:
+        for a, _b, _g in groups[1:]:
+            (ax.axvline if which == "x" else ax.axhline)(a - 0.5, color="0.6", lw=0.5)
+    (ax.set_xticks if which == "x" else ax.set_yticks)(idx, [shorten(x) for x in labs], **TICK_PROPS[which])
 
 
 def draw_weights(net, layer: str | None = None):
     """One heatmap per affine layer (the first ``MAX_LAYERS``, or the layer named
-    ``layer``); colour is the weight, symmetric around 0."""
+    ``layer``); colour is the weight, symmetric around 0.  The layout is constrained
+    (no panel's labels run into another panel or colour bar) and an axis keeps only the
+    tick labels that do not print over each other."""
     layers = affine_layers(net)
     if layer is not None:
         chosen = [L for L in layers if L[0] == layer]
@@ -76,7 +85,8 @@ def draw_weights(net, layer: str | None = None):
     rows = -(-len(shown) // cols)
     big = max(max(w.shape) for _n, w, _o, _i in shown)
     side = 5.0 if len(shown) > 1 else min(14.0, 4.0 + big / 40)
-    fig = figure(width=cols * side + 1, height=rows * side + 1)
+    fig = figure(width=cols * side + 1, height=rows * side + 1, layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.05, h_pad=0.05, wspace=0.02, hspace=0.02)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, (name, w, outs, ins) in zip(axes, shown):
         lim = float(np.abs(w).max()) or 1.0
@@ -84,9 +94,11 @@ def draw_weights(net, layer: str | None = None):
         ax.set_title(f"{name}  {w.shape[0]}x{w.shape[1]}", fontsize=8)
         _axis(ax, ins, "x")
         _axis(ax, outs, "y")
-        fig.colorbar(im, ax=ax, fraction=0.04)
+        cbar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
+        cbar.ax.tick_params(labelsize=6)
     for ax in axes[len(shown):]:
-        ax.set_axis_off()
+        ax.remove()
     more = f" (first {MAX_LAYERS} of {len(layers)}; pick one with --layer)" if len(layers) > MAX_LAYERS else ""
     fig.suptitle(f"{net.name}: affine weights{more}", fontsize=10)
+    declutter_ticks(fig, axes[:len(shown)], **TICK_PROPS)
     return fig, [n for n, *_ in shown]

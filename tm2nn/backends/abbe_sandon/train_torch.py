@@ -16,17 +16,14 @@ copies (w(v0, v1) against its bit-0 sign, :func:`.gadgets.ms_bit`'s rule) equals
 is exact); and (``check_weights``) every buffer is bitwise unchanged.  The first
 mismatch stops training.
 
-Export (:func:`export`): ``.onnx`` -- the IR net with the module's current weights
-(:meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) through the ONNX emitter, metadata
-included; ``.pt`` -- ``torch.save`` of ``{"module", "state_dict", "metadata"}``.
+Export: :func:`learn` hands the net before and after training (the module's weights
+written back, :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) to its caller, which
+saves it as any model (:meth:`tm2nn.backends.base.Compiled.save`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -60,9 +57,9 @@ class TorchEngine:
             self.flat[name] = (np.arange(w.nnz) if mod.form == "scatter"
                                else w.rows * w.shape[1] + w.cols)
         self.opt = torch.optim.SGD(self.module.parameters(), lr=ir.gamma)
-        pnames = {n for n, _ in self.module.named_parameters()}
+        pnames = {n for n, p in self.module.named_parameters() if p.requires_grad}
         assert pnames == {f"{self.module.op_attrs[n]}.weight" for n in self.params}, pnames
-        self.buffers0 = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        self.buffers0 = {n: b.detach().clone() for n, b in self._frozen()}
         self.abs0 = {n: p.detach().abs().clone() for n, p in self.params.items()}
         # memory decoding: each memory copy's w(v0, v1) slot and its bit-0 sign (+)
         lr = ir.learner
@@ -112,8 +109,13 @@ class TorchEngine:
                         f"initial ±{float(self.abs0[n].reshape(-1)[j])!r}")
         return None
 
+    def _frozen(self) -> list:
+        """The fixed tensors (frozen parameters, buffers): they must never change."""
+        return [*((n, p) for n, p in self.module.named_parameters() if not p.requires_grad),
+                *self.module.named_buffers()]
+
     def changed_buffers(self) -> list[str]:
-        return [n for n, b in self.module.named_buffers() if n in self.buffers0 and not self.torch.equal(b, self.buffers0[n])]
+        return [n for n, b in self._frozen() if n in self.buffers0 and not self.torch.equal(b, self.buffers0[n])]
 
 
 def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
@@ -147,59 +149,25 @@ def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
     return chk.finish()
 
 
-def export(eng: TorchEngine, path, steps: int = 0) -> Path:
-    """Write the net with its current weights: ``.onnx`` (ONNX emitter, metadata) or
-    ``.pt`` (``{"module", "state_dict", "metadata"}``); see the module doc."""
-    import torch
-
-    path = Path(path)
-    meta = dict(eng.ir.net.metadata)
-    meta["tm2nn.abbe_sandon.steps"] = str(steps)
-    meta["tm2nn.abbe_sandon.memory"] = "".join(map(str, eng.memory()))
-    meta["tm2nn.abbe_sandon.input_labels"] = ",".join(eng.ir.net.inputs[0].space.labels)
-    rows = eng.ir.size_report()  # for `tm2nn info FILE`
-    from tm2nn import __version__
-
-    meta["tm2nn.version"] = __version__
-    # ARCHITECTURE.md's model contract: the source's hash and its port tables too.
-    from tm2nn.syntax import dump
-
-    lr = eng.ir.graph.learner
-    meta["tm2nn.source_sha256"] = hashlib.sha256(dump(lr, "circ").encode()).hexdigest()
-    meta["tm2nn.tables"] = json.dumps({"inputs": list(lr.net_inputs), "memory": list(lr.memory),
-                                       "outputs": ["out"]}, sort_keys=True)
-    meta["tm2nn.input_encoding"] = json.dumps({"kind": "pm1", "names": list(eng.ir.net.inputs[0].space.labels)})
-    meta["tm2nn.output_encoding"] = json.dumps({"kind": "sign", "names": ["out"]})
-    meta["tm2nn.info"] = json.dumps({k.strip(): v for k, v, _ in rows})
-    meta["tm2nn.bounds"] = json.dumps([list(r) for r in rows])
-    if path.suffix == ".onnx":
-        from tm2nn.emit.onnx_emit import save_onnx, to_onnx
-
-        save_onnx(to_onnx(eng.module.to_net(), metadata=meta), path)
-    elif path.suffix == ".pt":
-        torch.save({"module": eng.module, "state_dict": eng.module.state_dict(), "metadata": meta}, path)
-    else:
-        raise ValueError(f"export path must end in .onnx or .pt, got {path.name!r}")
-    return path
-
-
 def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
-          progress: Callable[[int, str], None] | None = None, export_before=None, export_after=None,
+          progress: Callable[[int, str], None] | None = None, snapshots=None,
           k: int | None = None) -> dict:
-    """:func:`.train.learn` with the float64 engine (same dict), plus the exports."""
+    """:func:`.train.learn` with the float64 engine (same dict).  ``snapshots(ir, net,
+    steps, memory)`` receives the net (with the module's weights,
+    :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) before and after training."""
     ir = build_ir_net(lr, k)
     eng = TorchEngine(ir)
     T = len(xs)
-    if export_before:
-        export(eng, export_before, 0)
+    if snapshots:
+        snapshots(ir, eng.module.to_net(), 0, eng.memory())
 
     def on_step(t, acc):
         if progress is not None:
             progress(t, f"training (running accuracy {acc:.2f})")
 
     rep = train(ir, xs, ys, rs, r2s, progress=on_step, engine=eng)
-    if export_after:
-        export(eng, export_after, rep.steps)
+    if snapshots:
+        snapshots(ir, eng.module.to_net(), rep.steps, eng.memory())
     acc = held_out_accuracy(lr, rep, eng.predict_rows, test_xs, test_ys, test_rs, test_r2s, chunk=256,
                             progress=None if progress is None else (lambda i, msg: progress(T + i, msg)))
     return learn_summary(rep, acc, len(test_xs), ir.size_report())
@@ -230,4 +198,4 @@ def steps_per_second(lr, T: int = 50, seed: int = 0) -> dict[str, float]:
     return out
 
 
-__all__ = ["ENGINES", "TorchEngine", "train", "export", "learn", "steps_per_second"]
+__all__ = ["ENGINES", "TorchEngine", "train", "learn", "steps_per_second"]

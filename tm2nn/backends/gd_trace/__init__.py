@@ -11,31 +11,53 @@ loss traces a Turing machine step by step.
   worked example).
 """
 
-from .config_simplex import (
-    Config,
-    ConfigSimplex,
-    TraceStep,
-    build,
-    estimate_vertices,
-    inputs_up_to,
-    step,
-    trace,
-)
-from .extended import Constants, Extended, Layout, sign_sum_layout, train
-from .lagrange import (
-    corner_hyperplane,
-    corner_vertex,
-    ell_pair_all,
-    ell_v,
-    ell_v_all,
-    ell_vw,
-    pair_hyperplane,
-    vertex,
-)
-from .machine_mode import compile, run_gd
-from .optimizer import AmbiguousStep, ConditionalGradient
-from .sign_sum import sign_sum_machine
-from .tape_simplex import TapeSimplex, Tracer44, TraceStep44, choose_b, lbar_all, trace44
+_LAZY = {
+    "Config": "config_simplex",
+    "ConfigSimplex": "config_simplex",
+    "TraceStep": "config_simplex",
+    "build": "config_simplex",
+    "estimate_vertices": "config_simplex",
+    "inputs_up_to": "config_simplex",
+    "step": "config_simplex",
+    "trace": "config_simplex",
+    "Constants": "extended",
+    "Extended": "extended",
+    "Layout": "extended",
+    "sign_sum_layout": "extended",
+    "train": "extended",
+    "corner_hyperplane": "lagrange",
+    "corner_vertex": "lagrange",
+    "ell_pair_all": "lagrange",
+    "ell_v": "lagrange",
+    "ell_v_all": "lagrange",
+    "ell_vw": "lagrange",
+    "pair_hyperplane": "lagrange",
+    "vertex": "lagrange",
+    "compile": "machine_mode",
+    "run_gd": "machine_mode",
+    "AmbiguousStep": "optimizer",
+    "ConditionalGradient": "optimizer",
+    "sign_sum_machine": "sign_sum",
+    "TapeSimplex": "tape_simplex",
+    "TraceStep44": "tape_simplex",
+    "Tracer44": "tape_simplex",
+    "choose_b": "tape_simplex",
+    "lbar_all": "tape_simplex",
+    "trace44": "tape_simplex",
+}
+
+
+def __getattr__(name: str):
+    """The package's names, imported on first use (its modules need torch; the backend
+    registry imports :mod:`.backend` without it)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "compile", "run_gd",

@@ -24,9 +24,8 @@ from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import GridMachine, Machine, check_input
 from tm2nn.passes.lowering import cut_at, result_from_configurations
 
-from .tape_simplex import DEFAULT_MAX_DIM, TapeSimplex, Tracer44, choose_b
-
-DEFAULT_STEPS = 100
+from .backend import DEFAULT_MAX_DIM
+from .tape_simplex import TapeSimplex, Tracer44, choose_b
 
 
 def lowering(m: Machine, enc: dict | None = None):
@@ -64,16 +63,21 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
         raise Tm2nnError("the gd-trace backend takes line machines (Welper §4.1 tapes are lines)")
     if not isinstance(m, Machine):
         raise Tm2nnError("the gd-trace backend compiles machines, not circuits")
-    steps = DEFAULT_STEPS if steps is None else int(steps)
+    from .backend import BACKEND
+
+    opts = BACKEND.options(**{k: v for k, v in dict(steps=steps, max_input=max_input, b=b, gamma=gamma, c=c,
+                                                    max_dim=max_dim).items() if v is not None})
+    steps = opts.steps
     max_input = steps if max_input is None else int(max_input)
-    if steps < 0 or max_input < 0:
-        raise Tm2nnError("--max-steps and the input length must be >= 0")
     est = estimate(m, steps, max_input)
     dim = est["vertices"] + 2 * est["tau"] * est["tapes"]
     if dim > max_dim:
-        raise Tm2nnError(f"the §4.4 simplex and tape variables of {m.name!r} would have dimension "
-                         f"{dim:,} ({est['vertices']:,} vertices, tau = {est['tau']:,} cells x "
-                         f"{est['tapes']} tapes; limit {max_dim:,}): lower --max-steps or the input length")
+        from tm2nn.options import OptionError
+
+        raise OptionError(f"the §4.4 simplex and tape variables of {m.name!r} would have dimension "
+                          f"{dim:,} ({est['vertices']:,} vertices, tau = {est['tau']:,} cells x "
+                          f"{est['tapes']} tapes; limit {max_dim:,}): lower {{steps}} or {{max_input}}",
+                          "steps", "max_input")
     low = lowering(m)
     left, tau = est["left"], est["tau"]
     ts = TapeSimplex(low.machine, tau, left, b=b, gamma=gamma, c=c, max_dim=max_dim)
@@ -98,7 +102,8 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
         ("b (18) and b^3 > 8b^2 d + 3d", f"{ts.b:g}", f"smallest: {choose_b(d)}"),
     ]
     return Compiled("gd-trace", ts.net, m, enc_in, enc_out, bounds,
-                    {"steps": steps, "max_input": max_input, "lowered_states": q})
+                    {"steps": steps, "max_input": max_input, "lowered_states": q,
+                     "dtype": "float64"}).with_options(opts)  # the optimizer runs the loss in float64
 
 
 def _layers(net) -> str:
@@ -151,7 +156,7 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     enc = compiled.input_encoding
     if len(text) > enc["max_input"]:
         raise Tm2nnError(f"input of {len(text)} cells; the model was compiled for at most "
-                         f"{enc['max_input']} (--max-input)")
+                         f"{enc['max_input']} (the option max_input)")
     low, ts = simplex_of(compiled)
     tapes = low.lower_input(text)
     tr = Tracer44(ts, tapes)

@@ -54,10 +54,10 @@ from tm2nn.nets import (
     StopGradient,
 )
 
+from .backend import DEFAULT_MAX_DIM
 from .lagrange import ell_v_all
 from .optimizer import ConditionalGradient
 
-DEFAULT_MAX_DIM = 200_000
 MU = 0.25
 
 

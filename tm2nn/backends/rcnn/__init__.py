@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
+from tm2nn.options import OptionError
 
 __all__ = ["compile", "machine_form", "MAX_GRID_FLOATS"]
 
@@ -58,11 +59,10 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
 
     if not isinstance(m, Machine):
         raise Tm2nnError("the rcnn backend compiles machines (in machine mode); this is not a machine")
-    if steps is None or steps < 1:
-        raise Tm2nnError("the rcnn backend needs a step bound T >= 1: pass --steps T (or --max-steps)")
+    from tm2nn.backends.rcnn.backend import BACKEND
+
+    opts = BACKEND.options(steps=steps, max_input=max_input)  # validated in one place
     max_input = steps if max_input is None else int(max_input)
-    if max_input < 0:
-        raise Tm2nnError("--max-input must be >= 0")
     est = estimate(m, steps, max_input)
     from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32
 
@@ -75,10 +75,10 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
             f"up to {MAX_DIGITS_FLOAT32} digits (257 states). Use another backend, or fewer states")
     if est["floats"] > MAX_GRID_FLOATS:
         _t, _l, h, w = est["window"]
-        raise Tm2nnError(
+        raise OptionError(
             f"refusing to compile: T = {steps} needs {est['filter_steps']} filter steps on a {h}x{w} grid, "
             f"{est['floats']:,} floats of output per input (limit {MAX_GRID_FLOATS:,}); "
-            "pass a smaller --steps or --max-input")
+            "lower {steps} or {max_input}", "steps", "max_input")
     chain, code = est["chain"], est["code"]
     filt = filter_for(chain.machine, code)
     net = machine_net(filt.body, est["filter_steps"], m.name)
@@ -100,4 +100,4 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
         options={"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
                  "window": list(est["window"]), "states": len(chain.machine.states),
                  "digits": code.n_digits, "d_rc": filt.width},
-    )
+    ).with_options(opts)

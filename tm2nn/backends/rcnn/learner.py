@@ -23,7 +23,6 @@ import torch
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.head import build_head
 from tm2nn.backends.rcnn.learner_form import Shape
-from tm2nn.errors import Tm2nnError
 from tm2nn.nets import (
     Affine,
     GridReadout,
@@ -136,11 +135,13 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     # backward keeps every layer's hidden units: about 1.4 d_rc floats per cell and layer
     floats = int(1.4 * filt.width) * shape.rows * shape.cols * depth
     if floats > MAX_TRAIN_FLOATS:
-        raise Tm2nnError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
-                         f"about {floats:,} floats for the backward pass (limit {MAX_TRAIN_FLOATS:,}); "
-                         "pass a smaller --steps or --work, or use fewer examples")
+        from tm2nn.options import OptionError
+
+        raise OptionError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
+                          f"about {floats:,} floats for the backward pass (limit {MAX_TRAIN_FLOATS:,}); "
+                          "lower {steps} or {work}, or use fewer examples", "steps", "work")
     module = to_torch(learner_net(filt.body, shape, depth, g.name), dtype=dtype)
-    params = list(module.parameters())
+    params = [p for p in module.parameters() if p.requires_grad]  # the rest is frozen
     assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
     W = params[0]
     opt = torch.optim.SGD(params, lr=ETA)
@@ -218,11 +219,15 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     if steps is None:
         steps = step_bound(g, X, Y, Shape(m, d, 0))
     if steps < 1:
-        raise Tm2nnError("--steps must be >= 1")
+        from tm2nn.options import OptionError
+
+        raise OptionError("{steps} must be >= 1", "steps")
     depth = max(steps + 1, m + 1)  # Lemma 3 needs m + 1 layers to fill the band
     work = 1 if work is None else int(work)
     if work < 1:
-        raise Tm2nnError("--work must be >= 1 (B.2's case 3 places the head beside a working cell)")
+        from tm2nn.options import OptionError
+
+        raise OptionError("{work} must be >= 1 (B.2's case 3 places the head beside a working cell)", "work")
     shape = Shape(m, d, work)
     rng = np.random.default_rng(seed)
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)

@@ -119,10 +119,10 @@ def reference_answer(g: GridMachine, X, Y, x, shape: Shape, max_steps: int) -> t
         raise error_at(getattr(rule, "loc", None) or g.loc,
                        f"learner {g.name!r} leaves the RCNN's grid at step {k + 1} (to row {hr[k]}, column "
                        f"{hc[k]}); {shape_note}. A B.1.2 learner sees no marks on the top and left edges, so "
-                       "it must be written for this shape (or give it more working columns: --work)")
+                       "it must be written for this shape (or give it more working columns: the option work)")
     if not run.halted:
         raise error_at(g.loc, f"learner {g.name!r} did not halt within {max_steps} steps "
-                       f"(the RCNN runs L = steps + 1 filter steps); pass a larger --steps")
+                       f"(the RCNN runs L = steps + 1 filter steps); raise the option steps")
     bad = [(r, c) for (r, c) in run.cells if r < shape.rows and c <= d and (r, c) != (0, 0)]
     ans = run.cells.get((0, 0))
     if bad or ans is None:

@@ -22,8 +22,11 @@ def compile(c: Circuit, *, corrections: bool = True, pm_one_output: bool = False
     """Compile circuit ``c``; input ``x`` = inputs in declared order (0/1), output ``y`` =
     outputs in declared order, 0/1 (threshold 1/2) or ±1 with ``pm_one_output``
     (threshold 0)."""
+    from tm2nn.backends.relu_circuit.backend import BACKEND
     from tm2nn.passes.basis import to_basis
     from tm2nn.passes.layering import layer_circuit
+
+    opts = BACKEND.options(corrections=corrections, pm_one_output=pm_one_output)  # validated in one place
 
     lc = layer_circuit(to_basis(c))
     if tuple(lc.inputs) != tuple(c.inputs):  # pragma: no cover - to_basis keeps the ports
@@ -42,4 +45,4 @@ def compile(c: Circuit, *, corrections: bool = True, pm_one_output: bool = False
         options={"corrections": bool(corrections), "pm_one_output": bool(pm_one_output),
                  "layers": lc.depth, "width": max(lc.widths[1:], default=0),
                  "gates": sum(len(layer) for layer in lc.layers)},
-    )
+    ).with_options(opts)

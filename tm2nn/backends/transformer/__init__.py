@@ -10,16 +10,14 @@ vector out as in App. C.1 (:mod:`.layout`) and builds the net (:mod:`.build`): i
 
 from __future__ import annotations
 
-import math
-
 from tm2nn.backends.base import Compiled
 from tm2nn.backends.transformer.build import build
 from tm2nn.backends.transformer.layout import Layout
-from tm2nn.backends.transformer.readout import OUTPUTS, add_readout
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine, Machine
+from tm2nn.options import OptionError
 
-__all__ = ["compile", "finish_onnx", "MAX_POSITION_ENTRIES"]
+__all__ = ["compile", "MAX_POSITION_ENTRIES"]
 
 #: Refuse a model whose positional tables (2T+1 rows of width w) exceed this many entries.
 MAX_POSITION_ENTRIES = 50_000_000
@@ -45,25 +43,25 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
 
     if isinstance(m, GridMachine):
         raise Tm2nnError("the transformer backend compiles line-tape machines; this is a grid machine "
-                         "(try --backend rcnn)")
-    if steps is None or steps < 1:
-        raise Tm2nnError("the transformer backend needs a step bound T >= 1: pass --steps T (or --max-steps)")
-    if attention not in ("hardmax", "softmax"):
-        raise Tm2nnError(f"--attention must be hardmax or softmax, got {attention!r}")
-    if not (math.isfinite(beta) and beta > 0):
-        raise Tm2nnError(f"--beta must be a positive number, got {beta}")
+                         "(try the rcnn backend)")
+    from tm2nn.backends.transformer.backend import BACKEND
+
+    opts = BACKEND.options(steps=steps, attention=attention, beta=beta, corrections=corrections,
+                           shared_history=shared_history)  # validated in one place
     est = estimate(m, steps)
     if est["position_entries"] > MAX_POSITION_ENTRIES:
-        raise Tm2nnError(
+        raise OptionError(
             f"refusing to compile: T = {steps} needs {est['decoder_steps']} decoder steps of width "
             f"{est['width']}, positional tables of {est['position_entries']:,} entries "
             f"(about {est['position_entries'] * 4 / 2**20:,.0f} MiB in float32; limit "
-            f"{MAX_POSITION_ENTRIES:,}); pass a smaller --steps")
+            f"{MAX_POSITION_ENTRIES:,}); lower {{steps}}", "steps")
     low = remove_stays(m)
     t = est["decoder_steps"]
     lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
     net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections,
                 shared_history=shared_history)
+    from tm2nn.backends.transformer.readout import OUTPUTS
+
     no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
     enc = {"kind": "transformer_trace", "layout": lay.to_json(), "lowering": low.to_json(),
            "halting": dict(m.halting), "no_rule": no_rule,
@@ -83,9 +81,4 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
                  "beta": float(beta) if attention == "softmax" else None,
                  "corrections": bool(corrections), "shared_history": bool(shared_history), "width": lay.width, "w_pos": lay.w_pos,
                  "offset": lay.offset, "stay_aux_states": len(low.aux)},
-    )
-
-
-def finish_onnx(model, compiled: Compiled):
-    """The ONNX model gets the decoded run as outputs besides the taps (:mod:`.readout`)."""
-    return add_readout(model, compiled.output_encoding)
+    ).with_options(opts)

@@ -1,0 +1,61 @@
+"""The registry of constructions: ``--backend NAME`` -> a :class:`~tm2nn.backends.base.Backend`.
+
+Built-in backends are imported when first asked for (their packages are heavy).  A new
+construction is one package exporting ``BACKEND`` plus one line in :data:`BUILTIN`; code
+outside the package (a plugin, a test) calls :func:`register`.  Nothing else names a
+backend: the compiler, the CLI and the verifier ask this registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tm2nn.errors import Tm2nnError
+
+#: name -> the module that exports ``BACKEND``
+BUILTIN: dict[str, str] = {
+    "relu-circuit": "tm2nn.backends.relu_circuit.backend",
+    "transformer": "tm2nn.backends.transformer.backend",
+    "rcnn": "tm2nn.backends.rcnn.backend",
+    "abbe-sandon": "tm2nn.backends.abbe_sandon.backend",
+    "gd-trace": "tm2nn.backends.gd_trace.backend",
+}
+
+_loaded: dict = {}
+_extra: dict = {}
+
+
+def names() -> list[str]:
+    """Every backend's name, built-in first."""
+    return [*BUILTIN, *(n for n in _extra if n not in BUILTIN)]
+
+
+def get(name: str):
+    """The backend called ``name`` (an error lists the others)."""
+    if name in _extra:
+        return _extra[name]
+    if name not in BUILTIN:
+        raise Tm2nnError(f"unknown backend {name!r} (available: {', '.join(names())})")
+    if name not in _loaded:
+        _loaded[name] = importlib.import_module(BUILTIN[name]).BACKEND
+    return _loaded[name]
+
+
+def all() -> list:  # noqa: A001 - the registry's own vocabulary
+    return [get(n) for n in names()]
+
+
+def register(backend) -> None:
+    """Add (or replace) a backend under ``backend.name``."""
+    from tm2nn.backends.base import Backend
+
+    if not isinstance(backend, Backend):
+        raise TypeError("register() takes a tm2nn.backends.base.Backend instance")
+    if not backend.name:
+        raise ValueError("a backend needs a name")
+    _extra[backend.name] = backend
+
+
+def unregister(name: str) -> None:
+    """Remove a backend added by :func:`register`."""
+    _extra.pop(name, None)

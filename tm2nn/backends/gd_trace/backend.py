@@ -1,0 +1,185 @@
+"""The gd-trace backend (Welper) behind the common interface.
+
+* compile (§4.4, :mod:`.machine_mode`): a machine's loss (21) as a network-IR net; running
+  the model means running the optimizer (22), optimizer step k = machine step k;
+* compile with ``extended`` (§5, :mod:`.extended`): the extended network for a data
+  layout; ``learn`` trains it by least squares (2)/(3) until criterion (4) and checks
+  Prop. 2.1 against the interpreters (:func:`tm2nn.verify.gd.learn_report`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tm2nn.backends.base import Backend, Compiled, Learned
+from tm2nn.options import OptionError, at_least, option
+from tm2nn.report import Report
+
+DEFAULT_STEPS = 100
+#: refuse a §4.4 simplex plus tape variables above this dimension
+DEFAULT_MAX_DIM = 200_000
+
+
+@dataclass(frozen=True)
+class Options:
+    steps: int = option(DEFAULT_STEPS, "the step bound T: the tape window holds T + 1 source steps",
+                        metavar="T")
+    max_input: int | None = option(None, "the longest input tape the window must hold (default T)", metavar="N")
+    b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))")
+    gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)")
+    c: float = option(0.0, "the constant c of the loss (21)")
+    max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension")
+    extended: dict | None = option(None, "Welper §5: build the extended network for this data layout "
+                                   "({samples, features, theta, steps}, a machine file's '# gd-trace:' header; "
+                                   "set by 'tm2nn learn')", cli=False)
+
+    def __post_init__(self):
+        at_least(self, steps=0, max_input=0, max_dim=1)
+
+
+@dataclass(frozen=True)
+class LearnOptions:
+    train: str = option(help="the training set: a CSV of n samples, M features then the label, each +1 or -1, "
+                        "as the machine's '# gd-trace:' header lays out", metavar="CSV", data="csv")
+    test: int = option(20, "fresh random datasets on which F = f_theta is checked")
+    seed: int = option(0, "seed of the fresh datasets")
+
+    def __post_init__(self):
+        at_least(self, test=0)
+
+
+def _extended_bounds(ext) -> list:
+    k = ext.k
+    return [["simplex dimension |V| (§4.4, tripled)", f"{len(ext.ts.verts):,}", ""],
+            ["tape cells τ (2 tapes)", f"{ext.tau:,}", ""],
+            ["b, γ, c (§5.4 option 2)", f"{k.b:g}, {k.gamma:.4g}, {k.c:.6g}", "docs/gd_trace.md, Part 4"],
+            ["B_stop = B_lo < B_hi", f"{k.B_stop:g} < {k.B_hi:.6g}", "(4), §5.3"]]
+
+
+class GDTrace(Backend):
+    name = "gd-trace"
+    summary = "Welper §4-§5: Frank-Wolfe steps on a crafted ReLU loss trace a machine step by step"
+    Options = Options
+    LearnOptions = LearnOptions
+    takes_what = "line machines (Welper §4.1 tapes are lines)"
+    run_steps = "steps"
+    run_default_steps = DEFAULT_STEPS
+    engines = ("torch",)
+    exports = ("before", "after")
+
+    @property
+    def takes(self):
+        from tm2nn.ir import Machine
+
+        return (Machine,)
+
+    learn_takes = takes
+
+    def check_source(self, ir) -> None:
+        from tm2nn.ir import GridMachine
+
+        if isinstance(ir, GridMachine):
+            raise OptionError(f"the gd-trace backend takes line machines (Welper §4.1 tapes are lines); "
+                              f"{ir.name!r} has a 2D tape")
+        super().check_source(ir)
+
+    def compile(self, ir, opts: Options) -> Compiled:
+        if opts.extended is not None:
+            return self._extended(ir, opts.extended)
+        from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
+
+        return compile_gd(ir, steps=opts.steps, max_input=opts.max_input, b=opts.b, gamma=opts.gamma, c=opts.c,
+                          max_dim=opts.max_dim)
+
+    def _extended(self, m, header: dict, net=None) -> Compiled:
+        """§5's extended network (trained when ``net`` is given): input the dataset's
+        ``n x M`` feature signs, output ``F(x)``, one value per sample."""
+        from tm2nn.backends.gd_trace.extended import Extended, Layout
+
+        ext = Extended(m, Layout.from_header(header))
+        net = net if net is not None else ext.net
+        info = net.info()
+        return Compiled(self.name, net, m, {"kind": "signs", "names": list(net.inputs[0].space.labels)},
+                        {"kind": "values", "names": list(net.spaces[net.outputs[0]].labels)},
+                        _extended_bounds(ext), {"dtype": "float64", "mode": "extended",
+                                                "params": info["params_nonzero"]},
+                        build={"options": {"extended": dict(header)}})
+
+    def encode(self, compiled: Compiled, texts: list[str]):
+        """§4.4: the read-only tape ``ro`` of each input (the loss net's input; the
+        optimizer's start iterate is set in the Params).  §5: the feature signs."""
+        if compiled.input_encoding.get("kind") != "gd_trace":
+            return super().encode(compiled, texts)
+        import numpy as np
+
+        from tm2nn.backends.gd_trace.machine_mode import simplex_of
+
+        low, ts = simplex_of(compiled)
+        return np.stack([ts.start(low.lower_input(t))["ro"] for t in texts]).astype(np.float32)
+
+    def options_for_run(self, values: dict, texts: list[str]) -> dict:
+        return {"max_input": max((len(t) for t in texts), default=0), **values}
+
+    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+        """§4.4: run the optimizer on each input, decode every iterate, check it against
+        the interpreters (:func:`tm2nn.verify.gd.check_one`; a divergence is the report's
+        ``failure``).  §5 models: F(x)."""
+        if compiled.input_encoding.get("kind") != "gd_trace":
+            return super().run(compiled, texts, engine, progress)
+        from tm2nn.verify.gd import check_one
+
+        out = []
+        for t in texts:
+            g, d, _ = check_one(compiled, t, progress=progress)
+            r = Report.of_run(g.result)
+            r.notes = [f"{len(g.losses) - 1:,} optimizer steps (Welper (22)) on the §4.1 machine "
+                       f"({len(g.lowered.machine.states)} states, 2 tapes); "
+                       + ("every step matches the interpreter" if d is None else "it diverges")]
+            r.failure = None if d is None else f"first divergence at step {d[0]}: {d[1]}: expected {d[2]!r}, got {d[3]!r}"
+            out.append(r)
+        return out
+
+    def checker(self, compiled: Compiled):
+        from tm2nn.verify.gd import GDChecker
+
+        if compiled.input_encoding.get("kind") != "gd_trace":
+            raise OptionError("a §5 extended network is checked by 'tm2nn learn' (Prop. 2.1), not by verify")
+        return GDChecker(compiled)
+
+    def learn(self, ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None,
+              models=()) -> Learned:
+        """Welper §5: the extended network of a machine whose file declares its data layout
+        (a ``# gd-trace:`` header), trained on ``train``; Prop. 2.1 checked against the
+        interpreters (:func:`tm2nn.verify.gd.learn_report`)."""
+        from pathlib import Path
+
+        from tm2nn.backends.gd_trace.extended import Extended, Layout
+        from tm2nn.syntax import gd_layout
+        from tm2nn.verify.gd import learn_report
+
+        header = gd_layout.parse(Path(source_path).read_text(encoding="utf-8"), str(source_path))
+        X, Y = data["train"]
+        layout = Layout.from_header(header)
+        if X.shape != (layout.n, layout.M):
+            raise OptionError(f"{source_path} is laid out for {layout.n} samples of {layout.M} features; "
+                              f"{{train}} has {X.shape[0]} samples of {X.shape[1]}", "train")
+        ext = Extended(ir, layout)
+        before = self._extended(ir, header)
+        total = ext.low.lowered_steps(layout.steps, ext.text_len) + 1
+        rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed,
+                           progress=(lambda k: progress(k, total)) if progress else None)
+        r = rep.pop("result")
+        after = self._extended(ir, header, r.module.to_net())
+        ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
+              and rep["z_equals_y"] and rep["F_equals_f_theta_on_train"] and rep["test_agreement"] == 1.0)
+        lines = [f"{rep['samples']} samples of {rep['features']} features: stopping criterion (4) after "
+                 f"{rep['optimizer_steps']} optimizer steps = {rep['machine_steps']} machine steps + 1 "
+                 f"({rep['source_steps']} source steps)",
+                 f"  every iterate = the §4.1 machine's configuration: {'yes' if rep['trace_matches'] else 'NO'}",
+                 f"  theta = {rep['theta']} (interpreter: {rep['theta_interpreter']})",
+                 f"  F = f_theta on the training set and on {opts.test} fresh datasets: "
+                 f"{rep['F_equals_f_theta_on_train']} / {rep['test_agreement']:.4f}"]
+        return Learned(rep, ok, lines, {"before": before, "after": after})
+
+
+BACKEND = GDTrace()

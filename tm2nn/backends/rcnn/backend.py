@@ -1,0 +1,111 @@
+"""The rcnn backend (Goel, Kakade, Kalai & Zhang, Def. 5 / App. B) behind the common
+interface.  Machine mode compiles; learner mode (Algorithm 1) is ``learn``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tm2nn.backends.base import Backend, Compiled, Learned
+from tm2nn.options import at_least, option
+from tm2nn.report import Report
+
+
+@dataclass(frozen=True)
+class Options:
+    steps: int = option(help="the step bound T: L filter steps simulate T source steps",
+                        metavar="T")
+    max_input: int | None = option(None, "the longest input tape the grid must hold (default T)", metavar="N")
+
+    def __post_init__(self):
+        at_least(self, steps=1, max_input=0)
+
+
+@dataclass(frozen=True)
+class LearnOptions:
+    train: str = option(help="the training set: a CSV, one example a line, d features then the label, each "
+                        "+1 or -1 (an optional header line is skipped)", metavar="CSV", data="csv")
+    test: int = option(100, "fresh random points on which the trained net is compared with the interpreter")
+    seed: int = option(0, "seed of the test points")
+    steps: int | None = option(None, "the learner's step bound t; L = t + 1 filter steps (default: the most "
+                               "steps it takes on the training inputs)", metavar="t")
+    work: int = option(1, "working columns right of the input (Definition 5 has L)")
+
+    def __post_init__(self):
+        at_least(self, test=0, work=1)
+
+
+class RCNN(Backend):
+    name = "rcnn"
+    summary = "Goel-Kakade-Kalai-Zhang: one shared 3x3 filter applied recurrently over a 2D tape"
+    Options = Options
+    LearnOptions = LearnOptions
+    takes_what = "machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')"
+    run_steps = "steps"
+    run_default_steps = 100
+
+    @property
+    def takes(self):
+        from tm2nn.ir import Machine
+
+        return (Machine,)
+
+    learn_takes = takes
+
+    def compile(self, ir, opts: Options) -> Compiled:
+        from tm2nn.backends.rcnn import compile as compile_rcnn
+
+        return compile_rcnn(ir, steps=opts.steps, max_input=opts.max_input)
+
+    def options_for_run(self, values: dict, texts: list[str]) -> dict:
+        """``run`` compiles for the inputs it is given: the grid holds the longest."""
+        return {"max_input": max((len(t) for t in texts), default=0), **values}
+
+    def encode(self, compiled: Compiled, texts: list[str]):
+        """Start grids ``[n, H, W]``: each input written as after memorization (B.1.1 cells)."""
+        from tm2nn.ir.machine import check_input
+        from tm2nn.verify.grid import GridModel
+
+        for t in texts:
+            check_input(compiled.source, t)
+        return GridModel(compiled).grids(texts)
+
+    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+        from tm2nn.ir.machine import check_input
+        from tm2nn.verify.grid import run_grids
+
+        for t in texts:
+            check_input(compiled.source, t)
+        return [Report.of_run(r) for r in run_grids(compiled, texts, engine)]
+
+    def checker(self, compiled: Compiled):
+        from tm2nn.verify.grid import GridChecker
+
+        return GridChecker(compiled)
+
+    def learn(self, ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None,
+              models=()) -> Learned:
+        """Algorithm 1 on a learner machine (:func:`tm2nn.backends.rcnn.learner.run`):
+        SGD on the memory layer, Lemma 4 checked exactly after every example, then the
+        trained net against the interpreter on fresh points."""
+        from tm2nn.backends.rcnn.learner import run as learn_run
+
+        X, Y = data["train"]
+        total = X.shape[0] + 1 + opts.test
+
+        def cb(phase, done, _n):  # one bar: the m + 1 SGD steps, then the test points
+            progress(done if phase == "train" else X.shape[0] + 1 + done, total)
+        rep = learn_run(ir, X, Y, test=opts.test, seed=opts.seed, steps=opts.steps, work=opts.work,
+                        progress=cb if progress else None)
+        ok = rep["memorized"] and rep["test_agreement"] == 1.0
+        yes = "[green]yes[/]" if rep["memorized"] else "[red]no[/]"
+        lines = [f"{rep['examples']} examples of {rep['features']} features, memorized: {yes}"]
+        lines += [f"  {k.replace('_', ' ')}: {rep[k]}" for k in ("steps", "filter_steps", "working_columns",
+                                                                  "max_w_error", "max_memorization_output",
+                                                                  "max_prediction_error")]
+        colour = "green" if ok else "red"
+        lines.append(f"agreement with the interpreter on {opts.test} fresh points: "
+                     f"[{colour}]{rep['test_agreement']:.4f}[/]")
+        return Learned({k: rep[k] for k in ("examples", "memorized", "test_agreement")}, ok, lines)
+
+
+BACKEND = RCNN()

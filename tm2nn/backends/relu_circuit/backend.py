@@ -1,0 +1,114 @@
+"""The relu-circuit backend (Wei, Chen & Ma 2022, §3 and App. B) behind the common
+interface: circuits compile directly; line machines are unrolled into a circuit for T
+steps over an N-cell window first (:mod:`tm2nn.passes.unroll`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tm2nn.backends.base import Backend, Compiled, Table
+from tm2nn.errors import Tm2nnError
+from tm2nn.options import OptionError, at_least, option
+
+DEFAULT_MAX_GATES = 5_000_000
+
+
+@dataclass(frozen=True)
+class Options:
+    steps: int | None = option(None, "machines: the step bound T of the unrolling (required for machines)",
+                               metavar="T")
+    tape: int | None = option(None, "machines: the tape window, N cells (default 2T+1)", metavar="N")
+    origin: int | None = option(None, "machines: the window index of the start cell (default N//2)")
+    max_gates: int = option(DEFAULT_MAX_GATES, "refuse an unrolled circuit estimated above this many gates")
+    corrections: bool = option(True, "the round() correction after every layer but the last (Prop. 3.4; "
+                               "Lemma 3.3's large all-layer margin)")
+    pm_one_output: bool = option(False, "the final map z -> 2z-1 of Theorem 3.1's proof: outputs in {-1, +1}",
+                                 flag="--pm-one")
+
+    def __post_init__(self):
+        at_least(self, steps=1, tape=1, max_gates=1, origin=0)
+
+
+def unroll_machine(m, opts: Options):
+    """TM -> circuit: ``steps`` is required, the window defaults to 2T+1 cells (every run
+    of T steps fits).  Returns (circuit, layout)."""
+    from tm2nn.ir import GridMachine
+    from tm2nn.passes.unroll import unroll
+
+    if isinstance(m, GridMachine):
+        raise Tm2nnError("the relu-circuit backend unrolls line machines; this is a grid machine "
+                         "(try the rcnn backend)")
+    if opts.steps is None:
+        raise OptionError("compiling a machine to a circuit needs the step bound {steps} (T)", "steps")
+    n = opts.tape if opts.tape is not None else 2 * opts.steps + 1
+    return unroll(m, opts.steps, n, origin=opts.origin, max_gates=opts.max_gates)
+
+
+class ReluCircuit(Backend):
+    name = "relu-circuit"
+    summary = "Wei-Chen-Ma §3: a layered circuit as a ReLU net with round() corrections"
+    Options = Options
+    takes_what = "circuits and line machines (unrolled for T steps)"
+
+    @property
+    def takes(self):
+        from tm2nn.ir import Circuit, Machine
+
+        return (Circuit, Machine)
+
+    def compile(self, ir, opts: Options) -> Compiled:
+        from tm2nn.backends.relu_circuit import compile as compile_circuit
+        from tm2nn.ir import Circuit
+
+        if isinstance(ir, Circuit):
+            if opts.steps is not None or opts.tape is not None or opts.origin is not None:
+                raise OptionError("{steps}, {tape} and {origin} are for machines; this is a circuit",
+                                  "steps", "tape", "origin")
+            return compile_circuit(ir, corrections=opts.corrections, pm_one_output=opts.pm_one_output)
+        circuit, layout = unroll_machine(ir, opts)
+        inner = compile_circuit(circuit, corrections=opts.corrections, pm_one_output=opts.pm_one_output)
+        threshold = inner.output_encoding.get("threshold", 0.5)
+        return Compiled(
+            self.name, inner.net, ir,
+            input_encoding={"kind": "unrolled_tm", "layout": layout.to_json()},
+            output_encoding={"kind": "unrolled_tm", "layout": layout.to_json(), "threshold": threshold},
+            bounds=inner.bounds,
+            options=dict(inner.options, steps=opts.steps, tape=layout.tape, origin=layout.origin,
+                         circuit_gates=len(circuit.gates)),
+        ).with_options(opts)
+
+    def checker(self, compiled: Compiled):
+        from tm2nn.verify.check import UnrolledChecker
+
+        if compiled.input_encoding.get("kind") == "unrolled_tm":
+            return UnrolledChecker(compiled)
+        return super().checker(compiled)
+
+    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int) -> Table:
+        """Wei-Chen-Ma's all-layer margin, per layer (:mod:`tm2nn.verify.margin`): the
+        certified lower bound and two attacks, with and without corrections."""
+        from tm2nn.interp import exhaustive_inputs, random_inputs
+        from tm2nn.ir import Circuit
+        from tm2nn.verify.margin import margin_report
+
+        if isinstance(ir, Circuit):
+            circuit = ir
+            n = len(circuit.inputs)
+            x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, samples, seed)
+        else:
+            from tm2nn.codec import encode_many
+            from tm2nn.verify.check import all_or_sample_tapes
+
+            circuit, layout = unroll_machine(ir, opts)
+            enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
+            tapes, _, _ = all_or_sample_tapes(layout.alphabet, layout.tape - layout.origin, 1 << 16, samples, seed)
+            x = encode_many(enc, tapes[:samples]) > 0.5
+        rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output)
+        return Table(f"per-layer parameter perturbation margin (l2 per layer), {len(x)} inputs",
+                     ["corrections", "layers", "certified (lower bound)", "gradient attack (upper)",
+                      "random directions (upper)"],
+                     [["on" if r["corrections"] else "off", str(r["layers"]), f"{r['certified']:.3g}",
+                       f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}"] for r in rows], json=rows)
+
+
+BACKEND = ReluCircuit()

@@ -1,0 +1,143 @@
+"""What the CLI prints, with rich: run reports, tables, verification summaries and
+progress bars (with an ETA) on a terminal.
+
+Output that is not a terminal (a pipe, a file, a test's capture) is not wrapped at 80
+columns: tables keep their natural width, so no cell is cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+#: the width used when standard output is not a terminal (tables take what they need)
+PIPE_WIDTH = 1000
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    width = None if tty else PIPE_WIDTH  # not COLUMNS: a pipe has no width (and CI sets 80)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=not tty)
+
+
+def print_report(report, notes=()) -> None:
+    """A machine's run report in words (``{"outputs": ...}`` reports print the bits)."""
+    c = console()
+    if "outputs" in report:
+        out = report["outputs"]
+        c.print(out if isinstance(out, str) else " ".join(f"{v:g}" for v in out), markup=False)
+    else:
+        status = "[green]halted[/]" if report["halted"] else "[red]did not halt[/] within the step bound"
+        c.print(f"{status} after {report['steps']:,} steps in state {report['state']!r}"
+                + (f" ({report['outcome']})" if report["outcome"] else ""))
+        c.print(f"tape  {report['tape']!r}  head {report['head']}  sigma {report['sigma']}", markup=False)
+        if report.get("overflow"):
+            c.print("[red]the run left the compiled tape window (overflow)[/]")
+    for line in (*notes, *getattr(report, "notes", ())):
+        c.print(line)
+    if getattr(report, "failure", None):
+        console(stderr=True).print(f"[red]{report.failure}[/]")
+
+
+def print_table(title: str, columns: list[str], rows, right: tuple[int, ...] = (1,)) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="right" if i in right else "left")
+    for r in rows:
+        t.add_row(*(str(v) for v in r))
+    console().print(t)
+
+
+def print_verify(rep) -> None:
+    """A :class:`~tm2nn.verify.VerifyReport` in words: what was checked, how, and the
+    first divergence."""
+    c = console()
+    c.print(f"{rep.backend}: {rep.n_inputs:,} inputs against {rep.reference}, {rep.seconds:.1f} s", markup=False)
+    cut = "" if rep.complete else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
+    c.print(f"  inputs: {rep.how}{cut}", markup=False)
+    c.print(f"  compared: {rep.compares}", markup=False)
+    for eng, bad in rep.engines.items():
+        dev = rep.max_deviation.get(eng, 0.0)
+        c.print(f"  {eng:<12} {'[green]ok[/]' if bad == 0 else '[red]MISMATCH[/]'}: {bad} mismatching inputs "
+                f"(max |output - exact value| = {dev:.2g})")
+    if rep.out_of_window:
+        c.print(f"  {rep.out_of_window:,} inputs run outside the tape window within T steps; the net flags "
+                "them as overflow (use a larger --tape to cover them)")
+    if rep.first is not None:
+        f = rep.first
+        at = f" step {f.step}," if f.step is not None else ""
+        c.print(f"first divergence ({f.engine}): input {f.input!r},{at} {f.field}: expected {f.expected!r}, "
+                f"got {f.got!r}", markup=False)
+
+
+@contextlib.contextmanager
+def progress(label: str, quiet: bool = False, counts: bool = True):
+    """On a terminal (and unless ``quiet``), a progress bar with an ETA; yields
+    ``update(done, total=None, description=None)``, or None when nothing is shown.
+    ``counts``: show done/total (else a percentage)."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn() if counts else TaskProgressColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console(stderr=True),
+                  transient=True) as prog:
+        task = prog.add_task(label, total=None)
+
+        def update(done, total=None, description=None):
+            kw = {} if description is None else {"description": description}
+            prog.update(task, completed=done, total=total, **kw)
+        yield update
+
+
+@contextlib.contextmanager
+def verify_progress(quiet: bool = False):
+    """A bar for ``verify``: done / total inputs, or the share of the time budget used
+    when the inputs are random and unbounded; yields ``verify_compiled``'s callback."""
+    with progress("verifying", quiet, counts=False) as bar:
+        if bar is None:
+            yield None
+            return
+
+        def update(done, total, elapsed, budget):
+            share = max(done / total if total else 0.0, min(1.0, elapsed / budget) if budget else 0.0)
+            bar(int(1000 * share), 1000, f"verifying: {done:,} inputs checked")
+        yield update
+
+
+def print_summaries(source: str, summaries: list[dict]) -> None:
+    """``check``'s summary of each item, one table each."""
+    from rich.table import Table
+
+    c = console()
+    for s in summaries:
+        t = Table(title=f"{source}: {s['kind']} {s['name']!r}", show_header=False, title_justify="left")
+        for k, v in s.items():
+            if k not in ("kind", "name"):
+                t.add_row(k, ", ".join(f"{a} {b}" for a, b in v.items()) if isinstance(v, dict) else str(v))
+        c.print(t)
+
+
+def print_beta(res: dict) -> None:
+    """``verify --find-beta``'s search, in words."""
+    if res["beta"] is None:
+        print(f"no beta up to {res['tried'][-1][0]:g} gave 0 mismatches")
+        return
+    print(f"smallest beta with 0 mismatches: {res['beta']:.4g} "
+          f"({res['n_inputs']:,} {res['mode']} inputs; next lower tried: {res['below']:.4g})")
+    for beta, bad in res["tried"]:
+        print(f"  beta {beta:<10.4g} {bad} mismatching inputs")

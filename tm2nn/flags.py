@@ -1,0 +1,86 @@
+"""Command-line flags from the backends' option dataclasses (:mod:`tm2nn.options`).
+
+A verb that compiles (or trains) gets one flag per option of any backend; its help
+names the backends that take it.  After parsing, :func:`backend_values` keeps the
+options the user gave, converts them with the chosen backend's field types, and refuses
+an option the chosen backend does not take, naming the ones it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tm2nn import backends
+from tm2nn.errors import Tm2nnError
+from tm2nn.options import fields_of
+
+
+def option_fields(verb: str) -> dict:
+    """flag -> [(backend, field)] for the backend options a verb takes."""
+    out: dict = {}
+    for b in backends.all():
+        cls = b.LearnOptions if verb == "learn" else b.Options
+        if cls is None or (verb == "run" and b.run_steps is None):
+            continue
+        for f in fields_of(cls):
+            if f.cli and not (verb == "run" and f.name == b.run_steps):
+                out.setdefault(f.flag, []).append((b.name, f))
+    return out
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of an option name (for OptionError messages)."""
+    for verb in ("compile", "learn"):
+        for flag, owners in option_fields(verb).items():
+            if owners[0][1].name == name:
+                return flag
+    return "--" + name.replace("_", "-")
+
+
+def add_backend_options(p, verb: str) -> None:
+    g = p.add_argument_group("backend options (each takes the ones its help names)")
+    for flag, owners in option_fields(verb).items():
+        f = owners[0][1]
+        helps = {(o[1].help, o[1].default) for o in owners}
+        who = ", ".join(o[0] for o in owners)
+        text = (f"{who}: {f.help}" if len(helps) == 1 else
+                "; ".join(f"{b}: {o.help}" for b, o in owners))
+        if f.default is not None and f.kind is not bool and len(helps) == 1:
+            text += f" (default: {f.default})"
+        if f.kind is bool:
+            g.add_argument(flag, dest=f.name, action="store_const", const=not f.default,
+                           default=argparse.SUPPRESS, help=text)
+        else:
+            g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=text,
+                           metavar=f.metavar or (None if f.choices else f.name.upper()),
+                           choices=[str(c) for c in f.choices] if f.choices else None)
+
+
+def backend_values(args, spec, verb: str) -> dict:
+    """The backend options given on the command line, converted by the chosen backend's
+    field types; an option another backend owns is an error naming the ones it takes.
+    Without a backend (``spec`` None) every given option is kept, typed by its first owner."""
+    cls = None if spec is None else spec.LearnOptions if verb == "learn" else spec.Options
+    mine = {f.name: f for f in fields_of(cls)} if cls else {}
+    values = {}
+    for flag, owners in option_fields(verb).items():
+        name = owners[0][1].name
+        if name not in vars(args):
+            continue
+        raw = getattr(args, name)
+        f = mine.get(name) if spec is not None else owners[0][1]
+        if f is None:
+            takes = [fl for fl, ow in option_fields(verb).items() if any(b == spec.name for b, _ in ow)]
+            order = {g.flag: i for i, g in enumerate(mine.values())}
+            takes.sort(key=lambda fl: order.get(fl, 0))
+            raise Tm2nnError(f"the {spec.name} backend takes no option {flag} (it is an option of "
+                             f"{', '.join(b for b, _ in owners)}); {verb} with {spec.name} takes: "
+                             f"{', '.join(takes) or 'no options'}")
+        if f.kind in (int, float) and f.choices is None:
+            try:
+                raw = f.kind(raw)
+            except ValueError:
+                raise Tm2nnError(f"{flag}: expected {'an integer' if f.kind is int else 'a number'}, "
+                                 f"got {raw!r}") from None
+        values[name] = raw
+    return values
