@@ -120,8 +120,13 @@ def test_documented_python_runs(doc, repo_like, capsys, monkeypatch):
     module = types.ModuleType(f"docs_{doc.stem}")  # a real module: dataclasses look their class up
     monkeypatch.setitem(sys.modules, module.__name__, module)
     namespace = module.__dict__
+    import linecache
+
     for line, code in python_blocks(doc):
+        where = f"{doc.name}:{line}"
+        # the source stays readable (tracebacks; nnsight reads a `with` block's source)
+        linecache.cache[where] = (len(code), None, code.splitlines(True), where)
         try:
-            exec(compile(code, f"{doc.name}:{line}", "exec"), namespace)  # noqa: S102 - our own docs
+            exec(compile(code, where, "exec"), namespace)  # noqa: S102 - our own docs
         except Exception as e:  # noqa: BLE001 - report which block failed, and where
             pytest.fail(f"{doc.name}:{line}: {type(e).__name__}: {e}")
