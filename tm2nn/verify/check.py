@@ -16,6 +16,7 @@ Nothing here compares a net with itself.
 
 from __future__ import annotations
 
+import abc
 import itertools
 import math
 import secrets
@@ -110,8 +111,10 @@ class InputSpace:
         return f"{self.noun} of {n} symbols over {{{syms}}}"
 
 
-class Checker:
-    """What ``verify`` needs from a backend for one compiled model."""
+class Checker(abc.ABC):
+    """What ``verify`` needs from a backend for one compiled model: the input space, and
+    per chunk of inputs the work both engines share (:meth:`prepare`: the reference runs)
+    and one engine's comparison (:meth:`check`)."""
 
     reference = "the interpreter"
     compares = "the run report"
@@ -121,16 +124,22 @@ class Checker:
     def __init__(self, compiled) -> None:
         self.compiled = compiled
 
+    @abc.abstractmethod
     def space(self) -> InputSpace:
-        raise NotImplementedError
+        """The inputs the model takes."""
 
     def batch(self) -> int:
         """The most inputs to run at once (memory)."""
         return 4096
 
-    def check(self, engine: str, texts: list[str]) -> tuple[list, float, dict]:
+    def prepare(self, texts: list[str]):
+        """What every engine's check of this chunk reads (the reference runs), computed
+        once per chunk."""
+        return None
+
+    @abc.abstractmethod
+    def check(self, engine: str, texts: list[str], prepared) -> tuple[list, float, dict]:
         """``(per input: None or (step, field, expected, got), max deviation, counts)``."""
-        raise NotImplementedError
 
 
 def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float = DEFAULT_BUDGET,
@@ -168,8 +177,9 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         if not texts:
             break
         t1 = time.perf_counter()
+        prepared = checker.prepare(texts)
         for eng in engines:
-            diffs, dev, counts = checker.check(eng, texts)
+            diffs, dev, counts = checker.check(eng, texts, prepared)
             rep.max_deviation[eng] = max(rep.max_deviation[eng], float(dev))
             if eng == "torch":
                 rep.out_of_window += int(counts.get("out_of_window", 0))
@@ -190,9 +200,8 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         left = budget - (now - t0) if mode != "given" else math.inf
         chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
     rep.seconds = time.perf_counter() - t0
+    # a random run with no sample count promises nothing beyond the budget
     rep.complete = total is None or rep.n_inputs >= total
-    if mode == "random" and total is None:
-        rep.complete = True  # a random run promises nothing more than the budget
     return rep
 
 
@@ -215,14 +224,19 @@ class CircuitChecker(Checker):
         n = len(self.compiled.source.inputs)
         return InputSpace("01", n, n, EXHAUSTIVE_LIMIT, noun="inputs")
 
-    def check(self, engine: str, texts: list[str]):
+    def prepare(self, texts: list[str]):
         from tm2nn.api import parse_bits
-        from tm2nn.codec import output_bits
         from tm2nn.interp import eval_circuit
 
         c: Circuit = self.compiled.source
         x = np.stack([parse_bits(s, len(c.inputs)) for s in texts])
-        want = eval_circuit(c, x)
+        return x, eval_circuit(c, x)
+
+    def check(self, engine: str, texts: list[str], prepared):
+        from tm2nn.codec import output_bits
+
+        c: Circuit = self.compiled.source
+        x, want = prepared
         enc = self.compiled.output_encoding
         y = self.compiled.runner(engine)(x.astype(np.float32))
         got = output_bits(enc, y)
@@ -257,8 +271,9 @@ class UnrolledChecker(Checker):
         lay = self.compiled.input_encoding["layout"]
         return InputSpace(lay["alphabet"], 0, lay["tape"] - lay["origin"], EXHAUSTIVE_LIMIT)
 
-    def check(self, engine: str, texts: list[str]):
-        from tm2nn.codec import decode_many, encode_many
+    def prepare(self, texts: list[str]) -> list[dict]:
+        """The interpreter's report of each input, or ``{"overflow": True}`` for a run that
+        leaves the tape window within T steps."""
         from tm2nn.interp import run_machine
 
         m = self.compiled.source
@@ -270,6 +285,11 @@ class UnrolledChecker(Checker):
             heads = [0, *r.trace.head]
             inside = lay["origin"] + min(heads) >= 0 and lay["origin"] + max(heads) < lay["tape"]
             want.append(r.report() if inside else {"overflow": True})
+        return want
+
+    def check(self, engine: str, texts: list[str], want):
+        from tm2nn.codec import decode_many, encode_many
+
         enc = self.compiled.output_encoding
         y = self.compiled.runner(engine)(encode_many(self.compiled.input_encoding, texts))
         out = []

@@ -85,10 +85,6 @@ class GDChecker(Checker):
     compares = ("every optimizer iterate (the §4.1 configuration), the source configuration at every step, "
                 "the loss bounds (23)")
 
-    def __init__(self, compiled: Compiled) -> None:
-        super().__init__(compiled)
-        self._runs: dict = {}  # text -> (GDRun, divergence, onnx divergence), for the second engine
-
     def space(self):
         from tm2nn.verify.check import InputSpace
         from tm2nn.verify.trace import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
@@ -100,17 +96,15 @@ class GDChecker(Checker):
     def batch(self) -> int:
         return 8
 
-    def check(self, engine: str, texts: list[str]):
-        out, dev = [], 0.0
-        for text in texts:
-            if engine == "torch":
-                g, d, od = check_one(self.compiled, text, use_onnx="onnxruntime" in self.engines)
-                self._runs[text] = od
-                dev = max(dev, g.max_deviation)
-                out.append(d)
-            else:
-                out.append(self._runs.pop(text, None))
-        return out, dev, {}
+    def prepare(self, texts: list[str]) -> list:
+        """The optimizer runs (torch), checked, with the ONNX loss when onnxruntime is
+        among the engines: :func:`check_one` for each input."""
+        return [check_one(self.compiled, t, use_onnx="onnxruntime" in self.engines) for t in texts]
+
+    def check(self, engine: str, texts: list[str], runs):
+        if engine == "torch":
+            return [d for _g, d, _od in runs], max((g.max_deviation for g, _d, _od in runs), default=0.0), {}
+        return [od for _g, _d, od in runs], 0.0, {}
 
 
 # -- Welper §5: the extended network's training against the interpreters -------------------

@@ -65,18 +65,22 @@ class GridChecker(Checker):
     def batch(self) -> int:
         return self.gm.batch()
 
-    def check(self, engine: str, texts: list[str]):
-        from tm2nn.backends.rcnn.machine_io import max_deviation
-        from tm2nn.errors import Tm2nnError
+    def prepare(self, texts: list[str]) -> list:
         from tm2nn.interp import run_machine
 
-        gm, m = self.gm, self.compiled.source
+        return [run_machine(self.compiled.source, t, self.gm.steps, trace=True) for t in texts]
+
+    def check(self, engine: str, texts: list[str], want):
+        from tm2nn.backends.rcnn.machine_io import max_deviation
+        from tm2nn.errors import Tm2nnError
+
+        gm = self.gm
         states = self.compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
         dev = max_deviation(states, gm.code.n_digits) / 3 ** (gm.code.n_digits - 1)
         out = []
-        for text, s in zip(texts, states):
+        for text, s, w in zip(texts, states, want):
             try:
-                out.append(compare_runs(run_machine(m, text, gm.steps, trace=True), gm.decode(s, text)))
+                out.append(compare_runs(w, gm.decode(s, text)))
             except Tm2nnError as e:
                 out.append((None, "encoding", "a B.1.1 grid", str(e)))
         return out, dev, {}

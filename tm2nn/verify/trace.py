@@ -75,14 +75,16 @@ def machine_tapes(alphabet, max_cells: int, samples: int, seed: int | None):
     return all_or_sample_tapes(alphabet, max_cells, EXHAUSTIVE_TAPES, samples, seed)
 
 
-def first_divergence(m, decoded, text: str, steps: int) -> tuple[int | None, str, object, object] | None:
-    """Compare one decoded run with the interpreter, step by step, then the report.
-    Returns ``(step, field, expected, got)`` for the first difference, or None."""
+def first_divergence(m, decoded, text: str, steps: int, run=None) -> tuple[int | None, str, object, object] | None:
+    """Compare one decoded run with the interpreter's (``run``, with its trace; run here
+    when not given), step by step, then the report.  Returns ``(step, field, expected,
+    got)`` for the first difference, or None."""
     from tm2nn.interp import configurations, run_machine
 
     if decoded.bad is not None:
         return decoded.bad[0], "encoding", "one-hot groups", decoded.bad[1]
-    run = run_machine(m, text, steps, trace=True)
+    if run is None:
+        run = run_machine(m, text, steps, trace=True)
     last = None
     for k, q, head, cells in configurations(run):
         last = (q, head, cells.get(head, m.blank))
@@ -151,12 +153,17 @@ class TraceChecker(Checker):
     def batch(self) -> int:
         return BATCH
 
-    def check(self, engine: str, texts: list[str]):
+    def prepare(self, texts: list[str]) -> list:
+        from tm2nn.interp import run_machine
+
+        return [run_machine(self.compiled.source, t, self.steps, trace=True) for t in texts]
+
+    def check(self, engine: str, texts: list[str], runs):
         taps = run_taps(self.compiled, texts, engine)
         dev = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
         m = self.compiled.source
-        return [first_divergence(m, self.decoder.decode(t, text), text, self.steps)
-                for text, t in zip(texts, taps)], dev, {}
+        return [first_divergence(m, self.decoder.decode(t, text), text, self.steps, run)
+                for text, t, run in zip(texts, taps, runs)], dev, {}
 
 
 def run_taps(compiled: Compiled, texts: list[str], engine: str, progress=None) -> np.ndarray:
