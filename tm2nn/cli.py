@@ -386,10 +386,10 @@ def cmd_learn(args) -> int:
 
     exports = {k: check_model_path(p, f"--export-{k}") for k, p in
                (("before", args.export_before), ("after", args.export_after)) if p}
-    spec, _ = _spec(args, learning=True)
+    spec, ir = _spec(args, learning=True)
     with progress("training", quiet=args.json) as bar:
-        res = learn(args.source, spec.name, format=args.format, name=args.name, models=tuple(exports),
-                    progress=bar, **_backend_values(args, spec, "learn"))
+        res = learn(ir, spec.name, source_path=args.source, models=tuple(exports), progress=bar,
+                    **_backend_values(args, spec, "learn"))
     for k, path in exports.items():
         res.models[k].save(path)
     if args.json:

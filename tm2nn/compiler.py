@@ -31,7 +31,7 @@ def load_ir(source, format: str | None = None, name: str | None = None):
 def default_backend(ir, learning: bool = False):
     """The first backend (in the registry's order) that compiles, or trains, ``ir``."""
     for b in backends.all():
-        takes = getattr(b, "learn_takes", ()) if learning else b.takes
+        takes = b.learn_takes if learning else b.takes
         if (not learning or b.LearnOptions is not None) and takes and isinstance(ir, tuple(takes)):
             return b
     what = "trains" if learning else "compiles"
@@ -64,27 +64,28 @@ def compile(source, backend: str | None = None, *, format: str | None = None, na
 
 
 def learn(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
-          models=(), progress=None, **options) -> Learned:
+          source_path: str | None = None, models=(), progress=None, **options) -> Learned:
     """Train the construction of ``backend`` (default: the first that trains ``source``).
     ``options`` are the backend's ``LearnOptions``; a training-set option (a CSV path) is
-    read here and handed over as arrays.  ``models`` names the snapshots to return
-    (``"before"`` / ``"after"`` training), each a :class:`Compiled` that can be saved;
-    ``progress(done, total, description=None)`` follows the training."""
+    read here and handed over as arrays.  ``source_path`` names the file an IR object
+    came from (a backend may read its header comments).  ``models`` names the snapshots to
+    return (``"before"`` / ``"after"`` training), each a :class:`Compiled` that can be
+    saved; ``progress(done, total, description=None)`` follows the training."""
     from tm2nn.datasets import load_csv
 
     spec = backends.get(backend) if backend is not None else None
-    if spec is not None and spec.LearnOptions is None:
-        spec.learn(None, None)  # the backend's own "does not train" error
+    opts = spec.learn_options(**options) if spec is not None else None  # bad options fail before any work
     ir = load_ir(source, format, name)
-    spec = spec or default_backend(ir, learning=True)
-    opts = spec.learn_options(**options)
-    missing = [m for m in models if m not in getattr(spec, "exports", ())]
+    if spec is None:
+        spec = default_backend(ir, learning=True)
+        opts = spec.learn_options(**options)
+    missing = [m for m in models if m not in spec.exports]
     if missing:
         raise Tm2nnError(f"the {spec.name} backend does not export the net {missing[0]} training")
-    if not isinstance(ir, tuple(getattr(spec, "learn_takes", ()))):
+    if not isinstance(ir, tuple(spec.learn_takes)):
         raise Tm2nnError(f"the {spec.name} backend trains {spec.takes_what}; {getattr(ir, 'name', '?')!r} is a "
                          f"{type(ir).__name__.lower()}")
     data = {f.name: load_csv(getattr(opts, f.name)) for f in fields_of(spec.LearnOptions)
             if f.data == "csv" and getattr(opts, f.name) is not None}
-    path = str(source) if isinstance(source, (str, Path)) else None
+    path = str(source) if isinstance(source, (str, Path)) else source_path
     return spec.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))

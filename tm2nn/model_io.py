@@ -144,11 +144,12 @@ def _net_of(compiled):
     return compiled.torch().to_net()
 
 
-def metadata(compiled) -> dict[str, str]:
-    """ARCHITECTURE.md's ``metadata_props`` for a compiled model (see the module doc)."""
+def metadata(compiled, net=None) -> dict[str, str]:
+    """ARCHITECTURE.md's ``metadata_props`` for a compiled model (see the module doc);
+    ``net`` is :func:`_net_of` when the caller has it already."""
     from tm2nn import __version__
 
-    net = _net_of(compiled)
+    net = _net_of(compiled) if net is None else net
     info = compiled.info()
     text = source_text(compiled.source)
     meta = {
@@ -181,7 +182,8 @@ def onnx_model(compiled):
     the graph (:meth:`~tm2nn.backends.base.Backend.finish_onnx`)."""
     from tm2nn.emit.onnx_emit import to_onnx
 
-    model = to_onnx(_net_of(compiled), metadata(compiled))
+    net = _net_of(compiled)
+    model = to_onnx(net, metadata(compiled, net))
     return compiled.spec.finish_onnx(model, compiled)
 
 

@@ -22,6 +22,7 @@ construction of that kind is a few lines (docs/backends.md).  ``compiler.py``,
 
 from __future__ import annotations
 
+import abc
 import json
 from dataclasses import dataclass, field
 
@@ -55,7 +56,7 @@ class Table:
     json: object = None
 
 
-class Backend:
+class Backend(abc.ABC):
     """One construction (see the module doc).  Subclasses set the class attributes and
     override :meth:`compile`; everything else has a default."""
 
@@ -90,8 +91,9 @@ class Backend:
             raise Tm2nnError(f"the {self.name} backend compiles {self.takes_what}; {getattr(ir, 'name', '?')!r} "
                              f"is a {what}")
 
+    @abc.abstractmethod
     def compile(self, ir, opts) -> "Compiled":
-        raise NotImplementedError(f"the {self.name} backend does not compile")
+        """IR -> the network and its encodings (:class:`Compiled`)."""
 
     def options_for_run(self, values: dict, texts: list[str]) -> dict:
         """The compile options ``run`` uses for these inputs (default: as given)."""
@@ -156,13 +158,17 @@ class Backend:
               models=()) -> Learned:
         """Train: ``data`` holds the training sets (a ``data="csv"`` option's file, read as
         ``(X, Y)`` arrays); ``models`` the snapshots wanted."""
-        raise Tm2nnError(f"the {self.name} backend does not train (backends that do: "
-                         f"{', '.join(b.name for b in _registry().all() if b.LearnOptions)})")
+        raise self._does_not_train()
 
     def learn_options(self, **values):
+        """The validated learn options (a backend that does not train says so)."""
         if self.LearnOptions is None:
-            self.learn(None, None)
+            raise self._does_not_train()
         return make(self.LearnOptions, values, f"learning with the {self.name} backend")
+
+    def _does_not_train(self) -> Tm2nnError:
+        return Tm2nnError(f"the {self.name} backend does not train (backends that do: "
+                          f"{', '.join(b.name for b in _registry().all() if b.LearnOptions)})")
 
     def margin(self, ir, opts, *, samples: int, trials: int, seed: int) -> Table:
         raise Tm2nnError(f"the {self.name} backend has no margin analysis (backends with one: "
@@ -327,16 +333,17 @@ class Compiled:
     def info(self) -> dict:
         """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)
         and the backend's rows next to the paper's bounds."""
-        key = ("info", id(self.net))
-        if key not in self._cache:
+        net, info = self._cache.get("info", (None, None))
+        if net is not self.net:  # computed once per net (a replaced net is measured again)
             info = self.net.info()
             info.pop("widths", None)
-            self._cache[key] = {"backend": self.backend, "info": info, "bounds": self.spec.info_rows(self)}
-        return self._cache[key]
+            info = {"backend": self.backend, "info": info, "bounds": self.spec.info_rows(self)}
+            self._cache["info"] = (self.net, info)
+        return info
 
 
 def loaded_info(compiled: Compiled, meta: dict) -> None:
     """A loaded model's info as the file records it (no recomputation)."""
     if "tm2nn.info" in meta:
-        compiled._cache[("info", id(compiled.net))] = {"backend": compiled.backend, "info": json.loads(meta["tm2nn.info"]),
-                                   "bounds": json.loads(meta.get("tm2nn.bounds", "[]"))}
+        compiled._cache["info"] = (compiled.net, {"backend": compiled.backend, "info": json.loads(meta["tm2nn.info"]),
+                                                  "bounds": json.loads(meta.get("tm2nn.bounds", "[]"))})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tm2nn.backends.base import Backend, Compiled, Learned
+from tm2nn.errors import Tm2nnError
 from tm2nn.options import OptionError, at_least, option
 from tm2nn.report import Report
 
@@ -79,8 +80,8 @@ class GDTrace(Backend):
         from tm2nn.ir import GridMachine
 
         if isinstance(ir, GridMachine):
-            raise OptionError(f"the gd-trace backend takes line machines (Welper §4.1 tapes are lines); "
-                              f"{ir.name!r} has a 2D tape")
+            raise Tm2nnError(f"the gd-trace backend takes line machines (Welper §4.1 tapes are lines); "
+                             f"{ir.name!r} has a 2D tape")
         super().check_source(ir)
 
     def compile(self, ir, opts: Options) -> Compiled:
