@@ -1,4 +1,5 @@
-"""The lark grammars in ``grammars/`` (repo top level), built once per process."""
+"""The lark grammars in ``grammars/`` (repo top level; an installed wheel carries them as
+``tm2nn/grammars``), built once per process."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from lark import Lark
 
 import tm2nn
 
-GRAMMARS = Path(tm2nn.__file__).resolve().parent.parent / "grammars"
+_PACKAGE = Path(tm2nn.__file__).resolve().parent
+#: the installed copy (a wheel) when there is one, else the source tree's
+GRAMMARS = next((d for d in (_PACKAGE / "grammars", _PACKAGE.parent / "grammars") if d.is_dir()),
+                _PACKAGE.parent / "grammars")
 _BUILT: dict[str, Lark] = {}
 
 
