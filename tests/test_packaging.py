@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 import zipfile
+
+import tomllib
 
 from .conftest import EXAMPLES, ROOT
 
