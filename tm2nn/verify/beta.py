@@ -7,8 +7,6 @@ double β until it verifies, then bisect on a log scale to within ``rel_tol``.
 
 from __future__ import annotations
 
-from tm2nn.verify.trace import EXHAUSTIVE_CELLS, machine_tapes
-
 
 def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = None, *,
               start: float = 1.0, max_beta: float = 1e4, rel_tol: float = 0.02) -> dict:
@@ -18,9 +16,8 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
     from tm2nn.verify.check import verify_compiled
 
     first = compile_at(start)
-    if inputs is None:
-        steps = int(first.output_encoding["source_steps"])
-        inputs, mode, seed = machine_tapes(first.source.alphabet, min(EXHAUSTIVE_CELLS, steps + 1), samples, seed)
+    if inputs is None:  # the verifier's own input space, fixed once for every beta
+        inputs, mode, seed = first.spec.checker(first).space().pick(samples, seed)
     else:
         inputs, mode = list(inputs), "given"
     tried: list[tuple[float, int]] = []

@@ -103,6 +103,15 @@ class InputSpace:
             k = int(rng.integers(self.min_len, self.max_len + 1))
             yield "".join(self.symbols[i] for i in rng.integers(0, len(self.symbols), size=k))
 
+    def pick(self, samples: int, seed: int | None) -> tuple[list[str], str, int | None]:
+        """A fixed set of inputs: all of them when few enough (``(inputs, "exhaustive",
+        None)``), else ``samples`` random ones (``(inputs, "random", seed)``, the seed drawn
+        when not given, so it can be printed)."""
+        if self.small:
+            return list(self.all()), "exhaustive", None
+        seed = secrets.randbits(32) if seed is None else seed
+        return list(itertools.islice(self.random(seed), samples)), "random", seed
+
     def describe(self) -> str:
         if self.symbols == ["0", "1"] and self.min_len == self.max_len:
             return f"{self.max_len}-bit {self.noun}"
@@ -249,17 +258,6 @@ class CircuitChecker(Checker):
 
 
 # -- machines unrolled into circuits (relu-circuit): the final configuration ---------------------
-def all_or_sample_tapes(alphabet, max_cells: int, limit: int, samples: int, seed: int | None):
-    """Every tape of at most ``max_cells`` cells when there are at most ``limit`` of them
-    (``(tapes, "exhaustive", None)``), else ``samples`` random tapes (``(tapes, "random",
-    seed)``, the seed drawn when not given)."""
-    space = InputSpace(alphabet, 0, max_cells, limit)
-    if space.small:
-        return list(space.all()), "exhaustive", None
-    seed = secrets.randbits(32) if seed is None else seed
-    return list(itertools.islice(space.random(seed), samples)), "random", seed
-
-
 class UnrolledChecker(Checker):
     """A machine unrolled for T steps: the decoded configuration after T steps against
     the interpreter's run report, field by field; runs that leave the tape window must be

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.verify.check import REPORT_FIELDS, Checker, InputSpace, all_or_sample_tapes
+from tm2nn.verify.check import REPORT_FIELDS, Checker, InputSpace
 
 #: Exhaustive verification covers every tape up to this many cells (when few enough).
 EXHAUSTIVE_CELLS = 8
@@ -67,12 +67,6 @@ def torch_runner(net_or_module, progress=None):
             torch.set_num_threads(threads)
         return np.concatenate(outs)
     return run
-
-
-def machine_tapes(alphabet, max_cells: int, samples: int, seed: int | None):
-    """Every tape up to ``max_cells`` cells when there are at most EXHAUSTIVE_TAPES of
-    them, else ``samples`` random tapes (seed returned so it can be printed)."""
-    return all_or_sample_tapes(alphabet, max_cells, EXHAUSTIVE_TAPES, samples, seed)
 
 
 def first_divergence(m, decoded, text: str, steps: int, run=None) -> tuple[int | None, str, object, object] | None:

@@ -97,11 +97,11 @@ class ReluCircuit(Backend):
             x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, samples, seed)
         else:
             from tm2nn.codec import encode_many
-            from tm2nn.verify.check import all_or_sample_tapes
+            from tm2nn.verify.check import EXHAUSTIVE_LIMIT, InputSpace
 
             circuit, layout = unroll_machine(ir, opts)
             enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
-            tapes, _, _ = all_or_sample_tapes(layout.alphabet, layout.tape - layout.origin, 1 << 16, samples, seed)
+            tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
             x = encode_many(enc, tapes[:samples]) > 0.5
         rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output)
         return Table(f"per-layer parameter perturbation margin (l2 per layer), {len(x)} inputs",
