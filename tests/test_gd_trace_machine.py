@@ -6,6 +6,7 @@ bounds (23) and the halting loss is below every earlier one (all inside
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,10 +18,10 @@ from hypothesis import strategies as st
 from tests.strategies import machines
 from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
 from tm2nn.backends.gd_trace.machine_mode import estimate, run_gd
-from tm2nn.backends.gd_trace.tape_simplex import TapeSimplex
 from tm2nn.cli import main
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
+from tm2nn.nets import Net, SparseMatrix
 from tm2nn.source import SourceText
 from tm2nn.syntax import load, std
 from tm2nn.verify import verify_compiled
@@ -114,10 +115,16 @@ def test_verify_exhaustive_and_first_divergence():
     c = compile_gd(m, steps=12, max_input=3)
     rep = verify_compiled(c, samples=10, seed=0)
     assert rep.ok and rep.mode == "exhaustive" and rep.n_inputs == 15
-    # a corrupted construction is caught with the first divergence: swap two edge weights
-    _low, ts = __import__("tm2nn.backends.gd_trace.machine_mode", fromlist=["x"]).simplex_of(c)
-    bad = TapeSimplex(ts.machine, ts.tau, ts.left, b=ts.b, gamma=ts.gamma, c=ts.c)
-    assert bad.omega_e.size
+    # a corrupted construction is caught, as that input's divergence: verify runs the
+    # optimizer on the model's own net, so halving the Lagrange weights of (21) breaks it
+    for name in ("lag1", "mv"):
+        op = c.net.node(name)
+        w = op.weight
+        bad = dataclasses.replace(op, weight=SparseMatrix(w.shape, w.rows, w.cols, w.vals * 0.5))
+        net = Net(c.net.name, c.net.inputs, tuple(bad if o is op else o for o in c.net.nodes), c.net.outputs)
+        rep = verify_compiled(dataclasses.replace(c, net=net), inputs=["1", "11"], use_onnx=False)
+        assert not rep.ok and rep.engines["torch"] == 2 and rep.first.input == "1", (name, rep)
+        assert rep.first.field == "decoding an iterate", rep.first
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -98,12 +98,23 @@ class GDChecker(Checker):
 
     def prepare(self, texts: list[str]) -> list:
         """The optimizer runs (torch), checked, with the ONNX loss when onnxruntime is
-        among the engines: :func:`check_one` for each input."""
-        return [check_one(self.compiled, t, use_onnx="onnxruntime" in self.engines) for t in texts]
+        among the engines: :func:`check_one` for each input.  An iterate that does not
+        decode (a broken net) is that input's divergence, not an error."""
+        from tm2nn.backends.gd_trace.machine_mode import check_text
+
+        out = []
+        for t in texts:
+            check_text(self.compiled, t)  # a bad input is the user's error, not a divergence
+            try:
+                out.append(check_one(self.compiled, t, use_onnx="onnxruntime" in self.engines))
+            except (ValueError, Tm2nnError) as e:
+                out.append((None, (None, "decoding an iterate", "a §4.1 configuration", str(e)), None))
+        return out
 
     def check(self, engine: str, texts: list[str], runs):
         if engine == "torch":
-            return [d for _g, d, _od in runs], max((g.max_deviation for g, _d, _od in runs), default=0.0), {}
+            dev = max((g.max_deviation for g, _d, _od in runs if g is not None), default=0.0)
+            return [d for _g, d, _od in runs], dev, {}
         return [od for _g, _d, od in runs], 0.0, {}
 
 

@@ -147,19 +147,23 @@ def simplex_of(compiled: Compiled) -> tuple[object, TapeSimplex]:
     return low, ts
 
 
+def check_text(compiled: Compiled, text: str) -> None:
+    """An input the model takes: the machine's symbols, at most ``max_input`` cells."""
+    check_input(compiled.source, text)
+    if len(text) > compiled.input_encoding["max_input"]:
+        raise Tm2nnError(f"input of {len(text)} cells; the model was compiled for at most "
+                         f"{compiled.input_encoding['max_input']} (the option max_input)")
+
+
 def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     """Run the conditional-gradient updates (22) from the start iterate of ``text`` until
     one step after the iterate reaches a halting vertex, or for the compiled number of
     lowered steps; decode every iterate and map the run back to the source machine."""
     m = compiled.source
-    check_input(m, text)
-    enc = compiled.input_encoding
-    if len(text) > enc["max_input"]:
-        raise Tm2nnError(f"input of {len(text)} cells; the model was compiled for at most "
-                         f"{enc['max_input']} (the option max_input)")
+    check_text(compiled, text)
     low, ts = simplex_of(compiled)
     tapes = low.lower_input(text)
-    tr = Tracer44(ts, tapes)
+    tr = Tracer44(ts, tapes, module=compiled.torch())  # the model's own net, not a rebuilt one
     total = int(compiled.output_encoding["lowered_steps"])
     steps = int(compiled.output_encoding["source_steps"])
     configs, losses, halted, dev, done = [], [], [], 0.0, -1

@@ -440,13 +440,14 @@ def _sum_rows(cols, vals, width: int) -> np.ndarray:
 
 
 class Tracer44:
-    """Runs (22) on the emitted torch module of :attr:`TapeSimplex.net` (float64)."""
+    """Runs (22) on the emitted torch module of :attr:`TapeSimplex.net` (float64), or on
+    ``module``, a module of that net (a compiled model's, with its own weights)."""
 
-    def __init__(self, ts: TapeSimplex, tapes, dtype=torch.float64):
+    def __init__(self, ts: TapeSimplex, tapes, dtype=torch.float64, module=None):
         from tm2nn.emit import to_torch
 
         self.ts = ts
-        self.module = to_torch(ts.net, dtype)
+        self.module = to_torch(ts.net, dtype) if module is None else module
         st = ts.start(tapes)
         with torch.no_grad():
             for k in ("s", "T", "H"):
