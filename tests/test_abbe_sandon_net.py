@@ -211,7 +211,7 @@ def test_cli_samples_csv(run_cli, tmp_path):
     (["--target", "parity:10110010"], "needs --steps"),
     (["--steps", "5"], "exactly one of"),
     (["--target", "const:1", "--samples", "x.csv", "--steps", "5"], "exactly one of"),
-    (["--target", "const:1", "--steps", "0"], "--steps must be"),
+    (["--target", "const:1", "--steps", "0"], "--steps: expected an integer ≥ 1, got 0"),
     (["--target", "bogus", "--steps", "5"], "unknown target"),
     (["--target", "const:1", "--steps", "5", "--backend", "nope"], "invalid choice: 'nope'"),
 ])

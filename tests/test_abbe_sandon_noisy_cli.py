@@ -120,7 +120,7 @@ def test_learn_samples_csv(run_cli, tmp_path):
     ([], "exactly one of --samples (a CSV) or --target"),
     (["--target", "parity:101", "--steps", "5"], "exactly its t = 10"),
     (["--target", "parity:101", "--engine", "float64"], "mpmath"),
-    (["--target", "parity:101", "--test", "-1"], "--test must be >= 0"),
+    (["--target", "parity:101", "--test", "-1"], "--test: expected an integer ≥ 0, got -1"),
 ])
 def test_learn_bad_input(run_cli, argv, msg):
     r = run_cli("learn", EX, *argv, "--json")

@@ -349,7 +349,7 @@ def test_cli_learn_bad_input(run_cli, tmp_path):
     assert sorted(tmp_path.iterdir()) == before  # nothing written
     r = run_cli("learn", str(EXAMPLE), "--train", str(tmp_path / "missing.csv"))
     code, err = r.code, r.err
-    assert code == 2 and "not found" in err
+    assert code == 2 and "no such file" in err
     wide = tmp_path / "wide.csv"
     wide.write_text("1,1,1,1\n")
     r = run_cli("learn", str(EXAMPLE), "--train", str(wide), "--json")

@@ -10,6 +10,7 @@ import numpy as np
 from tm2nn.compiler import compile, load_ir
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
+from tm2nn.interrupt import Interrupted
 from tm2nn.ir import Circuit, Machine
 from tm2nn.options import OptionError
 from tm2nn.report import Report
@@ -73,7 +74,12 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
                               f"one input ('tm2nn learn' trains its net; {{name}} {ir.h.name} picks its circuit h)",
                               "name")
         steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
-        return Report.of_run(run_machine(ir, text, steps, trace=trace, progress=progress))
+        try:
+            return Report.of_run(run_machine(ir, text, steps, trace=trace,
+                                             progress=(lambda k: progress(k, steps)) if progress else None))
+        except Interrupted as e:  # Ctrl-C (tm2nn.interrupt.graceful): the configuration reached
+            e.reports = [Report.of_run(e.partial)]
+            raise
     from tm2nn import backends
 
     spec = backends.get(backend)

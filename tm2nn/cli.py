@@ -15,56 +15,40 @@ from pathlib import Path
 
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
+from tm2nn.flags import Parser, add_source, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import backend_values as _backend_values
-from tm2nn.flags import flag_of
+from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.options import OptionError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises Tm2nnError (exit 2, our format) instead of printing its own."""
-
-    def error(self, message: str):  # noqa: D401
-        raise Tm2nnError(f"{message}\n{self.format_usage().strip()}")
-
-
-def _add_source(p, default_help: str | None = "the first that takes the source") -> None:
-    p.add_argument("source", help="a machine or circuit file")
-    p.add_argument("--format", help="override the format guessed from the extension "
-                   "(tm, circ, std, morphett, tmio, bench, aag, aig, blif)")
-    p.add_argument("--name", help="pick one machine/circuit from a file holding several "
-                   "(by name or 1-based index; default: the first)")
-    if default_help:
-        names = backends.names()
-        p.add_argument("--backend", choices=names, metavar="NAME",
-                       help=f"the construction: {', '.join(names)} (default: {default_help})")
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
     from tm2nn import __version__
 
-    ap = _Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits "
+    ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits "
                  "into exact, verified neural networks.")
     ap.add_argument("--version", action="version", version=f"tm2nn {__version__}")
-    sub = ap.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    _add, limits = sub.add_parser, limit_flags(Parser(add_help=False))
+    sub.add_parser = lambda *a, **k: _add(*a, parents=[limits], **k)
     js = {"action": "store_true"}
 
     p = sub.add_parser("check", help="parse and validate a source, catch likely mistakes; print a summary")
-    _add_source(p, None)
+    add_source(p, None)
     p.add_argument("--all", action="store_true", help="summarise every item in the file")
     p.add_argument("--json", **js, help="print the summary as JSON")
 
     p = sub.add_parser("run", help="run a machine (or evaluate a circuit) and report")
-    _add_source(p, None)
+    add_source(p, None)
     runners = [b.name for b in backends.all() if b.run_steps]
     p.add_argument("--backend", default="interp", choices=["interp", *runners], metavar="NAME",
                    help=f"interp (the reference interpreter, default) or a backend that runs machines: "
                    f"{', '.join(runners)} (compiled with T = --max-steps)")
     p.add_argument("--input", help="initial tape (machines; grid rows separated by '/') "
                    "or input bits (circuits). Default: the input the file documents, else empty")
-    p.add_argument("--max-steps", type=int, help="stop after N steps (default 10,000,000; a backend: its step "
+    p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
                    f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
                    "not halting by then exits 1")
     p.add_argument("--engine", choices=["torch", "onnxruntime"], default="torch",
@@ -74,13 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend_options(p, "run")
 
     p = sub.add_parser("convert", help="write a machine as tm/std text or a circuit as circ/bench")
-    _add_source(p, None)
+    add_source(p, None)
     p.add_argument("--to", required=True, choices=["tm", "std", "circ", "bench"], help="output format")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
     p.add_argument("--all", action="store_true", help="convert every item in the file (tm/circ only)")
 
     p = sub.add_parser("compile", help="compile a machine or circuit into a network (.onnx or .pt)")
-    _add_source(p)
+    add_source(p)
     p.add_argument("-o", "--output", required=True, help="model file to write: NAME.onnx or NAME.pt")
     p.add_argument("--json", **js, help="print the size report as JSON")
     _add_backend_options(p, "compile")
@@ -95,19 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", **js, help="print one JSON report per input, one per line")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
-    _add_source(p)
+    add_source(p)
     p.add_argument("--json", **js, help="print {backend, info, bounds} as JSON")
     _add_backend_options(p, "info")
 
     p = sub.add_parser("verify", help="check a compiled net against the reference interpreter")
-    _add_source(p)
+    add_source(p)
     p.add_argument("--input", action="append", help="verify on this input (repeatable); "
                    "default: every input when few enough, else random inputs")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=None, metavar="SECONDS",
                    help="random inputs: check for this long (default: 60 s); an exhaustive check stops there too")
-    p.add_argument("--samples", type=int, help="random inputs: at most this many (default: as many as the budget "
-                   "allows)")
-    p.add_argument("--seed", type=int, help="seed for random inputs (printed when chosen)")
+    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: as many as the "
+                   "budget allows)")
+    p.add_argument("--seed", type=flag_int(0, SEED_MAX), help="seed for random inputs (printed when chosen)")
     p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
     p.add_argument("--find-beta", action="store_true",
                    help="transformer: search the smallest softmax beta with 0 mismatches (torch)")
@@ -115,15 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend_options(p, "verify")
 
     p = sub.add_parser("margin", help="robustness to per-layer perturbations (all-layer margin)")
-    _add_source(p)
-    p.add_argument("--samples", type=int, default=64, help="inputs to measure on (default 64)")
-    p.add_argument("--trials", type=int, default=8, help="random directions / attack restarts (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the attacks (default 0)")
+    add_source(p)
+    p.add_argument("--samples", type=flag_int(1), default=64, help="inputs to measure on (default 64)")
+    p.add_argument("--trials", type=flag_int(1), default=8, help="random directions / attack restarts (default 8)")
+    p.add_argument("--seed", type=flag_int(0, SEED_MAX), default=0,
+                   help="seed of the inputs and the attacks (default 0)")
     p.add_argument("--json", **js, help="print the rows as JSON")
     _add_backend_options(p, "margin")
 
     p = sub.add_parser("learn", help="train a network by SGD and compare it with the interpreter at every step")
-    _add_source(p, default_help="the first that trains the source")
+    add_source(p, default_help="the first that trains the source")
     p.add_argument("--export-before", metavar="PATH", help="write the net before training (.onnx or .pt)")
     p.add_argument("--export-after", metavar="PATH", help="write the net after training (.onnx or .pt)")
     p.add_argument("--json", **js, help="end with one JSON line, the training summary")
@@ -131,10 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("viz", help="draw a picture: spacetime, weights, attention or layers (.png or .svg)")
     p.add_argument("kind", help="spacetime | weights | attention | layers")
-    _add_source(p, default_help="spacetime: transformer; weights: transformer for machines")
+    add_source(p, default_help="spacetime: transformer; weights: transformer for machines")
     p.add_argument("-o", "--output", required=True, help="picture to write: NAME.png or NAME.svg")
     p.add_argument("--input", default=None, help="input tape (default: the file's '# input:' line, else empty)")
-    p.add_argument("--step", type=int, help="attention: the decoder step to show (default: the last)")
+    p.add_argument("--step", type=flag_int(0), help="attention: the decoder step to show (default: the last)")
     p.add_argument("--layer", help="weights: the one affine layer to draw (default: the first 12)")
     p.add_argument("--interpreter-only", action="store_true",
                    help="spacetime: draw only the interpreter's run (no network)")
@@ -153,7 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        return _VERBS[args.verb](args)
+        from tm2nn import limits
+
+        limits.set_memory_limit(args.max_memory)
+        limits.set_source_limit(args.max_source_size)
+        try:
+            return _VERBS[args.verb](args)
+        finally:
+            limits.set_memory_limit(None)
+            limits.set_source_limit(None)
     except OptionError as e:
         print(e.for_cli(flag_of).render(), file=sys.stderr)
         return EXIT_USAGE
@@ -167,7 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     except KeyboardInterrupt:
         print("tm2nn: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except MemoryError as e:  # an allocation past the estimates (or past a raised --max-memory)
+        what = str(e).split(" for an array")[0] if str(e) else "an allocation failed"
+        print(f"tm2nn: error: out of memory ({what}); lower the sizes asked for "
+              f"(--max-memory sets how much tm2nn may plan to use)", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
 
@@ -178,7 +176,10 @@ def _spec(args, learning: bool = False):
     from tm2nn.compiler import default_backend, load_ir
 
     ir = load_ir(args.source, args.format, args.name)
-    return (backends.get(args.backend) if args.backend else default_backend(ir, learning)), ir
+    spec = backends.get(args.backend) if args.backend else default_backend(ir, learning)
+    if not learning:  # what it compiles (learn checks what it trains)
+        spec.check_source(ir)
+    return spec, ir
 
 
 def _compile(args, verb: str):
@@ -216,8 +217,9 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from tm2nn import interrupt
     from tm2nn.api import default_input, run
-    from tm2nn.console import print_report, progress
+    from tm2nn.console import print_interrupted, print_report, progress
 
     text = args.input
     if text is None:
@@ -230,9 +232,17 @@ def cmd_run(args) -> int:
         raise Tm2nnError("--trace prints the interpreter's steps; a backend's run is checked step by step by "
                          "'tm2nn verify' (and drawn by 'tm2nn viz spacetime')")
     label = f"running {Path(args.source).name}" + (f" ({backend})" if backend else "")
-    with progress(label, quiet=args.json) as bar:
-        report = run(args.source, text, args.max_steps, backend=backend, engine=args.engine, format=args.format,
-                     name=args.name, trace=args.trace, progress=bar, **values)
+    try:
+        with interrupt.graceful(), progress(label, quiet=args.json) as bar:
+            report = run(args.source, text, args.max_steps, backend=backend, engine=args.engine,
+                         format=args.format, name=args.name, trace=args.trace, progress=bar, **values)
+    except OptionError as e:  # the backend's step bound is --max-steps here
+        if backend is not None:
+            e.flags = {backends.get(backend).run_steps: "--max-steps"}
+        raise
+    except interrupt.Interrupted as e:  # Ctrl-C: the configuration reached, then exit 130
+        print_interrupted(e, as_json=args.json)
+        return EXIT_INTERRUPTED
     rows = _trace_rows(report.run) if args.trace and "outputs" not in report else None
     if args.json:
         _dump(dict(report, trace=rows) if rows is not None else report)
@@ -284,15 +294,16 @@ def cmd_compile(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from tm2nn.console import print_report
+    """Run a model file; each report is checked against the reference its source gives."""
+    from tm2nn.console import print_eval
     from tm2nn.model_io import load_model
 
     texts = list(args.input or [])
     if args.inputs:
-        p = Path(args.inputs)
-        if not p.is_file():
-            raise Tm2nnError(f"--inputs: no such file: {p}")
-        texts += [ln.rstrip("\r\n") for ln in p.read_text(encoding="utf-8").splitlines()]
+        from tm2nn.fileio import read_input
+        from tm2nn.source import SourceText
+
+        texts += SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
     if not texts and not args.inputs:
         texts = [""]
     compiled = load_model(args.model)
@@ -300,14 +311,8 @@ def cmd_eval(args) -> int:
     if args.engine is None and engine not in compiled.spec.engines:  # e.g. an optimizer runs in torch
         engine = compiled.spec.engines[0]
     reports = compiled.run(texts, engine=engine)
-    for text, r in zip(texts, reports):
-        if args.json:
-            _dump(r)
-        else:
-            if len(texts) > 1:
-                print(f"input {text!r}:")
-            print_report(r)
-    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAIL
+    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine), args.json)
+    return EXIT_OK if agree and all(r.ok for r in reports) else EXIT_FAIL
 
 
 def cmd_info(args) -> int:
@@ -316,7 +321,8 @@ def cmd_info(args) -> int:
     if Path(args.source).suffix in (".onnx", ".pt"):
         from tm2nn.model_io import load_model
 
-        rep = load_model(args.source).info()
+        model = load_model(args.source)
+        rep = {**model.info(), "weights_edited": model.edited}
     else:
         spec, ir = _spec(args)
         values = _backend_values(args, spec, "info")
@@ -335,6 +341,8 @@ def cmd_info(args) -> int:
                              if k in ("affine_layers", "max_width", "params_dense", "params_nonzero", "l1_norm",
                                       "distinct_weight_values")]
     print_table(f"{args.source}: {rep['backend']}", ["quantity", "this network", "paper"], rows)
+    if rep.get("weights_edited"):
+        print(f"weights edited: not the construction's ({rep['weights_edited']}); the sizes are the construction's")
     return EXIT_OK
 
 
@@ -353,8 +361,6 @@ def cmd_verify(args) -> int:
 
             print_beta(res)
         return EXIT_OK if res["beta"] is not None else EXIT_FAIL
-    if args.budget is not None and args.budget <= 0:
-        raise Tm2nnError("--budget must be a positive number of seconds")
     compiled = _compile(args, "verify")
     with verify_progress(quiet=args.json) as bar:
         rep = compiled.verify(args.input, budget=args.budget or DEFAULT_BUDGET, samples=args.samples,

@@ -40,7 +40,9 @@ def default_backend(ir, learning: bool = False):
 
 def sha256_of(source, ir) -> str:
     if isinstance(source, (str, Path)) and Path(source).is_file():
-        return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+        from tm2nn.fileio import read_input
+
+        return hashlib.sha256(read_input(source)).hexdigest()
     from tm2nn.model_io import source_text
 
     return hashlib.sha256(source_text(ir).encode()).hexdigest()

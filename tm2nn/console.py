@@ -30,7 +30,8 @@ def print_report(report, notes=()) -> None:
         out = report["outputs"]
         c.print(out if isinstance(out, str) else " ".join(f"{v:g}" for v in out), markup=False)
     else:
-        status = "[green]halted[/]" if report["halted"] else "[red]did not halt[/] within the step bound"
+        status = ("[green]halted[/]" if report["halted"] else "[yellow]interrupted[/]" if report.get("interrupted")
+                  else "[red]did not halt[/] within the step bound")
         c.print(f"{status} after {report['steps']:,} steps in state {report['state']!r}"
                 + (f" ({report['outcome']})" if report["outcome"] else ""))
         c.print(f"tape  {report['tape']!r}  head {report['head']}  sigma {report['sigma']}", markup=False)
@@ -40,6 +41,22 @@ def print_report(report, notes=()) -> None:
         c.print(line)
     if getattr(report, "failure", None):
         console(stderr=True).print(f"[red]{report.failure}[/]")
+
+
+def print_interrupted(e, as_json: bool = False) -> None:
+    """A run stopped by Ctrl-C (:class:`tm2nn.interrupt.Interrupted`): the partial report
+    when one was decoded (marked ``"interrupted": true``), then one line on stderr."""
+    import json
+
+    report = e.reports[0] if e.reports else None
+    if report is not None:
+        report["interrupted"] = True
+        if as_json:
+            print(json.dumps(report, default=str))
+        else:
+            print_report(report)
+    why = e.note or ("" if report is not None else "the network's state there does not decode")
+    print(f"tm2nn: {e} (Ctrl-C)" + (f"; {why}" if why else ""), file=sys.stderr)
 
 
 def print_table(title: str, columns: list[str], rows, right: tuple[int, ...] = (1,)) -> None:
@@ -73,6 +90,47 @@ def print_verify(rep) -> None:
         at = f" step {f.step}," if f.step is not None else ""
         c.print(f"first divergence ({f.engine}): input {f.input!r},{at} {f.field}: expected {f.expected!r}, "
                 f"got {f.got!r}", markup=False)
+
+
+def divergence_text(m) -> str:
+    """A :class:`~tm2nn.verify.check.Mismatch` in one line: the input, the step, the
+    field and both values."""
+    at = f" at step {m.step}" if m.step is not None else ""
+    return f"input {m.input!r}{at}: {m.field} is {m.got!r}, expected {m.expected!r}"
+
+
+def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> bool:
+    """``tm2nn eval``'s output: each report (JSON lines with ``as_json``), marked where
+    it is not the reference's (``checked``: :meth:`~tm2nn.backends.base.Compiled.check`'s
+    answer); on standard error, a warning for edited weights and one line naming the
+    first divergence.  Returns whether every report agrees with the reference."""
+    import json
+
+    from rich.markup import escape
+
+    from tm2nn.errors import render_located
+
+    reference, diverged = checked or (None, [None] * len(texts))
+    if compiled.edited is not None:
+        how = f"each report is checked against {reference}" if checked else "no reference checks its reports"
+        print(render_located("warning", f"its weights are not the construction's ({compiled.edited}); {how}",
+                             compiled.path, None, None, None), file=sys.stderr)
+    for text, r, d in zip(texts, reports, diverged):
+        if as_json:
+            why = {} if d is None else {"diverges": {"step": d.step, "field": d.field, "expected": d.expected,
+                                                     "got": d.got}}
+            print(json.dumps({**r, **why}, default=str))
+            continue
+        if len(texts) > 1:
+            print(f"input {text!r}:")
+        print_report(r)
+        if d is not None:
+            console().print(f"[red]not {escape(reference)}'s run:[/] " + escape(divergence_text(d)))
+    bad = [d for d in diverged if d is not None]
+    if bad:
+        print(render_located("error", f"its run is not {reference}'s on {len(bad)} of {len(texts)} input(s); first: "
+                             f"{divergence_text(bad[0])}", compiled.path, None, None, None), file=sys.stderr)
+    return not bad
 
 
 @contextlib.contextmanager

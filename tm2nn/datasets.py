@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input
 
 _VALUES = {"1": 1, "+1": 1, "-1": -1}
 
@@ -29,13 +30,10 @@ def _is_number(s: str) -> bool:
 
 def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """``(X, Y)``: ``int64 [m, d]`` features and ``[m]`` labels, all ±1."""
+    from tm2nn.source import SourceText
+
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise Tm2nnError(f"training set not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise Tm2nnError(f"cannot read the training set {path}: {e}") from None
+    text = SourceText(path, read_input(path, "training set")).text  # not UTF-8: an error at its byte
     rows: list[list[int]] = []
     width = None
     first = True

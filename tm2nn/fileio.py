@@ -1,12 +1,77 @@
-"""Writing output files so that a failure leaves nothing partial."""
+"""Reading input files safely, and writing output files so that a failure leaves nothing
+partial.
+
+:func:`read_input` is how tm2nn reads any file a user names (a source, a training set, an
+``--inputs`` list): only regular files (a device such as ``/dev/zero``, a FIFO, a socket
+or a folder is refused at once, without blocking), at most a size limit
+(:func:`tm2nn.limits.source_limit`, ``--max-source-size``), read in bounded chunks so a
+file that grows while it is read cannot run past the limit either.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
+
+#: Bytes read per ``os.read`` call.
+READ_CHUNK = 1 << 20
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int) -> str:
+    for test, what in _KINDS:
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def read_input(path: str | Path, what: str = "", limit: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path`` (``what`` names it in errors, e.g.
+    ``"training set"``), refused when it is not a regular file or is larger than ``limit``
+    bytes (default :func:`tm2nn.limits.source_limit`).  Opening never blocks: a FIFO is
+    opened non-blocking and refused by its type before anything is read."""
+    from tm2nn.limits import human, source_limit
+
+    p = str(path)
+    label = f"{what} {p}" if what else p
+    limit = source_limit() if limit is None else limit
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise Tm2nnError(f"no such file: {label}") from None
+    except IsADirectoryError:
+        raise Tm2nnError(f"{label} is a folder, not a file") from None
+    except OSError as e:
+        raise Tm2nnError(f"cannot read {label}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Tm2nnError(f"{label} is {_not_regular(st.st_mode)}, not a regular file: tm2nn reads only files")
+        too_big = (f"{label} is larger than the limit of {human(limit)} for a file tm2nn reads: "
+                   f"raise it with --max-source-size SIZE (or TM2NN_MAX_SOURCE)")
+        if st.st_size > limit:
+            raise Tm2nnError(too_big.replace("is larger than", f"is {human(st.st_size)}, larger than"))
+        chunks, total = [], 0
+        while True:
+            try:
+                chunk = os.read(fd, min(READ_CHUNK, limit + 1 - total))
+            except OSError as e:
+                raise Tm2nnError(f"cannot read {label}: {e.strerror or e}") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise Tm2nnError(too_big)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -9,10 +9,40 @@ an option the chosen backend does not take, naming the ones it does.
 from __future__ import annotations
 
 import argparse
+import re
 
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
 from tm2nn.options import fields_of
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises Tm2nnError (exit 2, our format) instead of printing its own."""
+
+    def error(self, message: str):  # noqa: D401
+        """One line: ``--samples: expected an integer ≥ 1, got -1``, or the problem and
+        where the options are listed."""
+        flag, n = re.subn(r"^argument ([^:]+): ", r"\1: ", message)
+        raise Tm2nnError(flag if n else f"{message} (see '{self.prog} --help')")
+
+    def _get_values(self, action, arg_strings):
+        """argparse drops a value of ``--`` (``--seed=--``) and stores ``[]``, unchecked."""
+        if action.option_strings and action.nargs is None and arg_strings in (["--"], []):
+            self.error(f"argument {action.option_strings[-1]}: expected one argument")
+        return super()._get_values(action, arg_strings)
+
+
+def add_source(p, default_help: str | None = "the first that takes the source") -> None:
+    """The source file and the flags that pick an item of it (and the backend)."""
+    p.add_argument("source", help="a machine or circuit file")
+    p.add_argument("--format", help="override the format guessed from the extension "
+                   "(tm, circ, std, morphett, tmio, bench, aag, aig, blif)")
+    p.add_argument("--name", help="pick one machine/circuit from a file holding several "
+                   "(by name or 1-based index; default: the first)")
+    if default_help:
+        names = backends.names()
+        p.add_argument("--backend", choices=names, metavar="NAME",
+                       help=f"the construction: {', '.join(names)} (default: {default_help})")
 
 
 def option_fields(verb: str) -> dict:
@@ -84,3 +114,18 @@ def backend_values(args, spec, verb: str) -> dict:
                                  f"got {raw!r}") from None
         values[name] = raw
     return values
+
+
+def limit_flags(p):
+    """``p`` with the flags every verb takes that bound what a request may cost
+    (:mod:`tm2nn.limits`): ``--max-memory`` and ``--max-source-size``; used as a parent parser."""
+    from tm2nn.limits import MAX_SOURCE_BYTES, flag_size
+
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-memory", type=flag_size, metavar="SIZE",
+                   help="refuse work estimated above this much memory (e.g. 8G; default: 80%% of the memory "
+                   "available; env TM2NN_MAX_MEMORY)")
+    g.add_argument("--max-source-size", type=flag_size, metavar="SIZE",
+                   help=f"refuse files larger than this (sources, training sets, input lists; default "
+                   f"{MAX_SOURCE_BYTES // 2**20}M; env TM2NN_MAX_SOURCE)")
+    return p

@@ -6,10 +6,14 @@ Every file carries ARCHITECTURE.md's metadata (``tm2nn.version``, ``tm2nn.backen
 the model: the source as tm2nn text (``tm2nn.source``), the validated compile options
 (``tm2nn.build``), the trained tensors of a trained net (``tm2nn.trained``, exact
 float64) and a hash of every weight (``tm2nn.weights_sha256``).  :func:`load_model`
-recompiles the source with those options, puts the trained tensors back and checks the
-hash, so the object it returns is the one that was saved, for every backend; a ``.pt``'s
-state dict (which a user may have edited) then replaces the torch module's weights, and a
-loaded ``.onnx`` runs in onnxruntime as the file is.
+checks the metadata against its schema (:mod:`tm2nn.model_schema`), recompiles the source
+with those options, puts the trained tensors back and checks the hash, so the object it
+returns is the one that was saved, for every backend; a ``.pt``'s state dict then replaces
+the torch module's weights, and a loaded ``.onnx`` runs in onnxruntime as the file is.
+The file's graph signature (or state dict's names and shapes) must be the construction's;
+weights that differ from the construction's (edited on purpose, or damaged) load, with
+:attr:`~tm2nn.backends.base.Compiled.edited` saying where, and ``tm2nn eval`` checks what
+they compute against the reference.  Every failure names the file, in one line.
 
 A ``.pt`` holds only tensors and strings: ``torch.load(path, weights_only=True)`` reads
 it.
@@ -111,23 +115,33 @@ def trained_tensors(net) -> dict:
     return out
 
 
+def _trained_array(op, t, part: str) -> np.ndarray:
+    """One saved trained tensor (base64 of float64 bytes) of ``op``."""
+    try:
+        return np.frombuffer(base64.b64decode(t[part], validate=True), dtype=np.float64).copy()
+    except (KeyError, TypeError, ValueError):
+        raise Tm2nnError(f"the saved trained tensor {op.name}.{part} is not base64 float64 data") from None
+
+
 def with_trained(net, trained: dict):
     """``net`` with the trainable ops' tensors replaced by ``trained`` (from a file)."""
     from tm2nn.nets import Net, Param, SparseMatrix
 
-    def arr(s):
-        return np.frombuffer(base64.b64decode(s), dtype=np.float64).copy()
+    names = {op.name for op in net.nodes if _trainable(op)}
+    unknown = sorted(set(trained) - names)
+    if unknown:
+        raise Tm2nnError(f"the saved trained tensors name {unknown[0]!r}, which is no trainable op of the network")
     nodes = []
     for op in net.nodes:
         if op.name in trained:
             t = trained[op.name]
             if isinstance(op, Param):
-                value = arr(t["value"])
+                value = _trained_array(op, t, "value")
                 if value.shape != op.value.shape:
                     raise Tm2nnError(f"the saved trained tensor of {op.name!r} does not fit the network")
                 op = dataclasses.replace(op, value=value)
             else:
-                vals, bias = arr(t["weight"]), arr(t["bias"])
+                vals, bias = _trained_array(op, t, "weight"), _trained_array(op, t, "bias")
                 w = op.weight
                 if vals.size != w.nnz or bias.shape != np.asarray(op.bias).shape:
                     raise Tm2nnError(f"the saved trained tensors of {op.name!r} do not fit the network")
@@ -195,7 +209,7 @@ def save(compiled, out) -> Path:
     if out.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import save_onnx
 
-        save_onnx(onnx_model(compiled), out)
+        save_onnx(compiled.onnx(), out)  # a loaded .onnx as the file is (edited weights too)
         return out
     import torch
 
@@ -211,7 +225,7 @@ def read_metadata(path) -> tuple[dict, bytes | None, dict | None]:
     """``(metadata, ONNX bytes or None, state dict or None)`` of a model file."""
     p = Path(path)
     if not p.is_file():
-        raise Tm2nnError(f"no such file: {p}")
+        raise Tm2nnError("no such file", file=str(path))
     if p.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import onnx_metadata
 
@@ -219,48 +233,104 @@ def read_metadata(path) -> tuple[dict, bytes | None, dict | None]:
         try:
             meta = onnx_metadata(blob)
         except Exception as e:  # a corrupt or foreign file
-            raise Tm2nnError(f"{p}: not a readable ONNX model ({type(e).__name__})") from None
+            raise Tm2nnError(f"not a readable ONNX model ({type(e).__name__})", file=str(path)) from None
         return meta, blob, None
     if p.suffix == ".pt":
         import torch
 
         try:
             saved = torch.load(p, weights_only=True)
-            meta, state = dict(saved["metadata"]), saved["state_dict"]
-        except Exception as e:
-            raise Tm2nnError(f"{p}: not a model saved by tm2nn ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
-        return meta, None, state
-    raise Tm2nnError(f"{p.name}: a model file ends in .onnx or .pt")
+        except Exception as e:  # not a torch file, or one holding more than tensors and strings
+            raise Tm2nnError(f"not a torch file of tensors and strings ({type(e).__name__})", file=str(path)) from None
+        if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
+            raise Tm2nnError("not a model saved by tm2nn (a .pt model is {'state_dict': ..., 'metadata': {...}})",
+                             file=str(path))
+        return dict(saved["metadata"]), None, saved["state_dict"]
+    raise Tm2nnError("a model file ends in .onnx or .pt", file=str(path))
 
 
 def load_model(path):
-    """The :class:`~tm2nn.backends.base.Compiled` a model file holds (see the module doc)."""
+    """The :class:`~tm2nn.backends.base.Compiled` a model file holds (see the module doc),
+    checked (:mod:`tm2nn.model_schema`): its metadata, what it promises, and its weights
+    against the construction's (``.edited`` says where they first differ)."""
+    from tm2nn import model_schema as schema
     from tm2nn.backends import get
     from tm2nn.backends.base import loaded_info
-    from tm2nn.syntax import parse_text, select
 
-    meta, blob, state = read_metadata(path)
-    if "tm2nn.backend" not in meta:
-        raise Tm2nnError(f"{path}: no tm2nn metadata (was it written by tm2nn compile?)")
-    if "tm2nn.source" not in meta or "tm2nn.build" not in meta:
-        raise Tm2nnError(f"{path} was written by an older tm2nn ({meta.get('tm2nn.version', '?')}) and does not "
-                         "record its source: compile it again")
+    raw, blob, state = read_metadata(path)
+    meta = schema.parse_metadata(raw, path)
     backend = get(meta["tm2nn.backend"])
-    items = parse_text(meta["tm2nn.source"], meta["tm2nn.source_format"], f"{path} (its source)")
-    ir = select(items, meta.get("tm2nn.source_name"), str(path))
-    build = json.loads(meta["tm2nn.build"])
-    compiled = backend.rebuild(ir, build)
-    if "tm2nn.trained" in meta:
-        compiled.net = with_trained(compiled.net, json.loads(meta["tm2nn.trained"]))
-    want = meta.get("tm2nn.weights_sha256")
-    edited = meta.get("tm2nn.weights_edited") == "true"
-    if want is not None and state is None and not edited and weights_sha256(compiled.net) != want:
-        raise Tm2nnError(f"{path}: its weights differ from the {backend.name} construction of its source "
-                         f"(tm2nn {meta.get('tm2nn.version', '?')} wrote it): compile it again")
-    compiled.build = build
-    compiled.source_sha256 = meta.get("tm2nn.source_sha256")
+    meta.update(schema.parse_backend_keys(raw, meta, backend, path))
+    compiled = _located(path, lambda: _rebuild(backend, meta, path))
+    schema.check_encodings(meta, compiled, path)
+    compiled.edited = _edit(compiled, blob, state, path)
+    compiled.build = meta["tm2nn.build"]
+    compiled.source_sha256 = meta["tm2nn.source_sha256"]
     compiled.onnx_bytes = blob
     compiled.state_dict = state
+    compiled.path = str(path)
     loaded_info(compiled, meta)
     return compiled
+
+
+def _located(path, make):
+    """``make()``, its errors naming the model file, in one line."""
+    try:
+        return make()
+    except Tm2nnError as e:
+        if e.file == str(path):
+            raise
+        where = f" ({e.file}, line {e.line})" if e.line is not None else ""
+        raise Tm2nnError(f"{e.message}{where}", file=str(path)) from None
+
+
+def _rebuild(backend, meta: dict, path):
+    """The construction the metadata describes: its source compiled with the recorded
+    options, the trained tensors put back, the weights' hash checked."""
+    from tm2nn.options import OptionError
+    from tm2nn.syntax import parse_text, select
+
+    try:
+        items = parse_text(meta["tm2nn.source"], meta["tm2nn.source_format"], "tm2nn.source")
+        ir = select(items, meta.get("tm2nn.source_name"), "tm2nn.source") if items else None
+    except Tm2nnError as e:
+        where = f" (line {e.line}, column {e.col or 1})" if e.line is not None else ""
+        raise Tm2nnError(f"metadata key tm2nn.source does not load{where}: {e.message}") from None
+    if ir is None:
+        raise Tm2nnError("metadata key tm2nn.source holds no machine or circuit")
+    try:
+        backend.check_source(ir)
+        compiled = backend.rebuild(ir, meta["tm2nn.build"])
+    except OptionError as e:
+        raise Tm2nnError(f"metadata key tm2nn.build does not rebuild the model: {e.message}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a build the backend cannot read
+        raise Tm2nnError(f"metadata key tm2nn.build does not rebuild the model ({type(e).__name__}: {e})") from None
+    if "tm2nn.trained" in meta:
+        compiled.net = with_trained(compiled.net, meta["tm2nn.trained"])
+    edited = meta.get("tm2nn.weights_edited") == "true"  # then the hash is the edited weights'
+    if not edited and weights_sha256(compiled.net) != meta["tm2nn.weights_sha256"]:
+        from tm2nn import __version__
+
+        if meta["tm2nn.version"] != __version__:
+            raise Tm2nnError(f"its weights are not this tm2nn's {backend.name} construction of its source (tm2nn "
+                             f"{meta['tm2nn.version']} wrote it; this is {__version__}): compile it again")
+        raise Tm2nnError(f"metadata key tm2nn.weights_sha256 is not the hash of the {backend.name} construction "
+                         "its metadata describes (tm2nn.source, tm2nn.build): the metadata was altered")
+    return compiled
+
+
+def _edit(compiled, blob: bytes | None, state, path) -> str | None:
+    """Where the file's weights first differ from the construction's (None: they do not).
+    An ONNX graph's inputs and outputs must be the construction's, and a state dict's
+    names and shapes; anything else is an error."""
+    from tm2nn import model_schema as schema
+
+    if blob is not None:
+        import onnx
+
+        mine = onnx.load_model_from_string(blob)
+        built = onnx_model(compiled)
+        schema.check_self_contained(mine, path)
+        schema.check_signature(mine, built, path, compiled.backend)
+        return schema.onnx_edit(mine, built)
+    return schema.state_dict_edit(state, compiled.torch().state_dict(), path, compiled.backend)

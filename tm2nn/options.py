@@ -17,11 +17,13 @@ line, so nobody is told to pass a flag from Python.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_float, check_int
 
 
 class OptionError(Tm2nnError):
@@ -39,22 +41,30 @@ class OptionError(Tm2nnError):
             out = out.replace("{" + n + "}", show(n))
         return out
 
+    #: Flags that differ from the option's own on the verb that raised it (``run`` sets a
+    #: backend's step bound with ``--max-steps``).
+    flags: dict = {}
+
     def for_cli(self, flag_of) -> "OptionError":
         """This error with every option shown as its flag (``flag_of(name)``)."""
-        self.message = self._render(flag_of)
+        self.message = self._render(lambda n: self.flags.get(n) or flag_of(n))
         self.args = (self.message,)
         return self
 
 
 def option(default=MISSING, help: str = "", *, flag: str | None = None, metavar: str | None = None,
-           cli: bool = True, data: str | None = None):
-    """A dataclass field for an option.  ``flag`` overrides the derived flag
+           cli: bool = True, data: str | None = None, low=None, high=None, above=None):
+    """A dataclass field for an option.  ``low``/``high`` bound a number (inclusive),
+    ``above`` bounds it strictly from below (a float); every int and float option is
+    checked against its range (and floats for being finite) by :func:`make`, with the
+    checks of :mod:`tm2nn.limits`.  ``flag`` overrides the derived flag
     (``--name-with-dashes``; a bool that defaults to True becomes ``--no-name``);
     ``cli=False`` keeps an option out of the command line (set by another verb);
     ``data="csv"`` marks a path to a training set, which ``tm2nn learn`` reads
     (:func:`tm2nn.datasets.load_csv`) and hands to the backend as arrays;
     ``data="model"`` a model file to write (checked before any work)."""
-    meta = {"help": help, "flag": flag, "metavar": metavar, "cli": cli, "data": data}
+    meta = {"help": help, "flag": flag, "metavar": metavar, "cli": cli, "data": data, "low": low, "high": high,
+            "above": above}
     if isinstance(default, (dict, list)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=meta)
@@ -79,6 +89,9 @@ class OptionField:
     metavar: str | None
     cli: bool
     data: str | None
+    low: float | None = None     # inclusive bounds of a number
+    high: float | None = None
+    above: float | None = None   # strict lower bound of a float
 
 
 def _kind(tp) -> tuple[type | None, bool, tuple | None]:
@@ -98,8 +111,10 @@ def _kind(tp) -> tuple[type | None, bool, tuple | None]:
     return (tp if isinstance(tp, type) else None), optional, None
 
 
-def fields_of(cls) -> list[OptionField]:
-    """The options a dataclass declares, in declaration order."""
+@functools.lru_cache(maxsize=None)
+def fields_of(cls) -> tuple[OptionField, ...]:
+    """The options a dataclass declares, in declaration order (read once per class:
+    every option object validates itself with them)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -113,8 +128,9 @@ def fields_of(cls) -> list[OptionField]:
         meta = f.metadata
         flag = meta.get("flag") or ("--no-" if kind is bool and default is True else "--") + f.name.replace("_", "-")
         out.append(OptionField(f.name, kind, optional, choices, default, required, meta.get("help", ""),
-                               flag, meta.get("metavar"), meta.get("cli", True), meta.get("data")))
-    return out
+                               flag, meta.get("metavar"), meta.get("cli", True), meta.get("data"),
+                               meta.get("low"), meta.get("high"), meta.get("above")))
+    return tuple(out)
 
 
 def _check_value(owner: str, f: OptionField, value):
@@ -130,15 +146,19 @@ def _check_value(owner: str, f: OptionField, value):
     if f.kind is bool:
         if not isinstance(value, bool):
             raise OptionError(f"{{{f.name}}} must be True or False, got {value!r}", f.name)
-    elif f.kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if hasattr(value, "__index__") and not isinstance(value, bool):
-                return int(value)
-            raise OptionError(f"{{{f.name}}} must be an integer, got {value!r}", f.name)
-    elif f.kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise OptionError(f"{{{f.name}}} must be a number, got {value!r}", f.name)
-        return float(value)
+    elif f.kind in (int, float):
+        try:
+            if f.kind is int:
+                return check_int(f.name, value, f.low, f.high)
+            if f.above is not None:
+                return check_float(f.name, value, f.above, f.high, open_low=True)
+            return check_float(f.name, value, f.low, f.high)
+        except OptionError as e:  # say what the option is: "--steps: expected ... (the step bound T: ...)"
+            if f.help:
+                e.template += f" ({f.help})"
+                e.message = e._render(lambda n: n)
+                e.args = (e.message,)
+            raise
     elif f.kind is str:
         if not isinstance(value, str):
             raise OptionError(f"{{{f.name}}} must be a string, got {value!r}", f.name)
@@ -166,15 +186,12 @@ def make(cls, values: dict, owner: str):
     return cls(**checked)
 
 
-def at_least(opts, **bounds: int) -> None:
-    """Each named option (when not None) is at least its bound, else an OptionError
-    (for a dataclass's ``__post_init__``)."""
-    helps = {f.name: f.help for f in fields_of(type(opts))}
-    for name, low in bounds.items():
-        v = getattr(opts, name)
-        if v is not None and v < low:
-            what = f" ({helps[name]})" if helps.get(name) else ""
-            raise OptionError(f"{{{name}}} must be >= {low}, got {v}{what}", name)
+def validate(opts) -> None:
+    """Check every field of an options object against its declared type and range (for a
+    dataclass's ``__post_init__``, so an object built directly is checked like one from
+    :func:`make`)."""
+    for f in fields_of(type(opts)):
+        _check_value(type(opts).__name__, f, getattr(opts, f.name))
 
 
 def to_dict(opts) -> dict:

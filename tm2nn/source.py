@@ -24,16 +24,11 @@ class SourceText:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "SourceText":
-        p = Path(path)
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            raise Tm2nnError(f"no such file: {p}") from None
-        except IsADirectoryError:
-            raise Tm2nnError(f"is a directory, not a file: {p}") from None
-        except OSError as e:
-            raise Tm2nnError(f"cannot read {p}: {e.strerror}") from None
-        return cls.register(str(path), data)
+        """The file at ``path``, read by :func:`tm2nn.fileio.read_input` (regular files
+        only, at most the source size limit)."""
+        from tm2nn.fileio import read_input
+
+        return cls.register(str(path), read_input(path))
 
     @classmethod
     def from_string(cls, text: str, path: str = "<string>") -> "SourceText":

@@ -12,6 +12,7 @@ and listed in :mod:`tm2nn.backends`.  It is the only place that knows that const
   decodes the outputs into run reports; :meth:`Backend.checker` tells ``verify`` how to
   compare a model with the reference;
 * :meth:`Backend.info_rows`: its size next to the paper's bounds;
+* :attr:`Backend.model_keys`: the metadata its model files must carry (checked on load);
 * :meth:`Backend.learn`: its training loop, where it has one; :meth:`Backend.margin`
   and :meth:`Backend.find_beta`: its extra analyses, where it has them.
 
@@ -23,7 +24,8 @@ construction of that kind is a few lines (docs/backends.md).  ``compiler.py``,
 from __future__ import annotations
 
 import abc
-import json
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tm2nn.errors import Tm2nnError
@@ -78,6 +80,11 @@ class Backend(abc.ABC):
     run_default_steps: int | None = None
     #: the engines its models run on
     engines: tuple[str, ...] = ENGINES
+    #: the metadata a model file of this backend must carry beyond every model's
+    #: (:data:`tm2nn.model_schema.REQUIRED`): what its ``rebuild`` and decoding read, as
+    #: ``"tm2nn.key"`` or ``"tm2nn.key/field/..."`` (a path into its JSON) -> a kind of
+    #: :data:`tm2nn.model_schema.KINDS`; checked when a model is loaded
+    model_keys: dict[str, str] = {}
 
     # -- options and compiling -------------------------------------------------------------
     def options(self, **values):
@@ -214,6 +221,10 @@ class Compiled:
     state_dict: dict | None = field(default=None, repr=False)
     #: the bytes of a loaded ``.onnx`` file (run as they are)
     onnx_bytes: bytes | None = field(default=None, repr=False)
+    #: the file a loaded model came from (its failures and errors name it)
+    path: str | None = None
+    #: a loaded model whose weights are not the construction's: where they first differ
+    edited: str | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def __repr__(self) -> str:
@@ -238,6 +249,10 @@ class Compiled:
         module")."""
         from tm2nn.emit.torch_emit import to_torch
 
+        if self.edited is not None and self.onnx_bytes is not None:
+            raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the torch module is "
+                             "built from the construction: run it in onnxruntime, or save the edited weights as .pt",
+                             file=self.path)
         dtype = dtype or self.dtype
         module = to_torch(self.net, dtype)
         if self.state_dict is not None:
@@ -245,7 +260,7 @@ class Compiled:
                 module.load_state_dict(self.state_dict, strict=True)
             except RuntimeError as e:
                 raise Tm2nnError(f"the saved weights do not fit this {self.backend} network: "
-                                 f"{str(e).splitlines()[0]}") from None
+                                 f"{str(e).splitlines()[0]}", file=self.path) from None
         module.eval()
         return module
 
@@ -316,8 +331,51 @@ class Compiled:
         CLI's ``--json`` reports."""
         single = isinstance(inputs, str)
         texts = [inputs] if single else [str(t) for t in inputs]
-        reports = self.spec.run(self, texts, engine, progress) if texts else []
+        with self.failures(engine):
+            reports = self.spec.run(self, texts, engine, progress) if texts else []
         return reports[0] if single else reports
+
+    def check(self, inputs, engine: str = "torch"):
+        """Each input's first divergence from the reference when the model runs on
+        ``engine`` (:func:`tm2nn.verify.check.divergences`): ``(what the reference is,
+        [None or a Mismatch per input])``, or None when the backend has no reference for
+        this model (a trained net, checked while it trains).  ``tm2nn eval`` checks its
+        reports with it."""
+        from tm2nn.verify.check import divergences
+
+        try:
+            checker = self.spec.checker(self)
+        except Tm2nnError:
+            return None
+        with self.failures(engine):
+            return divergences(checker, [inputs] if isinstance(inputs, str) else list(inputs), engine)
+
+    @contextmanager
+    def failures(self, engine: str | None):
+        """A loaded model that fails in its engine (onnxruntime refusing the graph or a
+        shape, torch a weight, the decoder its output) is a one-line error naming the file,
+        not a traceback; a compiled model's failure is a bug and propagates as it is.  A
+        loaded model's float errors (NaN, overflow) are not warned about: what they break
+        is reported here, or by the check against the reference."""
+        import numpy as np
+
+        try:
+            with np.errstate(all="ignore" if self.path is not None else None):
+                yield
+        except OptionError:  # an input the model does not take
+            raise
+        except Tm2nnError as e:  # one the backend found in the model's output
+            if e.file is None and self.path is not None:
+                e.file, e.message = self.path, f"running it in {engine or 'the engines'}: {e.message}"
+                e.args = (e.message,)
+            raise
+        except MemoryError:
+            raise
+        except Exception as e:
+            if self.path is None:
+                raise
+            doing = f"running it in {engine}" if engine else "verifying it"
+            raise Tm2nnError(f"{doing} failed: {_one_line(e)}", file=self.path) from None
 
     def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
                seed: int | None = None, onnx: bool = True, progress=None):
@@ -327,8 +385,9 @@ class Compiled:
         :class:`~tm2nn.verify.VerifyReport`."""
         from tm2nn.verify import DEFAULT_BUDGET, verify_compiled
 
-        return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
-                               samples=samples, seed=seed, use_onnx=onnx, progress=progress)
+        with self.failures(None):
+            return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
+                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress)
 
     def info(self) -> dict:
         """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)
@@ -342,8 +401,18 @@ class Compiled:
         return info
 
 
+def _one_line(e: Exception) -> str:
+    """An engine's exception in one line: its type and first line (onnxruntime's
+    ``[ONNXRuntimeError] : 2 :`` prefix dropped), at most 300 characters."""
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", str(e).strip())
+    line = text.splitlines()[0] if text else ""
+    line = f"{type(e).__name__}: {line}" if line else type(e).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
 def loaded_info(compiled: Compiled, meta: dict) -> None:
-    """A loaded model's info as the file records it (no recomputation)."""
+    """A loaded model's info as the file records it (no recomputation); ``meta`` holds
+    the parsed metadata (:func:`tm2nn.model_schema.parse_metadata`)."""
     if "tm2nn.info" in meta:
-        compiled._cache["info"] = (compiled.net, {"backend": compiled.backend, "info": json.loads(meta["tm2nn.info"]),
-                                                  "bounds": json.loads(meta.get("tm2nn.bounds", "[]"))})
+        compiled._cache["info"] = (compiled.net, {"backend": compiled.backend, "info": meta["tm2nn.info"],
+                                                  "bounds": meta.get("tm2nn.bounds", [])})

@@ -960,8 +960,22 @@ def onnx_session(model_or_path_or_bytes):
     elif not isinstance(src, (bytes, bytearray)):
         src = os.fspath(src)
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: a failure is raised (and reported once) by the caller
     return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _run_session(sess, feed: dict):
+    """``sess.run`` on one batch; under :func:`tm2nn.interrupt.graceful` it runs in a
+    worker thread, so Ctrl-C stops it through ``RunOptions.terminate`` (a Loop of many
+    steps is one call, and Python handles no signal until it returns)."""
+    import onnxruntime as ort
+
+    from tm2nn import interrupt
+
+    if not interrupt.active():
+        return sess.run(None, feed)
+    ro = ort.RunOptions()
+    return interrupt.run_blocking(lambda: sess.run(None, feed, ro), lambda: setattr(ro, "terminate", True))
 
 
 def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
@@ -987,6 +1001,6 @@ def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
     chunks = []
     for s in range(0, max(n, 1), batch_size):
         feed = {name: np.ascontiguousarray(a[s:s + batch_size]) for name, a in zip(names, arrs)}
-        chunks.append(sess.run(None, feed))
+        chunks.append(_run_session(sess, feed))
     outs = [c[0] if len(chunks) == 1 else np.concatenate(c) for c in zip(*chunks)]
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -78,6 +78,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
+from tm2nn import interrupt
 from tm2nn.emit import affine_form
 from tm2nn.nets import (
     Activation,
@@ -578,11 +579,22 @@ class LoopModule(OpModule):
                 states.append(x)
             if self.progress is not None and (fixed or i % every == 0 or i == self.trips):
                 self.progress(self.trips if fixed else i, self.trips)
+            if interrupt.requested() and not fixed and i < self.trips:  # Ctrl-C (interrupt.graceful)
+                raise interrupt.Interrupted(i, self.trips, what="network steps", partial=_loop_partial(x, states))
             if fixed:  # every later trip gives x again (Loop.until_fixed)
                 if states is not None:
                     states.extend([x] * (self.trips - i))
                 break
         return torch.stack(states) if states is not None else x
+
+
+def _loop_partial(x: torch.Tensor, states: list | None) -> torch.Tensor:
+    """A loop's value so far, batch-major as its output would be: the states stacked
+    (``scan``) or the current one; grid states are ``[B, H, W]``, vectors ``[w, B]``."""
+    grid = x.dim() == 3
+    if states is None:
+        return _batch_major(x, "grid" if grid else "vector")
+    return _batch_major(torch.stack(states), "grids" if grid else "sequence")
 
 
 class _History:
@@ -882,6 +894,9 @@ class DecodeModule(OpModule):
             o, taps[i] = self.step(i, o, mem, ctx)
             if progress is not None and (i % every == 0 or i == self.steps):
                 progress(i, self.steps)
+            if interrupt.requested() and i < self.steps:  # Ctrl-C (interrupt.graceful): taps so far
+                raise interrupt.Interrupted(i, self.steps, what="decoder steps",
+                                            partial=_batch_major(taps[:i + 1], "sequence"))
         return taps
 
 
@@ -1140,6 +1155,21 @@ def _module_dtype(module: nn.Module) -> torch.dtype:
         if t.is_floating_point():
             return t.dtype
     return torch.float32
+
+
+@contextlib.contextmanager
+def loop_progress(module: nn.Module, progress):
+    """Within the block, every loop and decoder of ``module`` calls ``progress(i, total)``
+    about 100 times per run (for progress bars); nothing when ``progress`` is None."""
+    loops = ([m for m in module.modules() if isinstance(m, (LoopModule, DecodeModule))]
+             if progress and module is not None else [])
+    for m in loops:
+        m.progress = progress
+    try:
+        yield
+    finally:
+        for m in loops:
+            m.progress = None
 
 
 def run_torch(net_or_module: Net | nn.Module, *arrays, batch_size: int = 4096):

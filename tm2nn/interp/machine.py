@@ -16,9 +16,14 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tm2nn import interrupt
 from tm2nn.ir.machine import MOVE_DELTA, GridMachine, Machine, check_input
 
 DEFAULT_MAX_STEPS = 10_000_000
+
+
+#: Bytes a :class:`Trace` keeps per step of a line machine.
+TRACE_BYTES_PER_STEP = 28
 
 
 @dataclass
@@ -149,6 +154,11 @@ def run_machine(
         from tm2nn.options import OptionError
 
         raise OptionError(f"{{max_steps}} must be >= 0, got {max_steps}", "max_steps")
+    if trace:  # 4 + 8 + 8 + 4 + 4 bytes a step (+16 on a grid), and array's doubling
+        from tm2nn.limits import check_memory
+
+        per = TRACE_BYTES_PER_STEP + (16 if isinstance(m, GridMachine) else 0)
+        check_memory(2 * per * max_steps, f"a trace of up to {max_steps:,} steps ({per} bytes a step)", ("max_steps",))
     if isinstance(m, GridMachine):
         return _run_grid(m, input, max_steps, trace, progress, start or (0, 0))
     if start is not None:
@@ -211,7 +221,7 @@ def run_machine(
                     tape, h, origin, size = _grow(tape, h, origin, size, blank)
         if progress is not None:
             progress(steps)
-        if missing:
+        if missing or interrupt.requested():
             break
 
     if missing and counts_missing:
@@ -230,7 +240,15 @@ def run_machine(
         tr.state = array("i", (remap[s] for s in tr.state))
     cells = {i - origin: m.alphabet[s] for i, s in enumerate(tape) if s != blank}
     outcome = (m.halting.get(state, "halt")) if halted else None
-    return RunResult(m, input, halted, steps, state, outcome, h - origin, cells, tr)
+    return _done(RunResult(m, input, halted, steps, state, outcome, h - origin, cells, tr), max_steps)
+
+
+def _done(result: RunResult, max_steps: int) -> RunResult:
+    """``result``, or :class:`~tm2nn.interrupt.Interrupted` carrying it when Ctrl-C
+    stopped the run early (the configuration after ``result.steps`` steps, exact)."""
+    if interrupt.requested() and not result.halted and result.steps < max_steps:
+        raise interrupt.Interrupted(result.steps, max_steps, partial=result)
+    return result
 
 
 def _grow(tape: bytearray, h: int, origin: int, size: int, blank: int):
@@ -284,8 +302,11 @@ def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress,
             tr.head.append(hc)
             tr.read.append(a)
             tr.write.append(w)
-        if progress is not None and steps % (1 << 20) == 0:
-            progress(steps)
+        if steps % (1 << 16) == 0:
+            if progress is not None and steps % (1 << 20) == 0:
+                progress(steps)
+            if interrupt.requested():
+                break
     if missing and m.missing_rule_counts_step:
         steps += 1
         if tr is not None:
@@ -301,7 +322,7 @@ def _run_grid(m: GridMachine, input: str, max_steps: int, trace: bool, progress,
     state = t.names[q]
     cells = {p: m.alphabet[s] for p, s in grid.items()}
     outcome = m.halting.get(state, "halt") if halted else None
-    return RunResult(m, input, halted, steps, state, outcome, (hr, hc), cells, tr)
+    return _done(RunResult(m, input, halted, steps, state, outcome, (hr, hc), cells, tr), max_steps)
 
 
 def configurations(result: RunResult):

@@ -5,7 +5,12 @@ sense (NOT/BUF take one input, constants none).  Inputs and outputs are named
 signals; output order is declaration order.  Cycles, undefined signals and
 redefinitions are errors, reported at the gate that causes them.
 
-Validation lives in :func:`validate_circuit`, called from ``__post_init__``.
+Validation lives in :func:`validate_circuit`, called from ``__post_init__``.  It is
+linear in the size of the circuit and never recurses (a 10^6-deep chain is fine): set
+operations check names, fan-ins and definitions at once, and an iterative depth-first
+sort orders the gates (one set test per gate when they are already in order); when
+any check fails, the gate-by-gate check runs instead and reports the first problem at
+its gate.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ UNARY = ("NOT", "BUF")
 NULLARY = ("CONST0", "CONST1")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gate:
-    """``name = op(inputs...)``; ``name`` is the signal the gate drives."""
+    """``name = op(inputs...)``; ``name`` is the signal the gate drives.  Slotted: a
+    10^6-gate circuit holds millions of them (half the memory, and half the objects the
+    garbage collector walks)."""
 
     name: str
     op: str
@@ -30,7 +37,8 @@ class Gate:
     loc: Loc | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if type(self.inputs) is not tuple:
+            object.__setattr__(self, "inputs", tuple(self.inputs))
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,18 +70,24 @@ class Circuit:
     @cached_property
     def depth(self) -> int:
         """Longest input-to-output path, counted in gates (constants have depth 1)."""
-        d: dict[str, int] = {x: 0 for x in self.inputs}
-        for g in self.topo:
-            d[g.name] = 1 + max((d[i] for i in g.inputs), default=0)
+        d = self.levels
         return max((d[o] for o in self.outputs), default=0)
+
+    @cached_property
+    def levels(self) -> dict[str, int]:
+        """Each signal's level: 0 for inputs, 1 + the deepest input's level for a gate."""
+        d: dict[str, int] = dict.fromkeys(self.inputs, 0)
+        get = d.__getitem__
+        for g in self.topo:
+            d[g.name] = 1 + max(map(get, g.inputs), default=0)
+        return d
 
     def summary(self) -> dict:
         from collections import Counter
 
         ops = Counter(g.op for g in self.gates)
-        from tm2nn.passes.layering import layer_circuit
+        from tm2nn.passes.layering import layer_widths
 
-        layered = layer_circuit(self)
         return {
             "kind": "circuit",
             "name": self.name,
@@ -81,7 +95,7 @@ class Circuit:
             "outputs": len(self.outputs),
             "gates": len(self.gates),
             "depth": self.depth,
-            "width": max((len(layer) for layer in layered.layers), default=0),
+            "width": max(layer_widths(self), default=0),
             "ops": dict(sorted(ops.items())),
         }
 
@@ -100,6 +114,85 @@ class Circuit:
 
 def validate_circuit(c: Circuit) -> tuple[Gate, ...]:
     """All structural checks for circuits; returns the gates in topological order."""
+    drivers = _checked_drivers(c)
+    if drivers is None:
+        return _validate_full(c)  # reports the first problem where it is
+    return _topo_sort(c, drivers)
+
+
+#: (op, fan-in capped at 2) -> whether the fan-in is right for the op
+_FANIN_OK = {(op, n): (n == 0 if op in NULLARY else n == 1 if op in UNARY else n >= 1)
+             for op in OPS for n in (0, 1, 2)}
+
+
+def _checked_drivers(c: Circuit) -> dict[str, Gate] | None:
+    """``{signal: gate driving it}`` when every check but acyclicity passes, done with
+    set operations; None when any fails (:func:`_validate_full` then finds which)."""
+    gates = c.gates
+    if not c.name or len(set(c.inputs)) != len(c.inputs):
+        return None
+    ok = _FANIN_OK.get
+    if not all([ok((g.op, min(len(g.inputs), 2)), False) for g in gates]):
+        return None
+    drivers = {g.name: g for g in gates}
+    if len(drivers) != len(gates) or not drivers.keys().isdisjoint(c.inputs):
+        return None
+    defined = drivers.keys() | set(c.inputs)
+    covers = defined.issuperset
+    if not all([covers(g.inputs) for g in gates]) or not covers(c.outputs):
+        return None
+    return drivers
+
+
+def _topo_sort(c: Circuit, drivers: dict[str, Gate]) -> tuple[Gate, ...]:
+    """The gates in depth-first post-order from each gate in turn (inputs first, in
+    order): iterative, so any depth is fine.  A gate whose inputs are all placed is
+    placed at once, which is what the search would do, so gates already in topological
+    order cost one set test each.  A back edge is a cycle, reported along its path."""
+    where = c.loc
+    order: list[Gate] = []
+    place = order.append
+    done = set(c.inputs)  # the inputs and the placed gates
+    mark, ready = done.add, done.issuperset
+    active: set[str] = set()  # the gates on the search stack
+    for root in c.gates:
+        if root.name in done:
+            continue
+        if ready(root.inputs):
+            place(root)
+            mark(root.name)
+            continue
+        stack = [(root, 0)]
+        active.add(root.name)
+        while stack:
+            g, i = stack[-1]
+            if i < len(g.inputs):
+                stack[-1] = (g, i + 1)
+                s = g.inputs[i]
+                if s in done:
+                    continue
+                h = drivers[s]
+                if s in active:
+                    path = [x.name for x, _ in stack]
+                    cyc = path[path.index(s):] + [s]
+                    raise error_at(h.loc or where, f"combinational cycle: {' -> '.join(reversed(cyc))}")
+                if ready(h.inputs):
+                    place(h)
+                    mark(s)
+                else:
+                    active.add(s)
+                    stack.append((h, 0))
+            else:
+                stack.pop()
+                active.discard(g.name)
+                mark(g.name)
+                place(g)
+    return tuple(order)
+
+
+def _validate_full(c: Circuit) -> tuple[Gate, ...]:
+    """Every check, each error at the gate that causes it; the gates in a depth-first
+    topological order (iterative: no recursion)."""
     where = c.loc
     if not c.name:
         raise error_at(where, "circuit has an empty name")
@@ -134,32 +227,4 @@ def validate_circuit(c: Circuit) -> tuple[Gate, ...]:
         if o not in defined:
             raise error_at(c.port_locs.get("output:" + o, where), f"output {o!r} is never defined")
 
-    # Iterative DFS topological sort; a back edge is a cycle, reported along its path.
-    order: list[Gate] = []
-    state: dict[str, int] = {}  # 1 = on stack, 2 = done
-    for root in c.gates:
-        if state.get(root.name):
-            continue
-        stack = [(root, 0)]
-        state[root.name] = 1
-        while stack:
-            g, i = stack[-1]
-            if i < len(g.inputs):
-                stack[-1] = (g, i + 1)
-                s = g.inputs[i]
-                h = drivers.get(s)
-                if h is None:
-                    continue
-                st = state.get(s)
-                if st == 1:
-                    path = [x.name for x, _ in stack]
-                    cyc = path[path.index(s):] + [s]
-                    raise error_at(h.loc or where, f"combinational cycle: {' -> '.join(reversed(cyc))}")
-                if st is None:
-                    state[s] = 1
-                    stack.append((h, 0))
-            else:
-                stack.pop()
-                state[g.name] = 2
-                order.append(g)
-    return tuple(order)
+    return _topo_sort(c, drivers)

@@ -63,35 +63,98 @@ def layer_circuit(c: Circuit) -> LayeredCircuit:
     Gates that no output depends on are dropped: they cannot change the function.
     """
     live = _live_gates(c)
-    level: dict[str, int] = {x: 0 for x in c.inputs}
+    level: dict[str, int] = dict.fromkeys(c.inputs, 0)
+    get = level.__getitem__
     for g in live:
-        level[g.name] = 1 + max((level[i] for i in g.inputs), default=0)
-    depth = max([level[o] for o in c.outputs] + [1 if c.gates or c.outputs else 0])
-    # How far each signal must be carried: to the last consumer's layer - 1,
-    # and to the last layer for outputs.
-    need: dict[str, int] = {s: level[s] for s in level}
-    for g in live:
-        for i in g.inputs:
-            need[i] = max(need[i], level[g.name] - 1)
-    for o in c.outputs:
-        need[o] = depth
+        level[g.name] = 1 + max(map(get, g.inputs), default=0)
+    depth = _depth(c, level)
+    need = _need(c, live, level, depth)
     taken = set(level)
-    at: dict[tuple[str, int], str] = {}  # (signal, layer) -> name carrying it there
-    for s in level:
-        at[(s, level[s])] = s
+    copies: dict[str, list[str]] = {}  # signal -> its carried copies, layers level+1 .. need
     carried: list[list[Gate]] = [[] for _ in range(depth)]
     for s in list(c.inputs) + [g.name for g in live]:  # stable order
-        for k in range(level[s] + 1, need[s] + 1):
-            at[(s, k)] = _fresh(f"{s}@{k}", taken)
-            carried[k - 1].append(Gate(at[(s, k)], "BUF", (at[(s, k - 1)],)))
+        first = level[s] + 1
+        names = [f"{s}@{k}" for k in range(first, need[s] + 1)]
+        if not names:
+            continue
+        if taken.isdisjoint(names):  # the usual case: no real signal is called s@k
+            taken.update(names)
+        else:
+            names = [_fresh(n, taken) for n in names]
+        copies[s] = names
+        prev = s
+        for k, n in enumerate(names, first - 1):
+            carried[k].append(Gate(n, "BUF", (prev,)))
+            prev = n
+
+    def at(s: str, k: int) -> str:
+        """The name carrying signal ``s`` in layer ``k``."""
+        lv = level[s]
+        return s if k == lv else copies[s][k - lv - 1]
+
     layers: list[list[Gate]] = [[] for _ in range(depth)]
     for g in live:
         k = level[g.name]
-        layers[k - 1].append(Gate(g.name, g.op, tuple(at[(i, k - 1)] for i in g.inputs), g.loc))
-    outputs = tuple(at[(o, depth)] for o in c.outputs)
+        layers[k - 1].append(Gate(g.name, g.op, tuple([at(i, k - 1) for i in g.inputs]), g.loc))
+    outputs = tuple(at(o, depth) for o in c.outputs)
     return LayeredCircuit(
         c, tuple(c.inputs), tuple(tuple(a + b) for a, b in zip(layers, carried)), outputs
     )
+
+
+def layer_widths(c: Circuit) -> list[int]:
+    """``[len(layer) for layer in layer_circuit(c).layers]``, counted without building the
+    layers: linear in the gates of ``c``, however many carried copies the layering would
+    make (a long chain that reads a new input at each gate needs quadratically many)."""
+    import numpy as np
+
+    level = c.levels  # a live gate's level only depends on live gates
+    depth = _depth(c, level)
+    need = _live_need(c, level, depth)
+    lv = np.fromiter(map(level.__getitem__, need), dtype=np.int64, count=len(need))
+    nd = np.fromiter(need.values(), dtype=np.int64, count=len(need))
+    size = depth + 2
+    own = np.bincount(lv, minlength=size)  # the gates of each layer (inputs: layer 0)
+    carry = nd > lv  # signal s is copied into layers level+1 .. need
+    delta = (np.bincount(lv[carry] + 1, minlength=size)
+             - np.bincount(nd[carry] + 1, minlength=size))
+    widths = own[:size] + np.cumsum(delta)[:size]
+    return [int(w) for w in widths[1:depth + 1]]
+
+
+def _live_need(c: Circuit, level: dict[str, int], depth: int) -> dict[str, int]:
+    """:func:`_need` for the signals some output depends on (the live inputs and gates),
+    in one backward pass; a signal no output depends on has no entry."""
+    need = dict.fromkeys(c.outputs, depth)
+    get = need.get
+    for g in reversed(c.topo):
+        if g.name in need:
+            k = level[g.name] - 1
+            for i in g.inputs:
+                if get(i, -1) < k:
+                    need[i] = k
+    return need
+
+
+def _depth(c: Circuit, level: dict[str, int]) -> int:
+    """The number of layers: the deepest output, and at least 1 when there is anything."""
+    return max([level[o] for o in c.outputs] + [1 if c.gates or c.outputs else 0])
+
+
+def _need(c: Circuit, live: list[Gate], level: dict[str, int], depth: int) -> dict[str, int]:
+    """How far each signal must be carried: to its last consumer's layer - 1, and to the
+    last layer for outputs (at least its own level)."""
+    need = dict.fromkeys(c.inputs, 0)
+    for g in live:
+        need[g.name] = level[g.name]
+    for g in live:
+        k = level[g.name] - 1
+        for i in g.inputs:
+            if need[i] < k:
+                need[i] = k
+    for o in c.outputs:
+        need[o] = depth
+    return need
 
 
 def _live_gates(c: Circuit) -> list[Gate]:

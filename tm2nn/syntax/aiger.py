@@ -20,6 +20,10 @@ How the AIG becomes a :class:`~tm2nn.ir.Circuit`:
 
 Generated names never collide with symbol-table names: a clash appends ``_``.
 Two different signals given the same name by the symbol table are an error.
+
+Speed: an AND section of plain lines (``lhs rhs0 rhs1``, single spaces) is read and
+checked with array operations (:func:`_plain_ands`); any other section, or one with an
+error, is read line by line, which reports the error where it always has.
 """
 
 from __future__ import annotations
@@ -261,7 +265,12 @@ def build_circuit(
             names[lit] = nm
     for lhs, _, _, _ in ands:
         if lhs not in names:
-            names[lhs] = fresh(f"n{lhs >> 1}")
+            nm = f"n{lhs >> 1}"
+            if nm in taken:
+                nm = fresh(nm)
+            else:
+                taken.add(nm)
+            names[lhs] = nm
 
     gates: list[Gate] = []
 
@@ -279,12 +288,13 @@ def build_circuit(
         made[lit] = nm
         return nm
 
-    for lhs, r0, r1, loc in ands:
-        a = sig(r0, loc) if r0 & 1 or r0 < 2 else names[r0]
-        b = sig(r1, loc) if r1 & 1 or r1 < 2 else names[r1]
+    made_get, add = made.get, gates.append
+    for lhs, r0, r1, loc in ands:  # the hot loop: sig() only for a literal not made yet
+        a = names[r0] if r0 > 1 and not r0 & 1 else made_get(r0) or sig(r0, loc)
+        b = names[r1] if r1 > 1 and not r1 & 1 else made_get(r1) or sig(r1, loc)
         nm = names[lhs]
         made[lhs] = nm
-        gates.append(Gate(nm, "AND", (a, b), loc))
+        add(Gate(nm, "AND", (a, b), loc))
     for lit, loc in outputs:
         if lit & 1 or lit < 2:
             sig(lit, loc)
@@ -352,19 +362,59 @@ def _parse_ascii(src: SourceText) -> Circuit:
         ln, [(lit, col)] = line_nums(1, f"output {k} of {h.O}")
         outputs.append((lit, src.loc(ln, col)))
         uses.append((lit, ln, col))
-    ands: list[tuple[int, int, int, Loc]] = []
-    for k in range(h.A):
-        ln, [(lhs, c0), (r0, c1), (r1, c2)] = line_nums(3, f"AND gate {k} of {h.A}: 'lhs rhs0 rhs1'")
-        _check_def(err, defined, lhs, ln, c0, "AND")
-        ands.append((lhs, r0, r1, src.loc(ln, c0)))
-        uses.append((r0, ln, c1))
-        uses.append((r1, ln, c2))
+    ands = _plain_ands(src, lines, pos, h.A, maxlit, defined)
+    if ands is not None:
+        pos += h.A
+    else:
+        ands = []
+        for k in range(h.A):
+            ln, [(lhs, c0), (r0, c1), (r1, c2)] = line_nums(3, f"AND gate {k} of {h.A}: 'lhs rhs0 rhs1'")
+            _check_def(err, defined, lhs, ln, c0, "AND")
+            ands.append((lhs, r0, r1, src.loc(ln, c0)))
+            uses.append((r0, ln, c1))
+            uses.append((r1, ln, c2))
     for lit, ln, col in uses:
         if lit > 1 and (lit >> 1) not in defined:
             raise err(f"undefined literal {lit}: variable {lit >> 1} is neither an input nor "
                       "the left-hand side of an AND", ln, col)
     syms = parse_trailer(src, ((i + 1, lines[i]) for i in range(pos, len(lines))), h, err)
     return build_circuit(src, inputs=inputs, ands=ands, outputs=outputs, symbols=syms, err=err)
+
+
+_PLAIN_ANDS = re.compile(r"(?:[0-9]{1,18} [0-9]{1,18} [0-9]{1,18}\n)*[0-9]{1,18} [0-9]{1,18} [0-9]{1,18}")
+
+
+def _plain_ands(src: SourceText, lines: list[str], pos: int, count: int, maxlit: int,
+                defined: dict[int, tuple[int, int]]) -> list[tuple[int, int, int, Loc]] | None:
+    """The fast path for the ``count`` AND lines from ``lines[pos]``: when each is plain
+    ``lhs rhs0 rhs1`` (single spaces, at most 18 digits) and the section is valid (even,
+    new left-hand sides; every literal at most ``maxlit`` and defined), the ANDs as the
+    line-by-line loop makes them, checked with array operations, and ``defined``
+    updated; else None, and that loop reads the section and reports its first error."""
+    if count == 0:
+        return []
+    if pos + count > len(lines):
+        return None
+    block = "\n".join(lines[pos:pos + count])
+    if _PLAIN_ANDS.fullmatch(block) is None:
+        return None
+    import numpy as np
+
+    lits = np.fromstring(block, dtype=np.int64, sep=" ").reshape(count, 3)
+    lhs = lits[:, 0]
+    if lits.max() > maxlit or (lhs & 1).any() or not lhs.all():
+        return None
+    var = lhs >> 1
+    known = np.concatenate([np.fromiter(defined, dtype=np.int64, count=len(defined)), var])
+    if np.unique(known).size != known.size:  # a variable defined twice
+        return None
+    used = lits[:, 1:].ravel()
+    if not np.isin(used[used > 1] >> 1, known).all():
+        return None
+    first = pos + 1  # the line number of the first AND
+    defined.update(zip(var.tolist(), ((ln, 1) for ln in range(first, first + count))))
+    loc = src.loc
+    return [(a, b, c, loc(ln, 1)) for ln, (a, b, c) in enumerate(lits.tolist(), first)]
 
 
 def _check_def(err: ErrorFn, defined: dict[int, tuple[int, int]], lit: int, ln: int, col: int,

@@ -49,7 +49,9 @@ class HeaderLine:
 def read_header(path: str | Path) -> dict[str, HeaderLine]:
     """The header entries of the file at ``path``, by lower-case key, with positions."""
     found: dict[str, HeaderLine] = {}
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    from tm2nn.fileio import read_input
+
+    text = read_input(path).decode("utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines()[:HEADER_LINES], start=1):
         m = _KEY.match(line)
         if m and m.group(1).lower() not in found:

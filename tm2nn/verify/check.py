@@ -157,10 +157,12 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     """Check ``compiled`` against its reference (see the module doc).  ``progress(done,
     total, elapsed, budget)`` is called after every chunk (``total`` None for a random
     run bounded by the budget alone)."""
-    if samples is not None and samples < 0:
-        from tm2nn.options import OptionError
+    from tm2nn.limits import check_float, check_int, check_seed
 
-        raise OptionError("{samples} must be >= 0", "samples")
+    if samples is not None:
+        check_int("samples", samples, 1)
+    seed = check_seed("seed", seed)
+    budget = check_float("budget", budget, 0.0, open_low=True)
     checker = compiled.spec.checker(compiled)
     engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
     checker.engines = tuple(engines)
@@ -212,6 +214,21 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     # a random run with no sample count promises nothing beyond the budget
     rep.complete = total is None or rep.n_inputs >= total
     return rep
+
+
+def divergences(checker: Checker, texts: list[str], engine: str) -> tuple[str, list[Mismatch | None]]:
+    """``(what the reference is, each input's first divergence from it when the model
+    runs on ``engine``, None where they agree)``: a model's checker
+    (:meth:`~tm2nn.backends.base.Backend.checker`) on given inputs and one engine
+    (``tm2nn eval`` checks its reports with it)."""
+    checker.engines = (engine,)
+    out: list[Mismatch | None] = []
+    size = max(1, checker.batch())
+    for s in range(0, len(texts), size):
+        chunk = texts[s:s + size]
+        diffs, _dev, _counts = checker.check(engine, chunk, checker.prepare(chunk))
+        out += [None if d is None else Mismatch(engine, t, d[1], d[2], d[3], step=d[0]) for t, d in zip(chunk, diffs)]
+    return checker.reference, out
 
 
 # -- circuits: bit for bit against the bit-parallel evaluator -----------------------------------

@@ -86,8 +86,12 @@ class GridChecker(Checker):
         return out, dev, {}
 
 
-def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch") -> list:
-    """The source machine's decoded runs (RunResults with traces) of ``texts``."""
+def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch", progress=None) -> list:
+    """The source machine's decoded runs (RunResults with traces) of ``texts``;
+    ``progress(i, L)`` follows the filter steps (torch)."""
+    from tm2nn.emit.torch_emit import loop_progress
+
     gm = GridModel(compiled)
-    states = compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
+    with loop_progress(compiled.module() if engine == "torch" else None, progress):
+        states = compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
     return [gm.decode(np.asarray(s), t) for s, t in zip(states, texts)]

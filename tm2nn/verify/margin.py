@@ -481,6 +481,8 @@ def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, t
 def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dict:
     import torch
 
+    from tm2nn.limits import check_memory
+
     t0 = time.perf_counter()
     x_np = np.asarray(inputs)
     want = torch.as_tensor(_labels(compiled, x_np))
@@ -489,6 +491,11 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dic
     if not P.names or want.shape[1] == 0:
         return {"method": method, "eps": math.inf, "input": None, "seconds": 0.0}
     rows = x_np.shape[0] * trials
+    # per row: a direction and an activation per affine output (x ~8 with the gradient
+    # attack's graph, leaves and gradients), float64
+    width = sum(P.shapes[n][0] for n in P.names) + x_np.shape[1]
+    check_memory(rows * width * 8 * 8, f"the {method} attack on {x_np.shape[0]:,} inputs x {trials:,} trials "
+                 f"({width:,} units each)", ("samples", "trials"))
     x = torch.as_tensor(np.repeat(x_np.astype(np.float64), trials, axis=0))
     w = want.repeat_interleave(trials, 0)
     sign = w.to(torch.float64) * 2 - 1

@@ -44,10 +44,9 @@ def torch_runner(net_or_module, progress=None):
     """``tokens [n, L] -> taps [n, T+1, tap_w]`` with the torch module (float32, no_grad)."""
     import torch
 
-    from tm2nn.emit.torch_emit import NetModule, to_torch
+    from tm2nn.emit.torch_emit import NetModule, loop_progress, to_torch
 
     mod = net_or_module if isinstance(net_or_module, NetModule) else to_torch(net_or_module)
-    decoders = [m for m in mod.modules() if type(m).__name__ == "DecodeModule"]
 
     def run(tokens: np.ndarray) -> np.ndarray:
         outs = []
@@ -55,15 +54,11 @@ def torch_runner(net_or_module, progress=None):
         # A decode step is a chain of tiny ops: extra intra-op threads only add
         # synchronisation (and oversubscribe a shared machine).
         torch.set_num_threads(1)
-        for d in decoders:
-            d.progress = progress
         try:
-            with torch.no_grad():
+            with torch.no_grad(), loop_progress(mod, progress):
                 for s in range(0, tokens.shape[0], BATCH):
                     outs.append(mod(torch.from_numpy(tokens[s:s + BATCH])).numpy())
         finally:
-            for d in decoders:
-                d.progress = None
             torch.set_num_threads(threads)
         return np.concatenate(outs)
     return run

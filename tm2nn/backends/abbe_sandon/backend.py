@@ -19,7 +19,8 @@ import numpy as np
 
 from tm2nn.backends.base import Backend, Compiled, Learned, Table
 from tm2nn.errors import Tm2nnError
-from tm2nn.options import OptionError, at_least, option
+from tm2nn.limits import SEED_MAX
+from tm2nn.options import OptionError, option, validate
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ class LearnOptions:
     target: str | None = option(None, "draw the stream: parity:SECRET (e.g. parity:1011 or parity:0,2) or "
                                 "const:B; x, r, r' uniform from the seed", metavar="SPEC")
     steps: int | None = option(None, "SGD steps, one sample each (required with target; default: every "
-                               "samples row)")
-    test: int = option(1000, "fresh random test points (the stream's own rows with samples)")
-    seed: int = option(0, "seed of the stream and the test points")
+                               "samples row)", low=1)
+    test: int = option(1000, "fresh random test points (the stream's own rows with samples)", low=0)
+    seed: int = option(0, "seed of the stream and the test points", low=0, high=SEED_MAX)
     engine: Literal["exact", "float64"] = option(
         "exact", "exact (§4.1's G_n in exact arithmetic, faster; docs/abbe_sandon.md \"float64 engine and "
         "export\") or float64 (the dyadic re-parametrisation as an IR net, emitted to torch and trained with "
@@ -52,7 +53,7 @@ class LearnOptions:
         if (self.samples is None) == (self.target is None):
             raise OptionError("learn with the abbe-sandon backend needs exactly one of {samples} (a CSV) or "
                               "{target} (SPEC)", "samples", "target")
-        at_least(self, steps=1, test=0)
+        validate(self)
 
 
 def _learner_types():
@@ -69,6 +70,10 @@ class AbbeSandon(Backend):
     LearnOptions = LearnOptions
     takes_what = "learners (a 'learner' block: circuits h and g)"
     exports = ("before", "after")
+    #: what a model file must hold: rebuild's engine, the M_s weights training changed,
+    #: the ±1 input names the encoding reads
+    model_keys = {"tm2nn.build/options/engine": "string", "tm2nn.trained": "object",
+                  "tm2nn.input_encoding/names": "list"}
 
     @property
     def takes(self):
@@ -177,6 +182,16 @@ def _csv_rows(lr, opts: LearnOptions, data: dict):
     return X > 0, Y > 0
 
 
+def _check_stream_memory(lr, steps: int, test: int) -> None:
+    """Refuse, before drawing, a stream of ``steps`` samples plus ``test`` test points
+    that would not fit: numpy draws them as int64 before they become bools."""
+    from tm2nn.limits import check_memory
+
+    width = lr.n + len(getattr(lr, "random", ())) + len(getattr(lr, "coin", ())) + 1
+    check_memory((steps + test) * width * 9, f"{steps:,} samples and {test:,} test points of {width} bits",
+                 ("steps", "test"))
+
+
 def _stream(lr, opts: LearnOptions, data: dict):
     """(train xs, ys, rs, r2s, test xs, ys, rs, r2s) as bool arrays for a §4.1 learner."""
     from tm2nn.learners.targets import parse_target, samples
@@ -189,6 +204,7 @@ def _stream(lr, opts: LearnOptions, data: dict):
             raise OptionError("{target} needs {steps} (the number of SGD steps, one fresh sample each)",
                               "target", "steps")
         tgt = parse_target(opts.target, lr.n)
+        _check_stream_memory(lr, opts.steps, n_test)
         tr = samples(tgt, opts.steps, opts.seed, random_bits=k_r)
         tx = rng.integers(0, 2, size=(n_test, lr.n)).astype(bool)
         return (tr.xs, tr.ys, tr.rs, tr.r2s[:, None][:, :k_c], tx, tgt(tx),
@@ -203,6 +219,7 @@ def _stream(lr, opts: LearnOptions, data: dict):
     if steps > rows:
         raise OptionError(f"{{steps}} {steps} but {{samples}} has only {rows} samples", "steps", "samples")
     if d == lr.n:
+        _check_stream_memory(lr, rows, 0)
         X = np.concatenate([X, rng.integers(0, 2, size=(rows, k_r + k_c)).astype(bool)], axis=1)
     xs, rs, r2 = X[:, :lr.n], X[:, lr.n:lr.n + k_r], X[:, lr.n + k_r:]
     # no target: the trained net is tested on the stream's own rows (documented)
@@ -222,6 +239,7 @@ def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learne
                           "is trained in mpmath", "engine")
     if opts.target is not None:
         tgt = parse_target(opts.target, lr.n)
+        _check_stream_memory(lr, lr.t, opts.test)
         tr = samples(tgt, lr.t, opts.seed)
         txs = _test_points(opts).integers(0, 2, size=(opts.test, lr.n)).astype(bool)
         xs, ys, tys = tr.xs, tr.ys, tgt(txs)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from tm2nn.backends.base import Backend, Compiled, Learned
 from tm2nn.errors import Tm2nnError
-from tm2nn.options import OptionError, at_least, option
+from tm2nn.limits import SEED_MAX
+from tm2nn.options import OptionError, option, validate
 from tm2nn.report import Report
 
 DEFAULT_STEPS = 100
@@ -24,29 +25,29 @@ DEFAULT_MAX_DIM = 200_000
 @dataclass(frozen=True)
 class Options:
     steps: int = option(DEFAULT_STEPS, "the step bound T: the tape window holds T + 1 source steps",
-                        metavar="T")
-    max_input: int | None = option(None, "the longest input tape the window must hold (default T)", metavar="N")
-    b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))")
-    gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)")
+                        metavar="T", low=0)
+    max_input: int | None = option(None, "the longest input tape the window must hold (default T)", metavar="N", low=0)
+    b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))", above=0.0)
+    gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)", above=0.0)
     c: float = option(0.0, "the constant c of the loss (21)")
-    max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension")
+    max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension", low=1)
     extended: dict | None = option(None, "Welper §5: build the extended network for this data layout "
                                    "({samples, features, theta, steps}, a machine file's '# gd-trace:' header; "
                                    "set by 'tm2nn learn')", cli=False)
 
     def __post_init__(self):
-        at_least(self, steps=0, max_input=0, max_dim=1)
+        validate(self)
 
 
 @dataclass(frozen=True)
 class LearnOptions:
     train: str = option(help="the training set: a CSV of n samples, M features then the label, each +1 or -1, "
                         "as the machine's '# gd-trace:' header lays out", metavar="CSV", data="csv")
-    test: int = option(20, "fresh random datasets on which F = f_theta is checked")
-    seed: int = option(0, "seed of the fresh datasets")
+    test: int = option(20, "fresh random datasets on which F = f_theta is checked", low=0)
+    seed: int = option(0, "seed of the fresh datasets", low=0, high=SEED_MAX)
 
     def __post_init__(self):
-        at_least(self, test=0)
+        validate(self)
 
 
 def _extended_bounds(ext) -> list:
@@ -67,6 +68,9 @@ class GDTrace(Backend):
     run_default_steps = DEFAULT_STEPS
     engines = ("torch",)
     exports = ("before", "after")
+    #: what a model file must hold beyond every model's: the iterate or trained weights
+    #: (Params), which rebuild puts back
+    model_keys = {"tm2nn.trained": "object"}
 
     @property
     def takes(self):
@@ -127,11 +131,17 @@ class GDTrace(Backend):
         ``failure``).  §5 models: F(x)."""
         if compiled.input_encoding.get("kind") != "gd_trace":
             return super().run(compiled, texts, engine, progress)
+        from tm2nn.interrupt import Interrupted
         from tm2nn.verify.gd import check_one
 
         out = []
         for t in texts:
-            g, d, _ = check_one(compiled, t, progress=progress)
+            try:
+                g, d, _ = check_one(compiled, t, progress=progress)
+            except Interrupted as e:  # Ctrl-C: the run read off the iterates so far
+                if e.reports is None and len(texts) == 1 and e.partial is not None:
+                    e.reports = [Report.of_run(e.partial.result)]
+                raise
             r = Report.of_run(g.result)
             r.notes = [f"{len(g.losses) - 1:,} optimizer steps (Welper (22)) on the §4.1 machine "
                        f"({len(g.lowered.machine.states)} states, 2 tapes); "
@@ -152,13 +162,12 @@ class GDTrace(Backend):
         """Welper §5: the extended network of a machine whose file declares its data layout
         (a ``# gd-trace:`` header), trained on ``train``; Prop. 2.1 checked against the
         interpreters (:func:`tm2nn.verify.gd.learn_report`)."""
-        from pathlib import Path
-
         from tm2nn.backends.gd_trace.extended import Extended, Layout
+        from tm2nn.fileio import read_input
         from tm2nn.syntax import gd_layout
         from tm2nn.verify.gd import learn_report
 
-        header = gd_layout.parse(Path(source_path).read_text(encoding="utf-8"), str(source_path))
+        header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path))
         X, Y = data["train"]
         layout = Layout.from_header(header)
         if X.shape != (layout.n, layout.M):
@@ -168,7 +177,7 @@ class GDTrace(Backend):
         before = self._extended(ir, header)
         total = ext.low.lowered_steps(layout.steps, ext.text_len) + 1
         rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed,
-                           progress=(lambda k: progress(k, total)) if progress else None)
+                           progress=(lambda k, n=total, what=None: progress(k, n, what)) if progress else None)
         r = rep.pop("result")
         after = self._extended(ir, header, r.module.to_net())
         ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn import interrupt
 from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import MultiRun
@@ -175,7 +176,7 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
         done += low.at_boundary(cfg.state)
         # ``total`` bounds the slowest lowering of ``steps`` source steps; a faster one
         # would run past the window, so stop once source step ``steps + 1`` is done.
-        if h or k == total or done > steps:
+        if h or k == total or done > steps or interrupt.requested():
             losses.append(tr.loss_value())
             break
         losses.append(tr.step())
@@ -184,9 +185,15 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     run = MultiRun(low.machine, tuple(configs), halted[-1])
     mapped = low.source_trace(run)
     src = [(k, *conf) for k, (_t, conf) in enumerate(mapped)]
+    stopped = interrupt.requested() and not (h or k == total or done > steps)
+    if stopped and not src:  # Ctrl-C before the first source configuration was read off
+        raise interrupt.Interrupted(k, total, what="optimizer steps")
     n, run_halted = cut_at(m, len(src) - 1, run.halted, steps, lambda k: src[k][1])
     result = result_from_configurations(m, text, src[: n + 1], run_halted)
-    return GDRun(result, run, losses, halted, dev, tr)
+    g = GDRun(result, run, losses, halted, dev, tr)
+    if stopped:  # Ctrl-C: the run read off the iterates so far
+        raise interrupt.Interrupted(k, total, partial=g, what="optimizer steps")
+    return g
 
 
 def _deviation(tr: Tracer44) -> float:

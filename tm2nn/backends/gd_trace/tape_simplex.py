@@ -127,6 +127,11 @@ class TapeSimplex:
         self.machine, self.tau, self.left, self.d = mm, tau, left, d
         self.gamma, self.c = float(gamma), float(c)
         self.b = float(choose_b(d) if b is None else b)
+        if b is not None and not self.b ** 3 > 8 * self.b ** 2 * d + 3 * d:
+            from tm2nn.options import OptionError
+
+            raise OptionError(f"{{b}} = {self.b:g} breaks (18): b^3 > 8 b^2 d + 3 d with d = {d} tapes fails "
+                              f"(the default is the smallest integer that satisfies (18): {choose_b(d)})", "b")
         self.ro = sorted(mm.read_only)
         self.rw = list(mm.writable)
         syms = list(product((-1, 1), repeat=d))

@@ -6,32 +6,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tm2nn.backends.base import Backend, Compiled, Learned
-from tm2nn.options import at_least, option
+from tm2nn.limits import SEED_MAX
+from tm2nn.options import option, validate
 from tm2nn.report import Report
 
 
 @dataclass(frozen=True)
 class Options:
     steps: int = option(help="the step bound T: L filter steps simulate T source steps",
-                        metavar="T")
-    max_input: int | None = option(None, "the longest input tape the grid must hold (default T)", metavar="N")
+                        metavar="T", low=1)
+    max_input: int | None = option(None, "the longest input tape the grid must hold (default T)", metavar="N", low=0)
 
     def __post_init__(self):
-        at_least(self, steps=1, max_input=0)
+        validate(self)
 
 
 @dataclass(frozen=True)
 class LearnOptions:
     train: str = option(help="the training set: a CSV, one example a line, d features then the label, each "
                         "+1 or -1 (an optional header line is skipped)", metavar="CSV", data="csv")
-    test: int = option(100, "fresh random points on which the trained net is compared with the interpreter")
-    seed: int = option(0, "seed of the test points")
+    test: int = option(100, "fresh random points on which the trained net is compared with the interpreter", low=0)
+    seed: int = option(0, "seed of the test points", low=0, high=SEED_MAX)
     steps: int | None = option(None, "the learner's step bound t; L = t + 1 filter steps (default: the most "
-                               "steps it takes on the training inputs)", metavar="t")
-    work: int = option(1, "working columns right of the input (Definition 5 has L)")
+                               "steps it takes on the training inputs)", metavar="t", low=1)
+    work: int = option(1, "working columns right of the input (Definition 5 has L)", low=1)
 
     def __post_init__(self):
-        at_least(self, test=0, work=1)
+        validate(self)
 
 
 class RCNN(Backend):
@@ -42,6 +43,13 @@ class RCNN(Backend):
     takes_what = "machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')"
     run_steps = "steps"
     run_default_steps = 100
+    #: what a model file must hold: rebuild's step bound, the grid encoding (the machine,
+    #: its B.1.2 lowering, the cell code, the window) and the trace decoding reads
+    model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/machine": "string",
+                  "tm2nn.input_encoding/lowering": "object", "tm2nn.input_encoding/code": "object",
+                  "tm2nn.input_encoding/window": "list", "tm2nn.input_encoding/max_input": "int",
+                  "tm2nn.output_encoding/source_steps": "int", "tm2nn.output_encoding/filter_steps": "int",
+                  "tm2nn.output_encoding/digits": "int"}
 
     @property
     def takes(self):
@@ -70,12 +78,15 @@ class RCNN(Backend):
         return GridModel(compiled).grids(texts)
 
     def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+        from tm2nn.interrupt import partial_reports
         from tm2nn.ir.machine import check_input
-        from tm2nn.verify.grid import run_grids
+        from tm2nn.verify.grid import GridModel, run_grids
 
         for t in texts:
             check_input(compiled.source, t)
-        return [Report.of_run(r) for r in run_grids(compiled, texts, engine)]
+        gm = GridModel(compiled)
+        with partial_reports(texts, lambda states, t: Report.of_run(gm.decode(states, t))):  # Ctrl-C
+            return [Report.of_run(r) for r in run_grids(compiled, texts, engine, progress)]
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.grid import GridChecker

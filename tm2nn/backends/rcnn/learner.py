@@ -230,16 +230,21 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
         raise OptionError("{work} must be >= 1 (B.2's case 3 places the head beside a working cell)", "work")
     shape = Shape(m, d, work)
     rng = np.random.default_rng(seed)
+    from tm2nn.limits import check_memory
+
+    check_memory(test * (d + 2) * 8, f"{test:,} test points of {d} features", ("test",))
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
-    want = np.array([reference_answer(g, X, Y, x, shape, steps)[0] for x in xs], dtype=np.int64)
-    got = np.zeros(0)
+    wants, gots = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
     with one_thread():
         trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype,
                         progress=(lambda i, n: progress("train", i, n)) if progress else None)
-        for s in range(0, test, PREDICT_BATCH):
-            got = np.concatenate([got, trained.predict(xs[s:s + PREDICT_BATCH])])
+        for s in range(0, test, PREDICT_BATCH):  # the interpreter and the net, a batch at a time
+            batch = xs[s:s + PREDICT_BATCH]
+            wants.append(np.array([reference_answer(g, X, Y, x, shape, steps)[0] for x in batch], dtype=np.int64))
+            gots.append(trained.predict(batch))
             if progress:
                 progress("test", min(s + PREDICT_BATCH, test), test)
+    want, got = np.concatenate(wants), np.concatenate(gots)
     pred = np.where(got >= 0, 1, -1)
     agree = float((pred == want).mean()) if test else 1.0
     return {"examples": int(m), "memorized": bool(trained.memorized), "test_agreement": agree,

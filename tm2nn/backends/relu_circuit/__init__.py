@@ -5,7 +5,8 @@
 turns each circuit layer into two ReLU layers (Lemma B.1 with Prop. B.2's gates).  With
 ``corrections`` (the default) a Prop. 3.4 ``round`` follows every layer but the last
 (Lemma 3.3: large all-layer margin); ``pm_one_output`` adds the final ``z ↦ 2z - 1`` of
-the proof of Theorem 3.1.  See docs/relu_circuit.md.
+the proof of Theorem 3.1.  A net estimated over the memory limit is refused before
+layering (:mod:`~tm2nn.backends.relu_circuit.estimate`).  See docs/relu_circuit.md.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ def compile(c: Circuit, *, corrections: bool = True, pm_one_output: bool = False
     outputs in declared order, 0/1 (threshold 1/2) or ±1 with ``pm_one_output``
     (threshold 0)."""
     from tm2nn.backends.relu_circuit.backend import BACKEND
+    from tm2nn.backends.relu_circuit.estimate import check_net_memory
     from tm2nn.passes.basis import to_basis
     from tm2nn.passes.layering import layer_circuit
+    from tm2nn.syntax.aiger import gc_paused
 
     opts = BACKEND.options(corrections=corrections, pm_one_output=pm_one_output)  # validated in one place
 
-    lc = layer_circuit(to_basis(c))
+    with gc_paused():  # millions of small objects and no cycles: the collector only slows it
+        basis = to_basis(c)
+        check_net_memory(basis, corrections=corrections, pm_one_output=pm_one_output)
+        lc = layer_circuit(basis)
     if tuple(lc.inputs) != tuple(c.inputs):  # pragma: no cover - to_basis keeps the ports
         raise ValueError("to_basis changed the circuit's inputs")
     net = build_net(lc, corrections=corrections, pm_one_output=pm_one_output,

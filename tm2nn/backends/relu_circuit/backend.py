@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tm2nn.backends.base import Backend, Compiled, Table
 from tm2nn.errors import Tm2nnError
-from tm2nn.options import OptionError, at_least, option
+from tm2nn.options import OptionError, option, validate
 
 DEFAULT_MAX_GATES = 5_000_000
 
@@ -16,17 +16,17 @@ DEFAULT_MAX_GATES = 5_000_000
 @dataclass(frozen=True)
 class Options:
     steps: int | None = option(None, "machines: the step bound T of the unrolling (required for machines)",
-                               metavar="T")
-    tape: int | None = option(None, "machines: the tape window, N cells (default 2T+1)", metavar="N")
-    origin: int | None = option(None, "machines: the window index of the start cell (default N//2)")
-    max_gates: int = option(DEFAULT_MAX_GATES, "refuse an unrolled circuit estimated above this many gates")
+                               metavar="T", low=1)
+    tape: int | None = option(None, "machines: the tape window, N cells (default 2T+1)", metavar="N", low=1)
+    origin: int | None = option(None, "machines: the window index of the start cell (default N//2)", low=0)
+    max_gates: int = option(DEFAULT_MAX_GATES, "refuse an unrolled circuit estimated above this many gates", low=1)
     corrections: bool = option(True, "the round() correction after every layer but the last (Prop. 3.4; "
                                "Lemma 3.3's large all-layer margin)")
     pm_one_output: bool = option(False, "the final map z -> 2z-1 of Theorem 3.1's proof: outputs in {-1, +1}",
                                  flag="--pm-one")
 
     def __post_init__(self):
-        at_least(self, steps=1, tape=1, max_gates=1, origin=0)
+        validate(self)
 
 
 def unroll_machine(m, opts: Options):
@@ -89,11 +89,16 @@ class ReluCircuit(Backend):
         certified lower bound and two attacks, with and without corrections."""
         from tm2nn.interp import exhaustive_inputs, random_inputs
         from tm2nn.ir import Circuit
+        from tm2nn.limits import check_int, check_memory, check_seed
         from tm2nn.verify.margin import margin_report
 
+        samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
+        seed = check_seed("seed", seed)
         if isinstance(ir, Circuit):
             circuit = ir
             n = len(circuit.inputs)
+            if n > 10:
+                check_memory(2 * samples * n, f"{samples:,} random inputs of {n} bits", ("samples",))
             x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, samples, seed)
         else:
             from tm2nn.codec import encode_many

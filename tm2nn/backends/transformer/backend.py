@@ -4,29 +4,27 @@ decoded into the source machine's run (:mod:`.decoding`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 from tm2nn.backends.base import Backend, Compiled
-from tm2nn.options import OptionError, at_least, option
+from tm2nn.interrupt import partial_reports
+from tm2nn.options import option, validate
 from tm2nn.report import Report
 
 
 @dataclass(frozen=True)
 class Options:
-    steps: int = option(help="the step bound T: the decoder runs T source steps", metavar="T")
+    steps: int = option(help="the step bound T: the decoder runs T source steps", metavar="T", low=1)
     attention: Literal["hardmax", "softmax"] = option(
         "hardmax", "hard-max attention (ties averaged, as in the paper) or softmax (App. C's remark)")
-    beta: float = option(10.0, "the softmax inverse temperature (attention softmax)")
+    beta: float = option(10.0, "the softmax inverse temperature (attention softmax)", above=0.0)
     corrections: bool = option(True, "the round() corrections after each group of lemmas (Prop. 3.4)")
     shared_history: bool = option(True, "one key/value cache shared by the binary-search layers (the same "
                                   "function as one cache per layer, Claims C.4-C.6)")
 
     def __post_init__(self):
-        at_least(self, steps=1)
-        if not (math.isfinite(self.beta) and self.beta > 0):
-            raise OptionError(f"{{beta}} must be a positive number, got {self.beta}", "beta")
+        validate(self)
 
 
 class Transformer(Backend):
@@ -36,6 +34,11 @@ class Transformer(Backend):
     takes_what = "line machines"
     run_steps = "steps"
     run_default_steps = 1000
+    #: what a model file must hold: rebuild's step bound, the token and tap encodings
+    #: decoding (:mod:`.decoding`) reads
+    model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",
+                  "tm2nn.input_encoding/blank": "string", "tm2nn.output_encoding/layout": "object",
+                  "tm2nn.output_encoding/lowering": "object", "tm2nn.output_encoding/source_steps": "int"}
 
     @property
     def takes(self):
@@ -62,8 +65,9 @@ class Transformer(Backend):
         from tm2nn.backends.transformer.decoding import TraceDecoder
         from tm2nn.verify.trace import run_taps
 
-        taps = run_taps(compiled, texts, engine, progress)
         dec = TraceDecoder(compiled.output_encoding)
+        with partial_reports(texts, lambda t, text: Report(dec.decode(t, text).report)):
+            taps = run_taps(compiled, texts, engine, progress)
         return [Report(dec.decode(t, text).report) for t, text in zip(taps, texts)]
 
     def configurations(self, compiled: Compiled, text: str, engine: str = "torch") -> list:

@@ -1,0 +1,148 @@
+"""Fuzz model files (issue 23): a model of every backend, with flipped bytes, truncated, or
+with one metadata value or state-dict tensor edited, through ``eval`` and ``info``.  The
+only outcomes allowed are exit 0, 1 or 2 with tm2nn's own message (tests/fuzzing.py);
+docs/api.md "Loading models" says which is which."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tm2nn
+from tests.fuzzing import FUZZ_MEMORY, assert_clean, cases, run_case
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+#: small models of every backend (name -> source, options, an input for eval)
+BUILDS = {"relu-circuit": (EX / "full_adder.circ", {}, "101"),
+          "transformer": (EX / "bb3.tm", {"steps": 6}, ""),
+          "rcnn": (EX / "bb3.tm", {"steps": 4, "max_input": 1}, ""),
+          "gd-trace": (EX / "bb3.tm", {"steps": 4, "max_input": 1}, ""),
+          "abbe-sandon": (EX / "parity8.circ", {"engine": "float64"}, "0" * 8)}
+#: values a metadata edit writes: wrong types, wrong JSON, huge numbers, other models' values
+VALUES = st.one_of(st.sampled_from(["", "{", "[]", "{}", "null", "0", "-1", "1e999", "true", "\"x\"", "NaN",
+                                    "9" * 40, "{\"kind\": \"tokens\"}", "transformer", "rcnn", "tm", "circ",
+                                    "0" * 64]),
+                   st.text(max_size=20))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict:
+    """``(backend, suffix) -> (bytes, eval input)`` of every backend's model."""
+    folder = tmp_path_factory.mktemp("fuzz_models")
+    out = {}
+    for name, (src, opts, text) in BUILDS.items():
+        c = tm2nn.compile(src, name, **opts)
+        for suffix in (".onnx", ".pt"):
+            out[(name, suffix)] = (c.save(folder / f"{name}{suffix}").read_bytes(), text)
+    return out
+
+
+def _edit_onnx_metadata(blob: bytes, draw) -> bytes:
+    m = onnx.load_from_string(blob)
+    props = list(m.metadata_props)
+    p = draw(st.sampled_from(props))
+    action = draw(st.sampled_from(["delete", "value", "json_field"]))
+    if action == "delete":
+        m.metadata_props.remove(p)
+    elif action == "value":
+        p.value = draw(VALUES)
+    else:
+        p.value = _edit_json(p.value, draw)
+    return m.SerializeToString()
+
+
+def _edit_json(text: str, draw) -> str:
+    """One field of a JSON object set to another value, or deleted."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return draw(VALUES)
+    if not isinstance(obj, dict) or not obj:
+        return draw(VALUES)
+    key = draw(st.sampled_from(sorted(obj)))
+    if draw(st.booleans()):
+        del obj[key]
+    else:
+        obj[key] = draw(st.one_of(st.none(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
+                                  st.lists(st.integers(-3, 3), max_size=3), st.just({})))
+    return json.dumps(obj, allow_nan=True)
+
+
+def _edit_pt(blob: bytes, draw) -> bytes:
+    saved = torch.load(io.BytesIO(blob), weights_only=True)
+    if draw(st.booleans()):
+        meta = saved["metadata"]
+        key = draw(st.sampled_from(sorted(meta)))
+        if draw(st.booleans()):
+            del meta[key]
+        else:
+            meta[key] = _edit_json(meta[key], draw) if draw(st.booleans()) else draw(VALUES)
+    else:
+        state = saved["state_dict"]
+        if state:
+            key = draw(st.sampled_from(sorted(state)))
+            t = state[key]
+            kind = draw(st.sampled_from(["nan", "scale", "shape", "dtype", "delete"]))
+            if kind == "nan" and t.is_floating_point() and t.numel():
+                t.view(-1)[draw(st.integers(0, t.numel() - 1))] = float("nan")
+            elif kind == "scale" and t.is_floating_point():
+                state[key] = t * draw(st.sampled_from([0.0, -1.0, 1e30, 1.5]))
+            elif kind == "shape":
+                state[key] = torch.zeros(t.numel() + 1)
+            elif kind == "dtype":
+                state[key] = t.to(torch.int64)
+            else:
+                del state[key]
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    return buf.getvalue()
+
+
+@st.composite
+def broken(draw, models: dict):
+    """``(suffix, bytes, eval input)`` of a model after one random corruption."""
+    (name, suffix), (blob, text) = draw(st.sampled_from(sorted(models.items())))
+    kind = draw(st.sampled_from(["flip", "truncate", "metadata"]))
+    data = bytearray(blob)
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 8))):
+            i = draw(st.integers(0, len(data) - 1))
+            data[i] ^= 1 << draw(st.integers(0, 7))
+        data = bytes(data)
+    elif kind == "truncate":
+        data = bytes(data[:draw(st.integers(0, len(data) - 1))])
+    else:
+        data = _edit_onnx_metadata(blob, draw) if suffix == ".onnx" else _edit_pt(blob, draw)
+    return suffix, data, text
+
+
+def _fuzz(n: int, models: dict, tmp_path: Path):
+    @settings(max_examples=cases(n), deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                     HealthCheck.data_too_large])
+    @given(st.data(), st.sampled_from(["eval", "info"]))
+    def case(data, verb):
+        suffix, blob, text = data.draw(broken(models))
+        path = tmp_path / f"m{suffix}"
+        path.write_bytes(blob)
+        argv = [verb, path, "--max-memory", FUZZ_MEMORY] + (["--input", text] if verb == "eval" else [])
+        code, out, err, _ = run_case(argv)
+        assert_clean(code, out, err, argv)
+    case()
+
+
+def test_fuzz_models(models, tmp_path):
+    _fuzz(200, models, tmp_path)
+
+
+@pytest.mark.slow
+def test_fuzz_models_long(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("TM2NN_FUZZ", "slow")
+    _fuzz(200, models, tmp_path)

@@ -1,0 +1,133 @@
+"""Ctrl-C during a run: the interpreter and every backend that runs step by step stop at
+a consistent point, the partial report is the interpreter's configuration after that many
+steps, and ``tm2nn run`` prints it and exits 130 (tm2nn.interrupt)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tm2nn
+from tm2nn import interrupt
+from tm2nn.interp import run_machine
+from tm2nn.ir import Machine
+from tm2nn.syntax import parse_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Never halts: the head walks right forever, writing 1 0 1 0 ...
+LOOP = """machine loop {
+  alphabet: 0 1
+  blank: 0
+  states: A B H
+  start: A
+  halt: H
+  A 0 -> 1 R B
+  B 0 -> 0 R A
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def loop() -> Machine:
+    return parse_text(LOOP, "tm", "loop.tm")[0]
+
+
+def _ctrl_c() -> None:
+    """Press Ctrl-C now (inside interrupt.graceful: only the flag is set)."""
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.01)  # let Python run the handler
+
+
+def _expected(m, steps: int) -> dict:
+    return dict(tm2nn.run(m, "", steps))
+
+
+def test_outside_graceful_ctrl_c_is_keyboard_interrupt():
+    assert not interrupt.active() and not interrupt.requested()
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
+def test_interpreter_stops_at_a_chunk_boundary_with_the_exact_configuration(loop):
+    with interrupt.graceful():
+        _ctrl_c()
+        with pytest.raises(interrupt.Interrupted) as e:
+            tm2nn.run(loop, "", 10**12)
+    assert not interrupt.requested()  # reset on leaving
+    exc = e.value
+    assert exc.total == 10**12 and 0 < exc.done < 10**12
+    (rep,) = exc.reports
+    assert rep["steps"] == exc.done and not rep["halted"]
+    assert dict(rep) == _expected(loop, exc.done)
+
+
+def test_a_run_that_ends_normally_is_not_reported_as_interrupted(loop):
+    with interrupt.graceful():
+        _ctrl_c()
+        r = run_machine(loop, "", 10)  # ends by its bound inside the first chunk
+    assert r.steps == 10
+
+
+@pytest.mark.parametrize("backend,steps", [("transformer", 40), ("rcnn", 12), ("gd-trace", 12)])
+def test_backend_partial_report_is_the_interpreters_configuration(loop, backend, steps):
+    c = tm2nn.compile(loop, backend, steps=steps, **({"max_input": 0} if backend != "transformer" else {}))
+    def press_at_5(done, total=None, description=None):
+        if done == 5:
+            _ctrl_c()
+    with interrupt.graceful(), pytest.raises(interrupt.Interrupted) as e:
+        c.run("", progress=press_at_5)
+    exc = e.value
+    assert exc.done is not None and exc.done < exc.total
+    (rep,) = exc.reports
+    assert rep is not None
+    want = _expected(loop, rep["steps"])
+    assert {k: rep[k] for k in ("state", "head", "tape", "steps")} == {k: want[k] for k in ("state", "head", "tape",
+                                                                                          "steps")}
+
+
+def test_second_ctrl_c_stops_at_once():
+    with interrupt.graceful():
+        _ctrl_c()
+        with pytest.raises(KeyboardInterrupt) as e:
+            _ctrl_c()
+        assert not isinstance(e.value, interrupt.Interrupted)
+
+
+def test_onnxruntime_run_is_cancelled(loop):
+    c = tm2nn.compile(loop, "transformer", steps=3000)
+    c.runner("onnxruntime")  # build the session first
+    import threading
+
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.perf_counter()
+    with interrupt.graceful(), pytest.raises(interrupt.Interrupted) as e:
+        c.run(["", "", "", ""] * 8, engine="onnxruntime")
+    assert e.value.note and "torch" in e.value.note
+    assert time.perf_counter() - t0 < 30
+
+
+@pytest.mark.slow
+def test_cli_run_ctrl_c_prints_the_partial_report_and_exits_130(tmp_path):
+    src = tmp_path / "loop.tm"
+    src.write_text(LOOP)
+    p = subprocess.Popen([sys.executable, "-m", "tm2nn.cli", "run", str(src), "--max-steps", "1000000000000",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(4)  # imports, then the run
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    import json
+
+    rep = json.loads(out)
+    assert rep["interrupted"] is True and "interrupted after" in err and "Traceback" not in err
+    m = parse_text(LOOP, "tm", "loop.tm")[0]
+    want = _expected(m, rep["steps"])
+    assert {k: rep[k] for k in ("state", "head", "tape")} == {k: want[k] for k in ("state", "head", "tape")}
