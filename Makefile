@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench lint clean venv
+.PHONY: demo test test-fast fuzz bench lint clean venv
 
 venv: $(STAMP)
 
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m 'not slow'
+
+fuzz: $(STAMP)
+	TM2NN_FUZZ=long $(PY) -m pytest -q -n 2 -k long tests/test_fuzz_flags.py tests/test_fuzz_parsers.py tests/test_fuzz_models.py
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

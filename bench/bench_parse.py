@@ -11,7 +11,7 @@
   refused, seconds, peak RSS, and the memory estimate it is refused on
   (:mod:`tm2nn.backends.relu_circuit.estimate`).
 * ``--calibrate``: peak RSS of ``tm2nn compile`` against that estimate on random, narrow
-  and chain circuits (how ``BYTES_PER_UNIT`` was measured).
+  and chain circuits and a wall of real gates (how ``BYTES_PER_UNIT`` was measured).
 
 Every row carries the 1-minute load average, the CPU count and the hardware threads
 available: the machine is shared.
@@ -30,7 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_circuits import FORMATS, nand_chain, random_layered_circuit, write_all, write_circuit  # noqa: E402
+from gen_circuits import (  # noqa: E402
+    FORMATS,
+    gate_wall,
+    nand_chain,
+    random_layered_circuit,
+    write_all,
+    write_circuit,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ``tm2nn`` as the console script runs it, with this interpreter
@@ -166,7 +173,8 @@ def calibrate(folder: Path) -> list[dict]:
              for n in (10_000, 30_000, 100_000, 300_000)]
     cases += [(random_layered_circuit(n, width=64, seed=3, name=f"narrow{n}"), f"width 64, {n:,} gates")
               for n in (10_000, 30_000, 100_000)]
-    cases += [(nand_chain(n, name=f"chain{n}"), f"NAND chain, {n:,} gates") for n in (300, 1_000, 2_000)]
+    cases += [(nand_chain(n, name=f"chain{n}"), f"NAND chain, {n:,} gates") for n in (300, 1_000, 1_500, 2_000)]
+    cases += [(gate_wall(700, 1_000), "AND/OR wall, 700 x 1,000")]
     rows = []
     for c, label in cases:
         path = write_circuit(c, folder, "bench")

@@ -71,6 +71,27 @@ def nand_chain(n_gates: int, name: str = "chain") -> Circuit:
     return Circuit(name, inputs, (f"g{n_gates - 1}",), tuple(gates))
 
 
+def gate_wall(n_layers: int, width: int, n_inputs: int = 64, seed: int = 0, name: str = "wall") -> Circuit:
+    """``n_layers`` layers of ``width`` two-input gates (OR and AND in turn, named
+    ``l<layer>_<j>``), each reading two signals of the layer before, every one of them at
+    least once: strictly layered already and every gate live, so the layered circuit has
+    no carried copies (the relu-circuit net costs most per unit); the outputs are the last
+    layer."""
+    rng = np.random.default_rng(seed)
+    inputs = tuple(f"x{i}" for i in range(n_inputs))
+    prev: tuple[str, ...] = inputs
+    gates: list[Gate] = []
+    for layer in range(n_layers):
+        first = rng.permutation(width) % len(prev)
+        cur = []
+        for j in range(width):
+            g = Gate(f"l{layer}_{j}", "AND" if j % 2 else "OR", (prev[first[j]], prev[rng.integers(len(prev))]))
+            gates.append(g)
+            cur.append(g.name)
+        prev = tuple(cur)
+    return Circuit(name, inputs, prev, tuple(gates))
+
+
 def _draw_layer(rng: np.random.Generator, w: int, n_prev: int) -> tuple[np.ndarray, list[list[int]]]:
     """Gate types and input indices (distinct within a gate, into the previous layer of
     ``n_prev`` signals) of one layer of ``w`` gates."""
@@ -214,7 +235,8 @@ def aag_text(c: Circuit) -> str:
     return "\n".join(lines + _symbols(c)) + "\n"
 
 
-def _varint(x: int) -> bytes:
+def varint(x: int) -> bytes:
+    """AIGER's binary unsigned integer: 7 bits a byte, the high bit set on all but the last."""
     out = bytearray()
     while x >= 0x80:
         out.append(x & 0x7F | 0x80)
@@ -229,5 +251,5 @@ def aig_bytes(c: Circuit) -> bytes:
     aig, outs = _to_aig(c)
     n_in, n_and = len(c.inputs), len(aig.ands)
     head = [f"aig {n_in + n_and} {n_in} 0 {len(outs)} {n_and}"] + [str(o) for o in outs]
-    body = b"".join(_varint(lhs - r0) + _varint(r0 - r1) for lhs, r0, r1 in aig.ands)
+    body = b"".join(varint(lhs - r0) + varint(r0 - r1) for lhs, r0, r1 in aig.ands)
     return ("\n".join(head) + "\n").encode() + body + ("\n".join(_symbols(c)) + "\n").encode()

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ except ImportError:  # pragma: no cover
     pass
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/gen_circuits.py (big random circuits in every format) is shared by bench and tests
+sys.path.insert(0, str(ROOT / "bench"))
 CORPUS = ROOT.parent / "shared" / "corpus"
 EXAMPLES = ROOT / "examples"
 

@@ -5,8 +5,8 @@ wall-clock limit, and :func:`assert_clean` checks the only outcomes allowed: exi
 or exit 2 with tm2nn's own one-line message (``file:line:col: error: ...`` or
 ``tm2nn: error: ...``), never another exception, never a traceback, never a hang.
 
-Profiles: ``TM2NN_FUZZ=slow`` (the tests marked slow) multiplies the case counts by
-:data:`SLOW_FACTOR`; the fast profile runs in CI.
+Profiles: the fast one runs with the suite (CI); the long one (:data:`LONG_FACTOR` times
+the cases) runs only when asked: ``make fuzz`` (``TM2NN_FUZZ=long``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import re
 import signal
 import time
 
-#: Cases per slow-profile case.
-SLOW_FACTOR = 10
+import pytest
+
+#: Cases of the long profile per case of the fast one.
+LONG_FACTOR = 10
 #: A case that runs longer than this (seconds) is a hang.
 CASE_TIMEOUT = 30.0
 #: The memory a fuzz case may plan to use (``--max-memory``): refusals come before allocation.
@@ -33,9 +35,10 @@ class Hang(BaseException):
     inside tm2nn swallows it)."""
 
 
-def cases(n: int) -> int:
-    """``n`` fast-profile cases, or ``n * SLOW_FACTOR`` in the slow profile."""
-    return n * SLOW_FACTOR if os.environ.get("TM2NN_FUZZ") == "slow" else n
+def long_profile(test):
+    """A test of the long profile: marked slow, and skipped unless ``TM2NN_FUZZ=long``."""
+    skip = pytest.mark.skipif(os.environ.get("TM2NN_FUZZ") != "long", reason="the long fuzz profile: make fuzz")
+    return skip(pytest.mark.slow(test))
 
 
 @contextlib.contextmanager

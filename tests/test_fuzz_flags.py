@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import FUZZ_MEMORY, assert_clean, cases, run_case
+from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
@@ -123,7 +123,7 @@ def model(tmp_path_factory) -> str:
 
 
 def _fuzz(verb: str, n: int, tmp_path: Path, model: str):
-    @settings(max_examples=cases(n), deadline=None, database=None,
+    @settings(max_examples=n, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                      HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
     @given(st.data())
@@ -149,11 +149,10 @@ def test_fuzz_flags(verb, tmp_path, model):
     _fuzz(verb, PER_VERB[verb], tmp_path, model)
 
 
-@pytest.mark.slow
+@long_profile
 @pytest.mark.parametrize("verb", sorted(PER_VERB))
-def test_fuzz_flags_long(verb, tmp_path, model, monkeypatch):
-    monkeypatch.setenv("TM2NN_FUZZ", "slow")
-    _fuzz(verb, PER_VERB[verb], tmp_path, model)
+def test_fuzz_flags_long(verb, tmp_path, model):
+    _fuzz(verb, PER_VERB[verb] * LONG_FACTOR, tmp_path, model)
 
 
 def test_every_verb_is_fuzzed():

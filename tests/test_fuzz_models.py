@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tm2nn
-from tests.fuzzing import FUZZ_MEMORY, assert_clean, cases, run_case
+from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
 EX = Path(__file__).resolve().parents[1] / "examples"
 #: small models of every backend (name -> source, options, an input for eval)
@@ -124,7 +124,7 @@ def broken(draw, models: dict):
 
 
 def _fuzz(n: int, models: dict, tmp_path: Path):
-    @settings(max_examples=cases(n), deadline=None, database=None,
+    @settings(max_examples=n, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                      HealthCheck.data_too_large])
     @given(st.data(), st.sampled_from(["eval", "info"]))
@@ -142,7 +142,6 @@ def test_fuzz_models(models, tmp_path):
     _fuzz(200, models, tmp_path)
 
 
-@pytest.mark.slow
-def test_fuzz_models_long(models, tmp_path, monkeypatch):
-    monkeypatch.setenv("TM2NN_FUZZ", "slow")
-    _fuzz(200, models, tmp_path)
+@long_profile
+def test_fuzz_models_long(models, tmp_path):
+    _fuzz(200 * LONG_FACTOR, models, tmp_path)

@@ -8,14 +8,13 @@ hang.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import pytest
+from gen_circuits import aag_text, aig_bytes, blif_text  # bench/, on the path (conftest)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import FUZZ_MEMORY, assert_clean, cases, run_case
+from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
@@ -77,15 +76,6 @@ TOKENS = [b"->", b"=>", b"=", b"(", b")", b"{", b"}", b"[", b"]", b",", b":", b"
           b"\"", b"'", b"\\u{110000}", b"learner", b"noisy", b"&", b"|", b"^", b"~"]
 
 
-def _gen_circuits():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gen_circuits
-    finally:
-        sys.path.pop(0)
-    return gen_circuits
-
-
 def seeds() -> list[tuple[str, bytes]]:
     """(extension, bytes) of every seed file: each format at least once."""
     from tm2nn.syntax import dump, load
@@ -93,10 +83,9 @@ def seeds() -> list[tuple[str, bytes]]:
     out = [(p.suffix, p.read_bytes()) for p in sorted(EX.glob("*.tm")) + sorted(EX.glob("*.circ"))]
     out += [(".std", dump(load(EX / "bb3.tm"), "std").encode()), (".std", STD), (".morphett", MORPHETT),
             (".yaml", TMIO), (".bench", C17), (".bench", dump(load(EX / "full_adder.circ"), "bench").encode())]
-    gc = _gen_circuits()
     for name in ("full_adder.circ", "comparator4.circ"):
         c = load(EX / name)
-        out += [(".blif", gc.blif_text(c).encode()), (".aag", gc.aag_text(c).encode()), (".aig", gc.aig_bytes(c))]
+        out += [(".blif", blif_text(c).encode()), (".aag", aag_text(c).encode()), (".aig", aig_bytes(c))]
     return out
 
 
@@ -142,7 +131,7 @@ def mutated(draw):
 
 
 def _fuzz(n: int, tmp_path: Path):
-    @settings(max_examples=cases(n), deadline=None, database=None,
+    @settings(max_examples=n, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                      HealthCheck.data_too_large])
     @given(mutated(), st.booleans())
@@ -179,7 +168,6 @@ def test_fuzz_parsers(tmp_path):
     _fuzz(1400, tmp_path)
 
 
-@pytest.mark.slow
-def test_fuzz_parsers_long(tmp_path, monkeypatch):
-    monkeypatch.setenv("TM2NN_FUZZ", "slow")
-    _fuzz(1400, tmp_path)
+@long_profile
+def test_fuzz_parsers_long(tmp_path):
+    _fuzz(1400 * LONG_FACTOR, tmp_path)

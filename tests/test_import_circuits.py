@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gen_circuits import varint  # bench/, on the path (conftest)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -325,15 +326,6 @@ def aig_eval(n_in: int, ands, outs, x: np.ndarray) -> np.ndarray:
     for lhs, r0, r1 in ands:
         val[lhs >> 1] = lit(r0) & lit(r1)
     return np.stack([lit(o) for o in outs], axis=1) if outs else np.zeros((len(x), 0), bool)
-
-
-def varint(x: int) -> bytes:
-    out = bytearray()
-    while x >= 0x80:
-        out.append(x & 0x7F | 0x80)
-        x >>= 7
-    out.append(x)
-    return bytes(out)
 
 
 def aig_bytes(n_in: int, ands, outs, symbols: str = "", comment: bytes = b"") -> bytes:

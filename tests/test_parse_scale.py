@@ -14,12 +14,16 @@
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pytest
+from gen_circuits import (  # bench/, on the path (conftest)
+    FORMATS,
+    circuit_text,
+    nand_chain,
+    random_layered_circuit,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,9 +36,6 @@ from tm2nn.source import SourceText
 from tm2nn.syntax import circuit_dsl, dump, parse_text
 from tm2nn.syntax.circuit_dsl import port_name, signal_name
 from tm2nn.syntax.circuit_flat import parse_flat
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from gen_circuits import FORMATS, circuit_text, nand_chain, random_layered_circuit  # noqa: E402
 
 #: format -> the function that, patched to return None, sends a text down the full path
 FAST_PATHS = {"circ": "tm2nn.syntax.circuit_flat.parse_flat", "bench": "tm2nn.syntax.bench._parse_plain",

@@ -34,6 +34,7 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
     path = str(path)
     text = SourceText(path, read_input(path, "training set")).text  # not UTF-8: an error at its byte
+    text = text.removeprefix("\ufeff")  # a byte-order mark (spreadsheets write one)
     rows: list[list[int]] = []
     width = None
     first = True

@@ -10,7 +10,9 @@ file that grows while it is read cannot run past the limit either.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -41,6 +43,8 @@ def read_input(path: str | Path, what: str = "", limit: int | None = None) -> by
     p = str(path)
     label = f"{what} {p}" if what else p
     limit = source_limit() if limit is None else limit
+    if "\x00" in p:
+        raise Tm2nnError(f"{what + ' ' if what else ''}{p!r}: a file name cannot hold a NUL byte")
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -80,15 +84,94 @@ def _umask() -> int:
     return mask
 
 
+#: File systems that hold devices and kernel state, not files: never written into.
+SPECIAL_FILESYSTEMS = frozenset({"devtmpfs", "proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs",
+                                 "tracefs", "securityfs", "configfs", "pstore", "bpf", "efivarfs", "mqueue",
+                                 "hugetlbfs", "fusectl", "binfmt_misc"})
+
+
+def _filesystem_of(folder: str) -> str | None:
+    """The type of the file system ``folder`` (a resolved path) is on, from
+    ``/proc/self/mounts`` (the longest mount point that holds it); None if unknown."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mount = parts[1].replace("\\040", " ")
+                inside = folder == mount or folder.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, parts[2]
+    except OSError:
+        return None
+    return kind
+
+
+def output_target(path: str | Path, what: str = "") -> Path:
+    """The regular file that writing ``path`` replaces (checked before any work).
+
+    The rules (docs/limits.md, "Files"): a symbolic link is written through, to the file it
+    points at (the link stays, as with ``cp``); the target must be a regular file or not
+    exist yet, in an existing folder that is not on a device or kernel file system
+    (``/dev``, ``/proc``, ``/sys``).  Anything else is a :class:`Tm2nnError`."""
+    p = Path(path)
+    label = f"{what}: {p}" if what else str(p)
+    if str(p) == "" or p.name in ("", ".", "..") or "\x00" in str(p):
+        raise Tm2nnError(f"{what + ': ' if what else ''}{str(p)!r} is not a file name")
+    target = Path(os.path.realpath(p))
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise Tm2nnError(f"cannot write {label}: {e.strerror or e}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise Tm2nnError(f"cannot write {label}: it is {_not_regular(st.st_mode)}, not a regular file "
+                         "(tm2nn writes only regular files)")
+    if not target.parent.is_dir():
+        via = f" (it links to {str(target)!r})" if p.is_symlink() else ""
+        raise Tm2nnError(f"{label}: folder {str(target.parent if via else p.parent)!r} does not exist{via}")
+    kind = _filesystem_of(str(target.parent))
+    if kind in SPECIAL_FILESYSTEMS:
+        raise Tm2nnError(f"cannot write {label}: {str(target.parent)!r} is on a {kind} file system "
+                         "(devices and kernel state), not a folder for files")
+    return target
+
+
+#: What follows ``.NAME.`` in a temporary file's name: the writer's pid, mkstemp's letters.
+_TEMP = re.compile(r"(\d+)\.[a-z0-9_]+\.tmp")
+
+
+def _stale_temps(target: Path) -> None:
+    """Remove temporary files an earlier write to ``target`` left behind when its process
+    was killed (``.NAME.PID.XXXX.tmp`` whose process no longer runs)."""
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        m = _TEMP.fullmatch(tmp.name[len(target.name) + 2:])
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # alive, another user's
+            continue
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder, renamed over
-    ``path``, so a failure leaves nothing partial (and an old file intact).  The file gets
-    the old file's mode, or the usual ``0o666`` less the umask (not ``mkstemp``'s ``0o600``)."""
-    path = Path(path)
+    ``path``, so a failure leaves nothing partial (and an old file intact).  ``path`` is
+    checked by :func:`output_target` (a symbolic link is written through).  The file gets
+    the old file's mode, or the usual ``0o666`` less the umask (not ``mkstemp``'s
+    ``0o600``).  The temporary file is ``.NAME.PID.XXXX.tmp``; one left by a killed
+    process is removed by the next write to the same file."""
+    path = output_target(path)
+    _stale_temps(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise Tm2nnError(f"cannot write {path}: {e.strerror or e}") from None
     try:

@@ -195,19 +195,26 @@ def set_memory_limit(nbytes: int | None) -> None:
     _memory_override = nbytes
 
 
-def memory_limit() -> int:
-    """The memory one request may plan to use (see the module doc)."""
-    if _memory_override is not None:
-        return _memory_override
-    env = os.environ.get("TM2NN_MAX_MEMORY")
-    if env:
+def _limit(override: int | None, env: str, example: str, default) -> int:
+    """A limit: set in-process (``override``), else from the environment variable
+    ``env`` (a size), else ``default()``."""
+    if override is not None:
+        return override
+    text = os.environ.get(env)
+    if text:
         try:
-            return parse_size(env)
+            return parse_size(text)
         except ValueError:
             from tm2nn.errors import Tm2nnError
 
-            raise Tm2nnError(f"TM2NN_MAX_MEMORY: expected a size such as 512M or 8G, got {env!r}") from None
-    return int(available_memory() * MEMORY_SHARE)
+            raise Tm2nnError(f"{env}: expected a size such as {example}, got {text!r}") from None
+    return default()
+
+
+def memory_limit() -> int:
+    """The memory one request may plan to use (see the module doc)."""
+    return _limit(_memory_override, "TM2NN_MAX_MEMORY", "512M or 8G",
+                  lambda: int(available_memory() * MEMORY_SHARE))
 
 
 def check_memory(nbytes: float, what: str, lower: tuple[str, ...] = ()) -> None:
@@ -235,14 +242,5 @@ def set_source_limit(nbytes: int | None) -> None:
 
 
 def source_limit() -> int:
-    if _source_override is not None:
-        return _source_override
-    env = os.environ.get("TM2NN_MAX_SOURCE")
-    if env:
-        try:
-            return parse_size(env)
-        except ValueError:
-            from tm2nn.errors import Tm2nnError
-
-            raise Tm2nnError(f"TM2NN_MAX_SOURCE: expected a size such as 64M, got {env!r}") from None
-    return MAX_SOURCE_BYTES
+    """The largest file tm2nn reads (see the module doc)."""
+    return _limit(_source_override, "TM2NN_MAX_SOURCE", "64M", lambda: MAX_SOURCE_BYTES)

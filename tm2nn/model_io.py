@@ -26,6 +26,8 @@ import dataclasses
 import hashlib
 import io
 import json
+import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +35,19 @@ import numpy as np
 from tm2nn.errors import Tm2nnError
 
 SUFFIXES = (".onnx", ".pt")
+#: The largest model file read (protobuf's own limit for a self-contained ONNX model).
+MAX_MODEL_BYTES = 2 << 30
 
 
 def check_model_path(path, what: str = "output") -> Path:
     """A model file to write: ``.onnx`` or ``.pt`` in an existing folder, checked before
     any work is done (so a long compile or training never ends in a failed write)."""
+    from tm2nn.fileio import output_target
+
     out = Path(path)
     if out.suffix not in SUFFIXES:
         raise Tm2nnError(f"{what} must name a .onnx or .pt file, got {out.name!r}")
-    if not out.parent.is_dir():
-        raise Tm2nnError(f"{what}: folder {str(out.parent)!r} does not exist")
+    output_target(out, what)  # a regular file in a folder for files (docs/limits.md)
     return out
 
 
@@ -53,10 +58,28 @@ def source_format(ir) -> str:
     return "tm" if isinstance(ir, Machine) else "circ"
 
 
+#: The last IR dumped and its text, kept while the IR lives: a compile hashes the text
+#: and the model file stores it, and one dump of a 10^6-gate circuit takes a second.
+_last_text: list = [None, ""]
+
+
 def source_text(ir) -> str:
     from tm2nn.syntax import dump
 
-    return dump(ir, source_format(ir))
+    ref, text = _last_text
+    if ref is not None and ref() is ir:  # the IR is immutable: the same text
+        return text
+    text = dump(ir, source_format(ir))
+    try:
+        _last_text[:] = [weakref.ref(ir, _forget_text), text]
+    except TypeError:  # an object without weak references: not remembered
+        pass
+    return text
+
+
+def _forget_text(_ref) -> None:
+    if _last_text[0] is _ref:
+        _last_text[:] = [None, ""]
 
 
 def source_tables(ir) -> dict:
@@ -223,30 +246,32 @@ def save(compiled, out) -> Path:
 # -- reading back -------------------------------------------------------------------------------
 def read_metadata(path) -> tuple[dict, bytes | None, dict | None]:
     """``(metadata, ONNX bytes or None, state dict or None)`` of a model file."""
+    from tm2nn.fileio import read_input
+
     p = Path(path)
-    if not p.is_file():
-        raise Tm2nnError("no such file", file=str(path))
+    if p.suffix not in SUFFIXES:
+        raise Tm2nnError("a model file ends in .onnx or .pt", file=str(path))
+    blob = read_input(p, "model", limit=MAX_MODEL_BYTES)  # a regular file, of at most 2 GiB
     if p.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import onnx_metadata
 
-        blob = p.read_bytes()
         try:
             meta = onnx_metadata(blob)
         except Exception as e:  # a corrupt or foreign file
             raise Tm2nnError(f"not a readable ONNX model ({type(e).__name__})", file=str(path)) from None
         return meta, blob, None
-    if p.suffix == ".pt":
-        import torch
+    import torch
 
-        try:
-            saved = torch.load(p, weights_only=True)
-        except Exception as e:  # not a torch file, or one holding more than tensors and strings
-            raise Tm2nnError(f"not a torch file of tensors and strings ({type(e).__name__})", file=str(path)) from None
-        if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
-            raise Tm2nnError("not a model saved by tm2nn (a .pt model is {'state_dict': ..., 'metadata': {...}})",
-                             file=str(path))
-        return dict(saved["metadata"]), None, saved["state_dict"]
-    raise Tm2nnError("a model file ends in .onnx or .pt", file=str(path))
+    try:
+        with warnings.catch_warnings():  # torch warns about a foreign pickle's protocol: it is refused anyway
+            warnings.simplefilter("ignore")
+            saved = torch.load(io.BytesIO(blob), weights_only=True)  # tensors and strings only: no code runs
+    except Exception as e:  # not a torch file, or one holding more than tensors and strings
+        raise Tm2nnError(f"not a torch file of tensors and strings ({type(e).__name__})", file=str(path)) from None
+    if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
+        raise Tm2nnError("not a model saved by tm2nn (a .pt model is {'state_dict': ..., 'metadata': {...}})",
+                         file=str(path))
+    return dict(saved["metadata"]), None, saved["state_dict"]
 
 
 def load_model(path):

@@ -250,9 +250,9 @@ class Compiled:
         from tm2nn.emit.torch_emit import to_torch
 
         if self.edited is not None and self.onnx_bytes is not None:
+            how = "run it in onnxruntime, or " if "onnxruntime" in self.spec.engines else ""
             raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the torch module is "
-                             "built from the construction: run it in onnxruntime, or save the edited weights as .pt",
-                             file=self.path)
+                             f"built from the construction: {how}save the edited weights as .pt", file=self.path)
         dtype = dtype or self.dtype
         module = to_torch(self.net, dtype)
         if self.state_dict is not None:
@@ -399,6 +399,13 @@ class Compiled:
             info = {"backend": self.backend, "info": info, "bounds": self.spec.info_rows(self)}
             self._cache["info"] = (self.net, info)
         return info
+
+    def with_info(self, net_info: dict) -> "Compiled":
+        """Record ``self.net.info()`` when the backend has measured the net already (for
+        its size rows), so that :meth:`info` does not measure a large net twice."""
+        info = {k: v for k, v in net_info.items() if k != "widths"}
+        self._cache["info"] = (self.net, {"backend": self.backend, "info": info, "bounds": self.spec.info_rows(self)})
+        return self
 
 
 def _one_line(e: Exception) -> str:

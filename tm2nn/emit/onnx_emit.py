@@ -132,6 +132,19 @@ class _Names:
         return cand
 
 
+def _fill_tensor(t: onnx.TensorProto, array: np.ndarray, name: str) -> None:
+    """``numpy_helper.from_array(array, name)``, written into ``t`` (no copy of the
+    message); the emitter's arrays are numbers and booleans."""
+    if array.dtype.kind not in "biuf":  # pragma: no cover - the emitter makes none
+        t.CopyFrom(numpy_helper.from_array(array, name))
+        return
+    t.dims.extend(array.shape)
+    if name:
+        t.name = name
+    t.raw_data = numpy_helper.tobytes_little_endian(array)
+    t.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
 def _f32(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
@@ -175,17 +188,20 @@ class _DecodeCtx:
 
 
 class _Emitter:
-    def __init__(self, opset: int = DEFAULT_OPSET) -> None:
+    def __init__(self, opset: int = DEFAULT_OPSET, model: onnx.ModelProto | None = None) -> None:
         self.opset = opset
         self.values = _Names()  # values and initializers share one namespace
         self.nodes = _Names()
-        self.initializers: list[onnx.TensorProto] = []
+        # Initializers go straight into ``model``'s graph when there is one: onnx.helper's
+        # make_graph and make_model copy every message they are given, and a large net's
+        # weights are hundreds of megabytes.
+        self.initializers = (onnx.GraphProto() if model is None else model.graph).initializer
         self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
 
     def init(self, name: str, array: np.ndarray) -> str:
         name = self.values.fresh(name)
         array = np.asarray(array)  # (ascontiguousarray would make a scalar 1-d)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
+        _fill_tensor(self.initializers.add(), np.ascontiguousarray(array) if array.ndim else array, name)
         return name
 
     def ints(self, base: str, *values: int) -> str:
@@ -762,11 +778,21 @@ def _check_opset(opset: int) -> None:
         raise ValueError(f"opset must be at least {MIN_OPSET}, got {opset}")
 
 
-def _model(graph: onnx.GraphProto, opset: int, doc: str, props: dict[str, str]) -> onnx.ModelProto:
+def _model(graph: onnx.GraphProto, opset: int, doc: str, props: dict[str, str],
+           model: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """The model of ``graph`` (``helper.make_model``); given ``model`` whose graph is
+    ``graph`` already, the same fields are set on it (nothing is copied)."""
     opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="tm2nn",
-                              producer_version=__version__,
-                              ir_version=helper.find_min_ir_version_for(opsets))
+    if model is None:
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="tm2nn",
+                                  producer_version=__version__,
+                                  ir_version=helper.find_min_ir_version_for(opsets))
+    else:
+        if model.graph is not graph:  # pragma: no cover - a caller's mistake
+            raise ValueError("the model does not hold this graph")
+        model.opset_import.extend(opsets)
+        model.producer_name, model.producer_version = "tm2nn", __version__
+        model.ir_version = helper.find_min_ir_version_for(opsets)
     model.doc_string = doc
     for k in sorted(props):
         entry = model.metadata_props.add()
@@ -786,6 +812,13 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
     ``metadata`` (after ``net.metadata``, and ``tm2nn.version`` unless given) goes into
     ``metadata_props`` sorted by key; a value that is not a string is stored as JSON.
     """
+    from tm2nn.gc_pause import gc_paused
+
+    with gc_paused():  # tens of thousands of protobuf messages, no cycles
+        return _to_onnx(net, metadata, opset)
+
+
+def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int) -> onnx.ModelProto:
     _check_opset(opset)
     if len(set(net.outputs)) != len(net.outputs):
         raise NetIRError(f"net {net.name!r}: ONNX graph outputs must be distinct, got {list(net.outputs)}")
@@ -793,7 +826,8 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
     if size > PROTO_MAX_BYTES:
         raise NetIRError(f"net {net.name!r}: the weights would take {size / 2**30:.2f} GiB, "
                          "more than one ONNX file can hold (2 GiB)")
-    em = _Emitter(opset)
+    model = onnx.ModelProto()
+    em = _Emitter(opset, model)
     inputs = {p.name for p in net.inputs}
     for p in net.inputs:
         em.values.reserve(p.name)
@@ -846,9 +880,12 @@ def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAU
             return helper.make_tensor_value_info(name, TensorProto.INT64, [BATCH, length])
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, length, width])
 
-    graph = helper.make_graph(nodes, net.name or "net", [io(p.name) for p in net.inputs],
-                              [io(o) for o in net.outputs], initializer=em.initializers)
-    return _model(graph, opset, net.name, _props(net, metadata))
+    graph = model.graph  # helper.make_graph's fields; the initializers are there already
+    graph.node.extend(nodes)
+    graph.name = net.name or "net"
+    graph.input.extend([io(p.name) for p in net.inputs])
+    graph.output.extend([io(o) for o in net.outputs])
+    return _model(graph, opset, net.name, _props(net, metadata), model)
 
 
 def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
@@ -920,10 +957,12 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
 
 # -- files, running, metadata -------------------------------------------------------------
 def _serialize(model: onnx.ModelProto) -> bytes:
-    size = model.ByteSize()
-    if size > PROTO_MAX_BYTES:
-        raise ValueError(f"the model takes {size / 2**30:.2f} GiB, more than one ONNX file can hold")
-    return model.SerializeToString()
+    # Serialised, then measured: ByteSize() serialises the whole model too (upb), and a
+    # model of 2 GiB or more serialises, but no reader takes it.
+    data = model.SerializeToString()
+    if len(data) > PROTO_MAX_BYTES:
+        raise ValueError(f"the model takes {len(data) / 2**30:.2f} GiB, more than one ONNX file can hold")
+    return data
 
 
 def save_onnx(model: onnx.ModelProto, path) -> Path:

@@ -10,7 +10,9 @@ linear in the size of the circuit and never recurses (a 10^6-deep chain is fine)
 operations check names, fan-ins and definitions at once, and an iterative depth-first
 sort orders the gates (one set test per gate when they are already in order); when
 any check fails, the gate-by-gate check runs instead and reports the first problem at
-its gate.
+its gate.  A pass that builds a circuit from a valid one, and knows the result is valid,
+can skip the checks with :meth:`Circuit.trusted` (``to_basis`` does: its output is twice
+the size of its input, and validating it again took seconds at 10^6 gates).
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ class Circuit:
         object.__setattr__(self, "gates", tuple(self.gates))
         order = validate_circuit(self)
         object.__setattr__(self, "_topo", order)
+
+    @classmethod
+    def trusted(cls, name: str, inputs, outputs, gates, loc: Loc | None = None,
+                port_locs: dict[str, Loc] | None = None, topo=None) -> "Circuit":
+        """A circuit that a pass builds from a valid one and knows is valid (each signal
+        defined once, fan-ins right, every signal read is defined, no cycle), without
+        :func:`validate_circuit`'s checks: a 10^6-gate circuit's take seconds.  ``topo``
+        is the gates in the order :func:`_topo_sort` gives them, when the pass knows it;
+        else they are sorted here (one set test per gate when they are in order already).
+        Only for circuits built by the code that calls it, never for input."""
+        c = object.__new__(cls)
+        for key, value in (("name", name), ("inputs", tuple(inputs)), ("outputs", tuple(outputs)),
+                           ("gates", tuple(gates)), ("loc", loc),
+                           ("port_locs", {} if port_locs is None else port_locs)):
+            object.__setattr__(c, key, value)
+        object.__setattr__(c, "_topo", _topo_sort(c, None) if topo is None else tuple(topo))
+        return c
 
     @property
     def topo(self) -> tuple[Gate, ...]:
@@ -144,11 +163,12 @@ def _checked_drivers(c: Circuit) -> dict[str, Gate] | None:
     return drivers
 
 
-def _topo_sort(c: Circuit, drivers: dict[str, Gate]) -> tuple[Gate, ...]:
+def _topo_sort(c: Circuit, drivers: dict[str, Gate] | None) -> tuple[Gate, ...]:
     """The gates in depth-first post-order from each gate in turn (inputs first, in
     order): iterative, so any depth is fine.  A gate whose inputs are all placed is
     placed at once, which is what the search would do, so gates already in topological
-    order cost one set test each.  A back edge is a cycle, reported along its path."""
+    order cost one set test each.  A back edge is a cycle, reported along its path.
+    ``drivers`` (signal -> gate) is made here when None and the search needs it."""
     where = c.loc
     order: list[Gate] = []
     place = order.append
@@ -162,6 +182,8 @@ def _topo_sort(c: Circuit, drivers: dict[str, Gate]) -> tuple[Gate, ...]:
             place(root)
             mark(root.name)
             continue
+        if drivers is None:
+            drivers = {g.name: g for g in c.gates}
         stack = [(root, 0)]
         active.add(root.name)
         while stack:

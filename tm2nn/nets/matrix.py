@@ -32,10 +32,13 @@ class SparseMatrix:
             raise ValueError(f"an entry lies outside the {n_out}x{n_in} matrix")
         keep = v != 0
         r, c, v = r[keep], c[keep], v[keep]
-        order = np.lexsort((c, r))
-        r, c, v = r[order], c[order], v[order]
-        if r.size > 1 and np.any((r[1:] == r[:-1]) & (c[1:] == c[:-1])):
-            raise ValueError("duplicate (row, col) entry")
+        if r.size > 1:
+            same_row = r[1:] == r[:-1]
+            if not np.all((r[1:] > r[:-1]) | (same_row & (c[1:] > c[:-1]))):  # not already in order
+                order = np.lexsort((c, r))
+                r, c, v = r[order], c[order], v[order]
+                if np.any((r[1:] == r[:-1]) & (c[1:] == c[:-1])):
+                    raise ValueError("duplicate (row, col) entry")
         object.__setattr__(self, "rows", r)
         object.__setattr__(self, "cols", c)
         object.__setattr__(self, "vals", v)

@@ -164,13 +164,13 @@ class Net:
                     dense += full
                     nonzero += (t.nnz if 0 < t.nnz < full else full) if free else t.nnz
                     l1 += t.l1()
-                    values.append(t.vals)
+                    values.append(np.unique(t.vals))  # each tensor's distinct values: few
                 else:
                     a = np.asarray(t, dtype=np.float64).ravel()
                     dense += a.size
                     nonzero += a.size if free else int(np.count_nonzero(a))
                     l1 += float(np.abs(a).sum())
-                    values.append(a[a != 0])
+                    values.append(np.unique(a[a != 0]))
         allv = np.concatenate(values) if values else np.zeros(0)
         widths = [len(op.out) for op in layers]
         out = {

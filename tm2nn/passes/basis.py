@@ -91,28 +91,39 @@ def to_basis(c: Circuit) -> Circuit:
     See the module docstring for every rewrite and its cost.  The result has the same
     name, inputs and outputs (in the same order) as ``c``.
     """
-    taken: set[str] = set(c.inputs)
-    taken.update(g.name for g in c.gates)
+    # New names are <base>%<k>.  When no signal's name has a "%", no new name can clash
+    # with a signal or with another new name, and the search for a free one is skipped.
+    clash = "%" in "".join(c.inputs) or "%" in "".join([g.name for g in c.gates])
+    taken: set[str] = set(c.inputs) | {g.name for g in c.gates} if clash else set()
     counter: dict[str, int] = {}
 
     def fresh(base: str) -> str:
-        k = counter.get(base, 0)
-        while True:
-            k += 1
-            name = f"{base}%{k}"
-            if name not in taken:
-                break
+        k = counter.get(base, 0) + 1
+        name = f"{base}%{k}"
+        if clash:
+            while name in taken:
+                k += 1
+                name = f"{base}%{k}"
+            taken.add(name)
         counter[base] = k
-        taken.add(name)
         return name
 
     out: list[Gate] = []
     # neg[x] = a signal computing NOT x.  Source NOT gates are the negations of their inputs.
     neg: dict[str, str] = {}
+    # The source NOT gates the loop below has not reached: one can be the negation an XOR
+    # reads before the loop reaches it.  The topological order Circuit gives the result
+    # (depth-first, :func:`tm2nn.ir.circuit._topo_sort`) then places it just before that
+    # reader and skips it where it is; ``early`` and ``skipped`` record that order, which
+    # is handed over with the gates (the result is not validated or sorted again).
+    pending: dict[str, Gate] = {}
+    early: list[tuple[int, Gate]] = []  # (index in out, gate placed just before out[index])
+    skipped: list[int] = []  # the index in out of a gate placed early
     for g in c.gates:
         if g.op == "NOT":
             neg.setdefault(g.inputs[0], g.name)
             neg.setdefault(g.name, g.inputs[0])
+            pending[g.name] = g
 
     def negation(x: str, loc) -> str:
         n = neg.get(x)
@@ -123,14 +134,23 @@ def to_basis(c: Circuit) -> Circuit:
             neg[n] = x
         return n
 
+    def reads(*xs: str) -> None:
+        """The next gate made reads ``xs``: place a source NOT among them not reached yet."""
+        for x in xs:
+            if x in pending:
+                early.append((len(out), pending.pop(x)))
+
     def xor2(a: str, b: str, name: str, base: str, loc, xnor: bool = False) -> str:
         na, nb = negation(a, loc), negation(b, loc)
         u, v = fresh(base), fresh(base)
         if xnor:  # OR(AND(a, b), AND(¬a, ¬b))
             out.append(Gate(u, "AND", (a, b), loc))
+            reads(na, nb)
             out.append(Gate(v, "AND", (na, nb), loc))
         else:  # OR(AND(a, ¬b), AND(¬a, b))
+            reads(nb)
             out.append(Gate(u, "AND", (a, nb), loc))
+            reads(na)
             out.append(Gate(v, "AND", (na, b), loc))
         out.append(Gate(name, "OR", (u, v), loc))
         return name
@@ -155,7 +175,11 @@ def to_basis(c: Circuit) -> Circuit:
     for g in c.topo:
         op, xs, name, loc = g.op, g.inputs, g.name, g.loc
         k = len(xs)
-        if op in ("NOT", "BUF", "CONST0", "CONST1"):
+        if op == "NOT":
+            if pending.pop(name, None) is None:  # placed early already
+                skipped.append(len(out))
+            out.append(g)
+        elif op in ("BUF", "CONST0", "CONST1"):
             out.append(g)
         elif k == 1:
             if op in ("AND", "OR", "XOR"):
@@ -165,16 +189,46 @@ def to_basis(c: Circuit) -> Circuit:
                 neg.setdefault(xs[0], name)
                 neg.setdefault(name, xs[0])
         elif op in ("AND", "OR"):
-            tree(op, xs, name, name, loc)
+            if k == 2:  # a basis gate already (the tree of two inputs is the gate itself)
+                out.append(g)
+            else:
+                tree(op, xs, name, name, loc)
         elif op in ("NAND", "NOR"):
-            t = tree("AND" if op == "NAND" else "OR", xs, fresh(name), name, loc)
+            if k == 2:  # tree() of two inputs, without the calls
+                t = fresh(name)
+                out.append(Gate(t, "AND" if op == "NAND" else "OR", xs, loc))
+            else:
+                t = tree("AND" if op == "NAND" else "OR", xs, fresh(name), name, loc)
             out.append(Gate(name, "NOT", (t,), loc))
             neg[t] = name
             neg.setdefault(name, t)
-        elif op == "XOR":
-            tree("XOR", xs, name, name, loc)
-        elif op == "XNOR":
-            tree("XOR", xs, name, name, loc, xnor_root=True)
+        elif op in ("XOR", "XNOR"):
+            if k == 2:  # tree() of two inputs, without the calls
+                xor2(xs[0], xs[1], name, name, loc, xnor=op == "XNOR")
+            else:
+                tree("XOR", xs, name, name, loc, xnor_root=op == "XNOR")
         else:  # pragma: no cover - the IR validates op names
             raise ValueError(f"unknown gate type {op!r}")
-    return Circuit(c.name, c.inputs, c.outputs, tuple(out), c.loc, dict(c.port_locs))
+    # Valid by construction (each gate reads signals of c, gates made before it, or a
+    # source NOT gate; every new name is fresh): not validated again.
+    return Circuit.trusted(c.name, c.inputs, c.outputs, out, c.loc, dict(c.port_locs),
+                           topo=_reorder(out, early, skipped))
+
+
+def _reorder(out: list[Gate], early: list[tuple[int, Gate]], skipped: list[int]) -> list[Gate]:
+    """``out`` with each ``early`` gate placed just before its index and the ``skipped``
+    indices left out (both lists in increasing index order)."""
+    if not early:
+        return out
+    events = sorted([(i, g) for i, g in early] + [(j, None) for j in skipped], key=lambda e: e[0])
+    topo: list[Gate] = []
+    start = 0
+    for i, g in events:
+        topo += out[start:i]
+        if g is None:  # skip out[i]
+            start = i + 1
+        else:
+            topo.append(g)
+            start = i
+    topo += out[start:]
+    return topo

@@ -82,10 +82,37 @@ def load_all(path: str | Path, fmt: str | None = None) -> list:
 
 def _parse(src: SourceText, fmt: str, mod: ModuleType | None = None) -> list:
     mod = mod or format_module(fmt)
-    items = mod.parse(src)
+    items = [it for it in mod.parse(src) if not _empty(it)]
     if not items:
         raise src.error(f"no {'machine' if mod.KIND == 'machine' else 'circuit'} found", None)
+    for it in items:
+        _has_outputs(src, fmt, it)
     return items
+
+
+def _empty(item) -> bool:
+    """A circuit with no inputs, outputs or gates: what an empty (or comment-only) file
+    of a format without a header reads as."""
+    from tm2nn.ir import Circuit
+
+    return isinstance(item, Circuit) and not (item.inputs or item.outputs or item.gates)
+
+
+def _has_outputs(src: SourceText, fmt: str, item) -> None:
+    """A source circuit computes something: one with no outputs is an error, at its
+    declaration (every format alike)."""
+    from tm2nn.ir import Circuit
+
+    if isinstance(item, Circuit) and not item.outputs:
+        loc = item.loc
+        raise src.error(f"circuit {item.name!r} has no outputs, so it computes nothing: declare them "
+                        f"({_OUTPUTS.get(fmt, 'an output line')})",
+                        loc.line if loc else 1, loc.col if loc else 1)
+
+
+#: How each circuit format declares outputs (for the error above).
+_OUTPUTS = {"circ": "'output NAME ...'", "bench": "'OUTPUT(NAME)'", "blif": "'.outputs NAME ...'",
+            "aag": "the header's O and one output literal a line", "aig": "the header's O and one output literal a line"}
 
 
 def select(items: list, name: str | None, path: str = "") -> object:

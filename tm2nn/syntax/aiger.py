@@ -28,14 +28,13 @@ error, is read line by line, which reports the error where it always has.
 
 from __future__ import annotations
 
-import gc
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.gc_pause import gc_paused
 from tm2nn.ir.circuit import Circuit, Gate
 from tm2nn.source import SourceText
 
@@ -53,23 +52,6 @@ _PROPERTY_WHAT = {
     "J": "justice properties",
     "F": "fairness constraints",
 }
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building a large circuit.
-
-    A parse allocates ~10 objects per gate and frees almost none, which makes the
-    collector rescan the growing heap again and again (about a third of the time on
-    the EPFL multiplier).  Reference counting still frees garbage meanwhile.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def circuit_name(src: SourceText) -> str:

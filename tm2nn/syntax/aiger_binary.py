@@ -16,12 +16,12 @@ reported at the header's ``A`` field and give the byte offset in the message.
 from __future__ import annotations
 
 from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.gc_pause import gc_paused
 from tm2nn.ir.circuit import Circuit
 from tm2nn.source import SourceText
 from tm2nn.syntax.aiger import (
     Symbols,
     build_circuit,
-    gc_paused,
     not_a_number,
     number,
     parse_header,

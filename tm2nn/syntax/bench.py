@@ -35,9 +35,10 @@ from __future__ import annotations
 import re
 
 from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.gc_pause import gc_paused
 from tm2nn.ir.circuit import NULLARY, UNARY, Circuit, Gate
 from tm2nn.source import SourceText
-from tm2nn.syntax.aiger import circuit_name, gc_paused
+from tm2nn.syntax.aiger import circuit_name
 
 KIND = "circuit"
 

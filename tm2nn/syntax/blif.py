@@ -36,9 +36,10 @@ from __future__ import annotations
 import re
 
 from tm2nn.errors import Loc
+from tm2nn.gc_pause import gc_paused
 from tm2nn.ir.circuit import Circuit, Gate
 from tm2nn.source import SourceText
-from tm2nn.syntax.aiger import circuit_name, gc_paused
+from tm2nn.syntax.aiger import circuit_name
 
 KIND = "circuit"
 
@@ -91,8 +92,14 @@ class _Lines:
                 if toks:
                     self.items.append((start, toks, i))
                 start = -1
-        if start >= 0 and toks:
-            self.items.append((start, toks, len(lines) - 1))
+        #: (line, col) of a ``\\`` that continues the last line into the end of the file
+        self.dangling: tuple[int, int] | None = None
+        if start >= 0:
+            last = lines[-1]
+            h = last.find("#")
+            self.dangling = (len(lines), (last[:h] if h >= 0 else last).rstrip().rfind("\\") + 1)
+            if toks:
+                self.items.append((start, toks, len(lines) - 1))
 
     def positions(self, item: int) -> list[tuple[int, int]]:
         """(line, col), 1-based, of every token of logical line ``item``, then the
@@ -142,6 +149,9 @@ def _parse(src: SourceText) -> Circuit:
     text = src.text
     L = _Lines(text.splitlines())
     items = L.items
+    if L.dangling is not None:
+        raise src.error("the file ends inside a continued line: a '\\' continues this line, but nothing follows",
+                        *L.dangling)
 
     def err_tok(message: str, item: int, k: int):
         line, col = L.locate(item, k)

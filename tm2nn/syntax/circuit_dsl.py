@@ -433,7 +433,7 @@ def parse(src: SourceText) -> list[Circuit]:
     A flat text (one gate per line, as :func:`dump` writes it) is read by the fast path
     :func:`~tm2nn.syntax.circuit_flat.parse_flat`, which gives the same result; anything
     else, and any text with an error, by the grammar (:func:`parse_grammar`)."""
-    from tm2nn.syntax.aiger import gc_paused
+    from tm2nn.gc_pause import gc_paused
     from tm2nn.syntax.circuit_flat import parse_flat
 
     with gc_paused():
@@ -774,13 +774,28 @@ def _wrap(keyword: str, names: list[str], width: int = 100) -> list[str]:
     return lines
 
 
-def _gate_line(g: Gate) -> str:
-    lhs = signal_name(g.name)
+#: A line that is not a plain identifier (in a text of one name per line).
+_NOT_PLAIN = re.compile(r"^(?![A-Za-z_][A-Za-z0-9_.$]*$)", re.M)
+
+
+def _all_plain(names: list[str]) -> bool:
+    """Whether :func:`signal_name` writes every one of ``names`` as it is (identifiers,
+    no keyword): checked at once, not name by name."""
+    if not names:
+        return True
+    text = "\n".join(names)
+    return (KEYWORDS.isdisjoint(names) and text.count("\n") == len(names) - 1
+            and _NOT_PLAIN.search(text) is None)
+
+
+def _gate_line(g: Gate, plain: bool = False) -> str:
+    """The gate's line; ``plain``: its names are written as they are (:func:`_all_plain`)."""
+    lhs = g.name if plain else signal_name(g.name)
     if g.op == "CONST0":
         return f"  {lhs} = 0"
     if g.op == "CONST1":
         return f"  {lhs} = 1"
-    args = [signal_name(i) for i in g.inputs]
+    args = list(g.inputs) if plain else [signal_name(i) for i in g.inputs]
     if g.op == "BUF":
         return f"  {lhs} = {args[0]}"
     line = f"  {lhs} = {g.op}({', '.join(args)})"
@@ -808,7 +823,8 @@ def dump(c) -> str:
     lines = ["# converted by tm2nn", f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", [port_name(x) for x in c.inputs])
     lines += _wrap("output", [port_name(x) for x in c.outputs])
-    lines += [_gate_line(g) for g in c.topo]
+    plain = _all_plain([*c.inputs, *[g.name for g in c.gates]])
+    lines += [_gate_line(g, plain) for g in c.topo]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -840,7 +856,8 @@ def _block_text(c: Circuit) -> list[str]:
     lines = [f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", compact_ports(c.inputs))
     lines += _wrap("output", compact_ports(c.outputs))
-    lines += [_gate_line(g) for g in c.topo]
+    plain = _all_plain([*c.inputs, *[g.name for g in c.gates]])
+    lines += [_gate_line(g, plain) for g in c.topo]
     lines.append("}")
     return lines
 

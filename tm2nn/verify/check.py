@@ -211,6 +211,10 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         left = budget - (now - t0) if mode != "given" else math.inf
         chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
     rep.seconds = time.perf_counter() - t0
+    if rep.n_inputs == 0:  # a pass that compared nothing is not a pass
+        from tm2nn.errors import Tm2nnError
+
+        raise Tm2nnError(f"the verification compared no input ({how}): give at least one input")
     # a random run with no sample count promises nothing beyond the budget
     rep.complete = total is None or rep.n_inputs >= total
     return rep

@@ -76,11 +76,13 @@ def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=N
 
             fig, _ = draw_attention(compile_source(obj, "transformer", steps=steps, **options), text, step)
         else:
-            from .runs import interpreter_run, net_run
+            from .runs import aligned, interpreter_run, net_run
             from .spacetime import draw_spacetime
 
             who = None if interpreter_only else (backend or "transformer")
+            want = interpreter_run(obj, text, steps)
             got = net_run(obj, text, steps, who, options) if who else None
-            fig, first = draw_spacetime(obj, text, interpreter_run(obj, text, steps), got, who or "")
+            want, got = aligned(obj, want, got)  # past halting: the absorbing configuration
+            fig, first = draw_spacetime(obj, text, want, got, who or "")
     save(fig, out)
     return out, first, who

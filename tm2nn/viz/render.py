@@ -14,11 +14,12 @@ MAX_EXTENT = 2000
 
 def check_out(path: str | Path) -> Path:
     """The output path, checked before any work: ``.png`` or ``.svg`` in an existing folder."""
+    from tm2nn.fileio import output_target
+
     out = Path(path)
     if out.suffix.lower() not in SUFFIXES:
         raise Tm2nnError(f"-o must name a .png or .svg file, got {out.name!r}")
-    if not out.parent.is_dir():
-        raise Tm2nnError(f"-o: folder {str(out.parent)!r} does not exist")
+    output_target(out, "-o")  # a regular file in a folder for files (docs/limits.md)
     return out
 
 

@@ -39,6 +39,27 @@ def net_run(m, text: str, steps: int, backend: str, options: dict | None = None)
     return spec.configurations(compile_source(m, backend, **values), text)
 
 
+def absorbed(m, run: list[Config], length: int) -> list[Config]:
+    """``run`` continued to ``length`` configurations when it ends halted: a halted
+    machine stays in its configuration, which is what a network compiled for more steps
+    keeps computing (the absorbing configuration; ``verify`` compares the same way)."""
+    if not run or len(run) >= length:
+        return run
+    q, head, cells = run[-1]
+    if q not in m.halting and (q, cells.get(head, m.blank)) in m.delta:
+        return run  # not halted: a run cut short stays short (a divergence)
+    return run + [(q, head, dict(cells)) for _ in range(length - len(run))]
+
+
+def aligned(m, want: list[Config], got: list[Config] | None) -> tuple[list[Config], list[Config] | None]:
+    """The interpreter's and a network's runs at one length: past the halting step both
+    show the absorbing configuration (:func:`absorbed`)."""
+    if got is None:
+        return want, got
+    n = max(len(want), len(got))
+    return absorbed(m, want, n), absorbed(m, got, n)
+
+
 def divergences(want: list[Config], got: list[Config]) -> tuple[int | None, dict]:
     """The first step where the runs differ (None if they agree) and, per step, what
     differs: ``{step: {"state": bool, "head": bool, "cells": set, "missing": bool}}``."""

@@ -107,12 +107,13 @@ def spacetime_png(source, text: str, out, backend: str | None = "transformer", s
     from tm2nn.syntax import load
 
     from .render import check_out, save
-    from .runs import default_steps, interpreter_run, net_run
+    from .runs import aligned, default_steps, interpreter_run, net_run
 
     out = check_out(out)
     m = load(source) if not hasattr(source, "alphabet") else source
     steps = default_steps(m, text) if steps is None else steps
     want = interpreter_run(m, text, steps)
     got = net_run(m, text, steps, backend) if backend else None
+    want, got = aligned(m, want, got)  # past halting: the absorbing configuration
     fig, _first = draw_spacetime(m, text, want, got, backend or "network")
     return save(fig, out)

@@ -15,19 +15,41 @@ from .render import declutter_ticks, figure, shorten, thin_ticks
 MAX_LAYERS = 12
 
 
-def affine_layers(net, prefix: str = "") -> list[tuple[str, np.ndarray, list[str], list[str]]]:
-    """``(name, dense weight [out, in], out labels, in labels)`` for every Affine op,
-    in order, walking into ops that hold a body net."""
+#: Bytes a drawn weight entry costs: the dense float64 matrix, matplotlib's normalised
+#: copy and its masked-array bookkeeping (imshow), so 3 x 8.
+BYTES_PER_DRAWN_ENTRY = 24
+#: Most entries one heatmap draws (a 4,000 x 4,000 layer; more is not a picture).
+MAX_ENTRIES = 16_000_000
+
+
+def affine_layers(net, prefix: str = "") -> list[tuple[str, object, list[str], list[str]]]:
+    """``(name, weight, out labels, in labels)`` for every Affine op, in order, walking
+    into ops that hold a body net.  The weight is the op's (sparse) matrix: a layer is
+    made dense only when it is drawn (``weight.dense()``)."""
     out = []
     for op in net.nodes:
         if type(op).__name__ == "Affine":
             ins = list(net.spaces[op.inputs[0]].labels)
             outs = list(net.spaces[op.name].labels)
-            out.append((prefix + op.name, op.weight.dense(), outs, ins))
+            out.append((prefix + op.name, op.weight, outs, ins))
         body = getattr(op, "body", None)
         if body is not None and hasattr(body, "nodes"):
             out += affine_layers(body, prefix)
     return out
+
+
+def _check_size(shown) -> None:
+    """Refuse, before anything is made dense, layers too big to draw or to hold."""
+    from tm2nn.limits import check_memory
+
+    for name, w, _o, _i in shown:
+        n = w.shape[0] * w.shape[1]
+        if n > MAX_ENTRIES:
+            raise Tm2nnError(f"refusing to draw {name} ({w.shape[0]:,} x {w.shape[1]:,} = {n:,} weights; at most "
+                             f"{MAX_ENTRIES:,} in a picture): pick a smaller layer with --layer")
+    total = sum(w.shape[0] * w.shape[1] for _n, w, _o, _i in shown)
+    check_memory(total * BYTES_PER_DRAWN_ENTRY, f"drawing {len(shown)} layer(s) of {total:,} weights in all",
+                 ("layer",))
 
 
 def _groups(labels: list[str]) -> list[tuple[int, int, str]]:
@@ -81,6 +103,8 @@ def draw_weights(net, layer: str | None = None):
     if not layers:
         raise Tm2nnError(f"{net.name!r} has no affine layer to draw")
     shown = layers[:MAX_LAYERS]
+    _check_size(shown)
+    shown = [(name, w.dense(), outs, ins) for name, w, outs, ins in shown]
     cols = 1 if len(shown) == 1 else min(3, len(shown))
     rows = -(-len(shown) // cols)
     big = max(max(w.shape) for _n, w, _o, _i in shown)

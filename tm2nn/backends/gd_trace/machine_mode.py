@@ -188,6 +188,9 @@ def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
     stopped = interrupt.requested() and not (h or k == total or done > steps)
     if stopped and not src:  # Ctrl-C before the first source configuration was read off
         raise interrupt.Interrupted(k, total, what="optimizer steps")
+    if not src:  # e.g. edited weights: the iterates trace no run of the source machine
+        raise Tm2nnError(f"no iterate of the optimizer's {k + 1} steps reads back as a configuration of "
+                         f"{m.name!r} (the §4.1 run does not map back to a source run)")
     n, run_halted = cut_at(m, len(src) - 1, run.halted, steps, lambda k: src[k][1])
     result = result_from_configurations(m, text, src[: n + 1], run_halted)
     g = GDRun(result, run, losses, halted, dev, tr)

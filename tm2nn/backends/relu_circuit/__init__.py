@@ -24,21 +24,14 @@ def compile(c: Circuit, *, corrections: bool = True, pm_one_output: bool = False
     outputs in declared order, 0/1 (threshold 1/2) or ±1 with ``pm_one_output``
     (threshold 0)."""
     from tm2nn.backends.relu_circuit.backend import BACKEND
-    from tm2nn.backends.relu_circuit.estimate import check_net_memory
-    from tm2nn.passes.basis import to_basis
-    from tm2nn.passes.layering import layer_circuit
-    from tm2nn.syntax.aiger import gc_paused
+    from tm2nn.gc_pause import gc_paused
 
     opts = BACKEND.options(corrections=corrections, pm_one_output=pm_one_output)  # validated in one place
 
-    with gc_paused():  # millions of small objects and no cycles: the collector only slows it
-        basis = to_basis(c)
-        check_net_memory(basis, corrections=corrections, pm_one_output=pm_one_output)
-        lc = layer_circuit(basis)
-    if tuple(lc.inputs) != tuple(c.inputs):  # pragma: no cover - to_basis keeps the ports
-        raise ValueError("to_basis changed the circuit's inputs")
-    net = build_net(lc, corrections=corrections, pm_one_output=pm_one_output,
-                    name=c.name, output_names=tuple(c.outputs))
+    # Millions of small objects and no cycles: the collector would only slow the build.  The
+    # basis circuit and the layering are dropped before it runs again, so it never sees them.
+    with gc_paused():
+        net, info, bounds, sizes = _build(c, corrections, pm_one_output)
     return Compiled(
         backend="relu-circuit",
         net=net,
@@ -47,8 +40,27 @@ def compile(c: Circuit, *, corrections: bool = True, pm_one_output: bool = False
         output_encoding={"kind": "bits", "names": list(c.outputs),
                          "threshold": 0.0 if pm_one_output else 0.5,
                          "values": "pm1" if pm_one_output else "01"},
-        bounds=size_report(lc, net, corrections=corrections, pm_one_output=pm_one_output),
-        options={"corrections": bool(corrections), "pm_one_output": bool(pm_one_output),
-                 "layers": lc.depth, "width": max(lc.widths[1:], default=0),
-                 "gates": sum(len(layer) for layer in lc.layers)},
-    ).with_options(opts)
+        bounds=bounds,
+        options={"corrections": bool(corrections), "pm_one_output": bool(pm_one_output), **sizes},
+    ).with_options(opts).with_info(info)
+
+
+def _build(c: Circuit, corrections: bool, pm_one_output: bool):
+    """``(net, net.info(), size rows, sizes)``: the basis circuit, its layer widths and
+    the memory refusal, the layered circuit, the net and its report."""
+    from tm2nn.backends.relu_circuit.estimate import check_net_memory
+    from tm2nn.passes.basis import to_basis
+    from tm2nn.passes.layering import layer_circuit, layering
+
+    basis = to_basis(c)
+    plan = layering(basis)  # counted once: for the estimate, then to build the layers
+    check_net_memory(basis, corrections=corrections, pm_one_output=pm_one_output, plan=plan)
+    lc = layer_circuit(basis, plan)
+    if tuple(lc.inputs) != tuple(c.inputs):  # pragma: no cover - to_basis keeps the ports
+        raise ValueError("to_basis changed the circuit's inputs")
+    net = build_net(lc, corrections=corrections, pm_one_output=pm_one_output,
+                    name=c.name, output_names=tuple(c.outputs))
+    info = net.info()
+    bounds = size_report(lc, net, corrections=corrections, pm_one_output=pm_one_output, info=info)
+    sizes = {"layers": lc.depth, "width": max(lc.widths[1:], default=0), "gates": lc.size}
+    return net, info, bounds, sizes

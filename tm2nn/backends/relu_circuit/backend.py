@@ -75,7 +75,7 @@ class ReluCircuit(Backend):
             bounds=inner.bounds,
             options=dict(inner.options, steps=opts.steps, tape=layout.tape, origin=layout.origin,
                          circuit_gates=len(circuit.gates)),
-        ).with_options(opts)
+        ).with_options(opts).with_info(inner.info()["info"])  # the same net: measured once
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.check import UnrolledChecker

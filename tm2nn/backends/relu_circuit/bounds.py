@@ -22,17 +22,18 @@ def _fmt(v: float) -> str:
 
 
 def size_report(lc: LayeredCircuit, net: Net, *, corrections: bool,
-                pm_one_output: bool) -> list[tuple[str, str, str]]:
-    info = net.info()
+                pm_one_output: bool, info: dict | None = None) -> list[tuple[str, str, str]]:
+    """The rows; ``info`` is ``net.info()`` when the caller has it already."""
+    info = net.info() if info is None else info
     q = lc.depth
-    r = max((len(layer) for layer in lc.layers), default=0)
-    s = sum(len(layer) for layer in lc.layers)
+    r = max(lc.widths[1:], default=0)
+    s = lc.size
     n_corr = max(q - 1, 0) if corrections else 0
     depth = info["depth"]["affine"]
     paper_depth = 2 * q + 2 * n_corr + (1 if pm_one_output and q else 0)
     l1 = info["l1_norm"]
     layers = net.affine_layers()
-    allv = np.concatenate([np.zeros(0)] + [a for op in layers
+    allv = np.concatenate([np.zeros(0)] + [np.unique(a) for op in layers
                                            for a in (op.weight.vals, op.bias[op.bias != 0])])
     values = [float(v) for v in np.unique(allv)]
     width_bound = f">= r = {r} (Lemma B.1)"

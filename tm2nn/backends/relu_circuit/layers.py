@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tm2nn.ir.circuit import Gate
+from tm2nn.ir.circuit import OPS
 from tm2nn.nets import Affine, Net, NetIRError, Op, Port, ReLU, Slice, Space, SparseMatrix
-from tm2nn.passes.layering import LayeredCircuit
+from tm2nn.passes.layering import LayeredCircuit, csr_rows
 
 # Proposition 3.4's constants, exactly as the paper gives them (not rescaled).
 ROUND_LO = 1.0 / 3.0
@@ -77,38 +77,36 @@ def gate_rows(op: str, fanin: int) -> tuple[tuple[float, ...], float, float, flo
                      f"(run passes.basis.to_basis first), got {op} with {fanin} input(s)")
 
 
-def circuit_layer(k: int, gates: list[Gate], x: str, in_names: list[str], in_space: Space,
-                  pre_labels: list[str], gate_labels: list[str]) -> list[Op]:
-    """Lemma B.1: circuit layer ``k`` (the ``gates``, reading ``in_space``) as
-    ``h ↦ φ(W2 φ(W1 h + b1) + b2)``: row ``j`` of ``W1, b1, W2, b2`` is gate ``j``'s
-    Proposition B.2 block, and ``W2`` is diagonal with entries in {-1, 0, 1}.
-    Reads value ``x``; returns the ops ``L<k>.pre``, ``L<k>.pre.relu``, ``L<k>.gate``,
-    ``L<k>.gate.relu``.  ``in_names[i]`` is the signal on input dimension ``i``; inputs a
-    gate reads twice get their weights summed."""
-    index = {s: i for i, s in enumerate(in_names)}
-    n, n_in = len(gates), len(in_names)
-    # One gate_rows call per distinct (op, fan-in); every gate's weights are a table lookup.
-    kinds: dict[tuple[str, int], int] = {}
-    kid = np.fromiter((kinds.setdefault((g.op, len(g.inputs)), len(kinds)) for g in gates),
-                      dtype=np.int64, count=n)
-    table = np.zeros((max(len(kinds), 1), 4))
-    for (op, fanin), t in kinds.items():
-        w1, table[t, 1], table[t, 2], table[t, 3] = gate_rows(op, fanin)
+def circuit_layer(k: int, ops: np.ndarray, ptr: np.ndarray, cols: np.ndarray, n_in: int, x: str,
+                  pre_space: Space, gate_space: Space) -> list[Op]:
+    """Lemma B.1: circuit layer ``k`` as ``h ↦ φ(W2 φ(W1 h + b1) + b2)``: row ``j`` of
+    ``W1, b1, W2, b2`` is gate ``j``'s Proposition B.2 block, and ``W2`` is diagonal with
+    entries in {-1, 0, 1}.  Gate ``j`` computes ``OPS[ops[j]]`` of the positions
+    ``cols[ptr[j]:ptr[j + 1]]`` of the ``n_in``-wide layer before (a
+    :class:`~tm2nn.passes.layering.Layer`'s arrays).  Reads value ``x``; returns the ops
+    ``L<k>.pre``, ``L<k>.pre.relu`` (labels ``pre_space``), ``L<k>.gate``,
+    ``L<k>.gate.relu`` (labels ``gate_space``).  Inputs a gate reads twice get their
+    weights summed."""
+    n = ops.size
+    fan = np.diff(ptr)
+    # One gate_rows call per distinct (op, fan-in), in the order they first appear (so an
+    # op outside the basis is reported as before); every gate's weights are a table lookup.
+    kinds, first, kid = np.unique(ops.astype(np.int64) * (int(fan.max(initial=0)) + 1) + fan,
+                                  return_index=True, return_inverse=True)
+    table = np.zeros((max(kinds.size, 1), 4))
+    for t in np.argsort(first, kind="stable").tolist():
+        w1, table[t, 1], table[t, 2], table[t, 3] = gate_rows(OPS[ops[first[t]]], int(fan[first[t]]))
         table[t, 0] = w1[0] if w1 else 0.0  # every input of a gate has the same weight
-    fan = np.fromiter((len(g.inputs) for g in gates), dtype=np.int64, count=n)
-    cols = np.fromiter((index[s] for g in gates for s in g.inputs), dtype=np.int64,
-                       count=int(fan.sum()))
+    kid = kid.reshape(-1)
     rows = np.repeat(np.arange(n, dtype=np.int64), fan)
     vals = table[kid, 0][rows]
     key = rows * max(n_in, 1) + cols
-    if np.unique(key).size < key.size:  # a gate reads one signal twice: sum its weights
+    if _has_repeats(key):  # a gate reads one signal twice: sum its weights
         uk, inv = np.unique(key, return_inverse=True)
         vals = np.bincount(inv, weights=vals)
         rows, cols = uk // max(n_in, 1), uk % max(n_in, 1)
     W1 = SparseMatrix((n, n_in), rows, cols, vals)
     b1, w2, b2 = table[kid, 1], table[kid, 2], table[kid, 3]
-    pre_space = Space(tuple(pre_labels))
-    gate_space = Space(tuple(gate_labels))
     p = f"L{k}"
     return [
         Affine(f"{p}.pre", (x,), weight=W1, bias=b1, out=pre_space, cite=CITE_W1),
@@ -119,7 +117,13 @@ def circuit_layer(k: int, gates: list[Gate], x: str, in_names: list[str], in_spa
     ]
 
 
-def round_correction(k: int, x: str, space: Space, prefix: str | None = None) -> list[Op]:
+def _has_repeats(a: np.ndarray) -> bool:
+    s = np.sort(a)
+    return bool(np.any(s[1:] == s[:-1]))
+
+
+def round_correction(k: int, x: str, space: Space, prefix: str | None = None,
+                     signals: tuple[str, ...] | None = None) -> list[Op]:
     """Proposition 3.4: ``round(z) = 3φ(z - 1/3) - 3φ(z - 2/3)`` on every coordinate of
     ``space`` (value ``x``), as the paper's "two feedforward ReLU layers":
 
@@ -130,12 +134,17 @@ def round_correction(k: int, x: str, space: Space, prefix: str | None = None) ->
       in the uniform form affine → ReLU → affine → ReLU.
 
     Ops are named ``<prefix>.round_a`` ... (``prefix`` defaults to ``L<k>``).
+    ``signals`` are the labels' parts after ``group:`` when the caller has them, and knows
+    they are distinct (``build_net``: the unit names of a layer).
     """
     n = len(space)
-    sig = [lab.split(":", 1)[-1] for lab in space.labels]
-    if len(set(sig)) < n:  # short names collide across groups: keep the whole label
-        sig = list(space.labels)
-    a_labels = [lab for s in sig for lab in (f"rlo:{s}", f"rhi:{s}")]
+    if signals is None:
+        sig = [lab.split(":", 1)[-1] for lab in space.labels]
+        if len(set(sig)) < n:  # short names collide across groups: keep the whole label
+            sig = list(space.labels)
+        a_space = Space.of_distinct([lab for s in sig for lab in (f"rlo:{s}", f"rhi:{s}")])
+    else:  # the same labels, made when first read
+        a_space = Space.prefixed(("rlo:", "rhi:"), signals)
     i = np.arange(n, dtype=np.int64)
     A = SparseMatrix((2 * n, n), np.stack([2 * i, 2 * i + 1], 1).ravel(),
                      np.repeat(i, 2), np.ones(2 * n))
@@ -144,7 +153,7 @@ def round_correction(k: int, x: str, space: Space, prefix: str | None = None) ->
                      np.tile([ROUND_SCALE, -ROUND_SCALE], n))
     p = f"L{k}" if prefix is None else prefix
     return [
-        Affine(f"{p}.round_a", (x,), weight=A, bias=c, out=Space(tuple(a_labels)), cite=CITE_RA),
+        Affine(f"{p}.round_a", (x,), weight=A, bias=c, out=a_space, cite=CITE_RA),
         ReLU(f"{p}.round_a.relu", (f"{p}.round_a",)),
         Affine(f"{p}.round_b", (f"{p}.round_a.relu",), weight=B, bias=np.zeros(n), out=space,
                cite=CITE_RB),
@@ -181,26 +190,28 @@ def build_net(lc: LayeredCircuit, *, corrections: bool = True, pm_one_output: bo
     outs = tuple(output_names) if output_names is not None else tuple(lc.outputs)
     in_space = Space.named("in", lc.inputs)
     nodes: list[Op] = []
-    cur, space, names = "x", in_space, list(lc.inputs)
+    cur, space, n_prev = "x", in_space, len(lc.inputs)
     q = lc.depth
     out_labels = _unique([f"out:{o}" for o in outs])
-    for k, layer in enumerate(lc.layers, start=1):
-        if k < q:
-            gates = list(layer)
-            pre = [f"pre:{g.name}" for g in gates]
-            gl = [f"g:{g.name}" for g in gates]
+    for k, layer in enumerate(lc.arrays, start=1):
+        if k < q:  # labels made from the layer's (distinct) names when first read
+            names, ops, ptr, cols = tuple(layer.names), layer.ops, layer.ptr, layer.cols
+            pre, gl = Space.prefixed(("pre:",), names), Space.prefixed(("g:",), names)
         else:  # the last layer: one unit per output position, in declared order
-            by_name = {g.name: g for g in layer}
-            gates = [by_name[s] for s in lc.outputs]
-            pre = _unique([f"pre:{g.name}" for g in gates])
-            gl = _unique([f"g:{g.name}" for g in gates]) if pm_one_output else out_labels
-        ops = circuit_layer(k, gates, cur, names, space, pre, gl)
-        nodes += ops
-        cur, space, names = ops[-1].name, ops[-2].out, [g.name for g in gates]
+            units = lc.output_units
+            names = [layer.names[j] for j in units.tolist()]
+            ops, fan = layer.ops[units], layer.fan[units]
+            ptr = np.concatenate([[0], np.cumsum(fan)])
+            cols = layer.cols[csr_rows(layer.ptr, units)]
+            pre = Space.of_distinct(_unique([f"pre:{s}" for s in names]))
+            gl = Space.of_distinct(_unique([f"g:{s}" for s in names]) if pm_one_output else out_labels)
+        block = circuit_layer(k, ops, ptr, cols, n_prev, cur, pre, gl)
+        nodes += block
+        cur, space, n_prev = block[-1].name, block[-2].out, len(names)
         if corrections and k < q:
-            ops = round_correction(k, cur, space)
-            nodes += ops
-            cur = ops[-1].name
+            block = round_correction(k, cur, space, signals=names)
+            nodes += block
+            cur = block[-1].name
     if q and pm_one_output:
         op = pm_one_map(cur, len(space), out_labels)
         nodes.append(op)
