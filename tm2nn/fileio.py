@@ -6,6 +6,10 @@ partial.
 or a folder is refused at once, without blocking), at most a size limit
 (:func:`tm2nn.limits.source_limit`, ``--max-source-size``), read in bounded chunks so a
 file that grows while it is read cannot run past the limit either.
+
+:func:`write_atomic` is how tm2nn writes any file: :func:`output_target` checks the path
+first (a regular file, or none yet, in a folder for files; a symbolic link is written
+through), then the data goes to a temporary file renamed over the target.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ def read_input(path: str | Path, what: str = "", limit: int | None = None) -> by
 
     p = str(path)
     label = f"{what} {p}" if what else p
+    how = ": raise it with --max-source-size SIZE (or TM2NN_MAX_SOURCE)" if limit is None else ""
     limit = source_limit() if limit is None else limit
     if "\x00" in p:
         raise Tm2nnError(f"{what + ' ' if what else ''}{p!r}: a file name cannot hold a NUL byte")
@@ -57,8 +62,7 @@ def read_input(path: str | Path, what: str = "", limit: int | None = None) -> by
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Tm2nnError(f"{label} is {_not_regular(st.st_mode)}, not a regular file: tm2nn reads only files")
-        too_big = (f"{label} is larger than the limit of {human(limit)} for a file tm2nn reads: "
-                   f"raise it with --max-source-size SIZE (or TM2NN_MAX_SOURCE)")
+        too_big = f"{label} is larger than the limit of {human(limit)} for a file tm2nn reads{how}"
         if st.st_size > limit:
             raise Tm2nnError(too_big.replace("is larger than", f"is {human(st.st_size)}, larger than"))
         chunks, total = [], 0
