@@ -186,12 +186,9 @@ def _compile(args, verb: str):
     """The source compiled with the chosen backend and the options given (the model
     records the source file's hash)."""
     from tm2nn.compiler import compile as compile_source
-    from tm2nn.compiler import sha256_of
 
     spec, ir = _spec(args)
-    compiled = compile_source(ir, spec.name, **_backend_values(args, spec, verb))
-    compiled.source_sha256 = sha256_of(args.source, ir)
-    return compiled
+    return compile_source(ir, spec.name, source_path=args.source, **_backend_values(args, spec, verb))
 
 
 def _dump(obj) -> None:

@@ -38,21 +38,22 @@ def default_backend(ir, learning: bool = False):
     raise Tm2nnError(f"no backend {what} a {type(ir).__name__.lower()} ({getattr(ir, 'name', '?')!r})")
 
 
-def sha256_of(source, ir) -> str:
+def sha256_of(source, compiled: Compiled) -> str:
+    """The hash a model records: of the source file's bytes, or of the source's tm2nn text
+    when it came as an IR object."""
     if isinstance(source, (str, Path)) and Path(source).is_file():
         from tm2nn.fileio import read_input
 
         return hashlib.sha256(read_input(source)).hexdigest()
-    from tm2nn.model_io import source_text
-
-    return hashlib.sha256(source_text(ir).encode()).hexdigest()
+    return hashlib.sha256(compiled.source_text().encode()).hexdigest()
 
 
 def compile(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
-            **options) -> Compiled:
+            source_path: str | None = None, **options) -> Compiled:
     """Compile ``source`` (a path, or a Machine / Circuit / Learner) with ``backend`` (default:
     the first that takes it).  ``options`` are the backend's (``tm2nn.backends.get(name).Options``);
-    ``format`` and ``name`` pick the file's format and one item of a multi-item file."""
+    ``format`` and ``name`` pick the file's format and one item of a multi-item file;
+    ``source_path`` names the file an IR object came from (the model records its hash)."""
     spec = backends.get(backend) if backend is not None else None
     opts = spec.options(**options) if spec is not None else None  # bad options fail before any work
     ir = load_ir(source, format, name)
@@ -61,7 +62,7 @@ def compile(source, backend: str | None = None, *, format: str | None = None, na
         opts = spec.options(**options)
     spec.check_source(ir)
     compiled = spec.compile(ir, opts).with_options(opts)
-    compiled.source_sha256 = sha256_of(source, ir)
+    compiled.source_sha256 = sha256_of(source_path or source, compiled)
     return compiled
 
 

@@ -21,6 +21,7 @@ import argparse
 import math
 import os
 import re
+import time
 
 #: Seeds are 32-bit: numpy, torch and Python's random all take them.
 SEED_MAX = 2**32 - 1
@@ -211,10 +212,25 @@ def _limit(override: int | None, env: str, example: str, default) -> int:
     return default()
 
 
+#: How long a reading of the available memory is reused (seconds): checks on a hot path
+#: (a trace per verified input) would otherwise read /proc twice each.
+AVAILABLE_TTL = 1.0
+_available: tuple[float, int] = (-math.inf, 0)
+
+
+def _available_now() -> int:
+    """:func:`available_memory`, read at most once per :data:`AVAILABLE_TTL`."""
+    global _available
+    now = time.monotonic()
+    if now - _available[0] > AVAILABLE_TTL:
+        _available = (now, available_memory())
+    return _available[1]
+
+
 def memory_limit() -> int:
     """The memory one request may plan to use (see the module doc)."""
     return _limit(_memory_override, "TM2NN_MAX_MEMORY", "512M or 8G",
-                  lambda: int(available_memory() * MEMORY_SHARE))
+                  lambda: int(_available_now() * MEMORY_SHARE))
 
 
 def check_memory(nbytes: float, what: str, lower: tuple[str, ...] = ()) -> None:

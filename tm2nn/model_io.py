@@ -27,7 +27,6 @@ import hashlib
 import io
 import json
 import warnings
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -58,28 +57,10 @@ def source_format(ir) -> str:
     return "tm" if isinstance(ir, Machine) else "circ"
 
 
-#: The last IR dumped and its text, kept while the IR lives: a compile hashes the text
-#: and the model file stores it, and one dump of a 10^6-gate circuit takes a second.
-_last_text: list = [None, ""]
-
-
 def source_text(ir) -> str:
     from tm2nn.syntax import dump
 
-    ref, text = _last_text
-    if ref is not None and ref() is ir:  # the IR is immutable: the same text
-        return text
-    text = dump(ir, source_format(ir))
-    try:
-        _last_text[:] = [weakref.ref(ir, _forget_text), text]
-    except TypeError:  # an object without weak references: not remembered
-        pass
-    return text
-
-
-def _forget_text(_ref) -> None:
-    if _last_text[0] is _ref:
-        _last_text[:] = [None, ""]
+    return dump(ir, source_format(ir))
 
 
 def source_tables(ir) -> dict:
@@ -188,7 +169,7 @@ def metadata(compiled, net=None) -> dict[str, str]:
 
     net = _net_of(compiled) if net is None else net
     info = compiled.info()
-    text = source_text(compiled.source)
+    text = compiled.source_text()
     meta = {
         **{k: str(v) for k, v in net.metadata.items()},
         "tm2nn.version": __version__,

@@ -241,6 +241,15 @@ class Compiled:
         self.build = {**self.build, "options": to_dict(opts)}
         return self
 
+    def source_text(self) -> str:
+        """The source as tm2nn text (what a model file records and, without a source file,
+        what its hash is of): written once per model, a second for a 10^6-gate circuit."""
+        if "source_text" not in self._cache:
+            from tm2nn.model_io import source_text
+
+            self._cache["source_text"] = source_text(self.source)
+        return self._cache["source_text"]
+
     # -- views -----------------------------------------------------------------------------
     def torch(self, dtype=None):
         """The network as a ``torch.nn.Module`` (a new one per call).  Construction weights

@@ -813,6 +813,12 @@ def _gate_line(g: Gate, plain: bool = False) -> str:
     return "\n".join(body)
 
 
+def _gate_lines(c: Circuit) -> list[str]:
+    """One line per gate, in topological order (names checked once for the whole circuit)."""
+    plain = _all_plain([*c.inputs, *[g.name for g in c.gates]])
+    return [_gate_line(g, plain) for g in c.topo]
+
+
 def dump(c) -> str:
     """``c`` in the circuit language: one ``circuit`` block, one line per gate (a
     :class:`~tm2nn.ir.Learner` is written by :func:`dump_learner`)."""
@@ -823,8 +829,7 @@ def dump(c) -> str:
     lines = ["# converted by tm2nn", f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", [port_name(x) for x in c.inputs])
     lines += _wrap("output", [port_name(x) for x in c.outputs])
-    plain = _all_plain([*c.inputs, *[g.name for g in c.gates]])
-    lines += [_gate_line(g, plain) for g in c.topo]
+    lines += _gate_lines(c)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -856,8 +861,7 @@ def _block_text(c: Circuit) -> list[str]:
     lines = [f"circuit {signal_name(c.name)} {{"]
     lines += _wrap("input", compact_ports(c.inputs))
     lines += _wrap("output", compact_ports(c.outputs))
-    plain = _all_plain([*c.inputs, *[g.name for g in c.gates]])
-    lines += [_gate_line(g, plain) for g in c.topo]
+    lines += _gate_lines(c)
     lines.append("}")
     return lines
 

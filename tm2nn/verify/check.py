@@ -42,6 +42,11 @@ class Mismatch:
     got: object
     step: int | None = None  # machines verified step by step: the first divergent step
 
+    @classmethod
+    def of(cls, engine: str, text: str, d: tuple) -> "Mismatch":
+        """From a checker's ``(step, field, expected, got)`` for input ``text``."""
+        return cls(engine, text, d[1], d[2], d[3], step=d[0])
+
 
 @dataclass
 class VerifyReport:
@@ -199,7 +204,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
                     continue
                 rep.engines[eng] += 1
                 if rep.first is None:
-                    rep.first = Mismatch(eng, text, d[1], d[2], d[3], step=d[0])
+                    rep.first = Mismatch.of(eng, text, d)
         rep.n_inputs += len(texts)
         now = time.perf_counter()
         if progress is not None:
@@ -231,7 +236,7 @@ def divergences(checker: Checker, texts: list[str], engine: str) -> tuple[str, l
     for s in range(0, len(texts), size):
         chunk = texts[s:s + size]
         diffs, _dev, _counts = checker.check(engine, chunk, checker.prepare(chunk))
-        out += [None if d is None else Mismatch(engine, t, d[1], d[2], d[3], step=d[0]) for t, d in zip(chunk, diffs)]
+        out += [None if d is None else Mismatch.of(engine, t, d) for t, d in zip(chunk, diffs)]
     return checker.reference, out
 
 
