@@ -12,6 +12,7 @@ import bench_abbe_sandon  # noqa: E402
 import bench_api  # noqa: E402
 import bench_gd_trace  # noqa: E402
 import bench_interp  # noqa: E402
+import bench_margin_study  # noqa: E402
 import bench_parse  # noqa: E402
 import bench_rcnn  # noqa: E402
 import bench_relu_circuit  # noqa: E402
@@ -25,7 +26,8 @@ def main() -> int:
     rows = (bench_interp.main(sys.argv[1:]) + bench_relu_circuit.main(sys.argv[1:])
             + bench_transformer.main(sys.argv[1:]) + bench_rcnn.main(sys.argv[1:])
             + bench_abbe_sandon.main(sys.argv[1:]) + bench_gd_trace.main(sys.argv[1:])
-            + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:]))
+            + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
+            + bench_margin_study.main(sys.argv[1:]))
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(rows, indent=2))

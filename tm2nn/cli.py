@@ -17,7 +17,9 @@ from tm2nn import backends
 from tm2nn.errors import Tm2nnError
 from tm2nn.flags import Parser, add_source, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
+from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
+from tm2nn.flags import statistics_values as _statistics_values
 from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.options import OptionError
 
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
     add_source(p)
     p.add_argument("--json", **js, help="print {backend, info, bounds} as JSON")
+    _add_statistics_flags(p)
     _add_backend_options(p, "info")
 
     p = sub.add_parser("verify", help="check a compiled net against the reference interpreter")
@@ -315,6 +318,7 @@ def cmd_eval(args) -> int:
 def cmd_info(args) -> int:
     from tm2nn.console import print_table
 
+    stats = _statistics_values(args)
     if Path(args.source).suffix in (".onnx", ".pt"):
         from tm2nn.model_io import load_model
 
@@ -323,14 +327,22 @@ def cmd_info(args) -> int:
     else:
         spec, ir = _spec(args)
         values = _backend_values(args, spec, "info")
-        table = spec.info_source(ir, spec.options(**values))
+        table = None if stats else spec.info_source(ir, spec.options(**values))
         if table is not None:
             if args.json:
                 _dump({"backend": spec.name, "info": {r[0].strip(): r[1] for r in table.rows}, "bounds": table.rows})
             else:
                 print_table(f"{args.source}: {table.title}", table.columns, table.rows)
             return EXIT_OK
-        rep = _compile(args, "info").info()
+        model = _compile(args, "info")
+        rep = model.info()
+    if stats:
+        from tm2nn.console import print_statistics
+        from tm2nn.verify.statistics import statistics_report
+
+        rep = statistics_report(model, **stats)
+        _dump(rep) if args.json else print_statistics(args.source, rep)
+        return EXIT_OK
     if args.json:
         _dump(rep)
         return EXIT_OK

@@ -199,3 +199,49 @@ def print_beta(res: dict) -> None:
           f"({res['n_inputs']:,} {res['mode']} inputs; next lower tried: {res['below']:.4g})")
     for beta, bad in res["tried"]:
         print(f"  beta {beta:<10.4g} {bad} mismatching inputs")
+
+
+def _num(v) -> str:
+    """A number for the statistics table: integers with separators, others to 4 digits."""
+    if v is None:
+        return "-"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}" if abs(v) < 10 ** 15 else f"{v:.4g}"
+    return f"{v:.4g}"
+
+
+def print_statistics(source: str, rep: dict) -> None:
+    """``info --statistics``: Lemma 2.3's factors and n (:func:`tm2nn.verify.statistics.statistics_report`),
+    the theorem's own form, then the constants chosen where the paper gives only orders."""
+    fc, form = rep["function_class"], rep["theorem_form"]
+    how = {"w": "width", "d": "depth", "alpha": "||theta||_1", "p": "parameter count", **rep.get("how", {})}
+    if "p_uniform" in fc:
+        how["p"] += f"; F_(w,d) with every layer of width w: {fc['p_uniform']:,}"
+    rows = [[k, _num(rep[k]), how[k]] for k in ("w", "d", "alpha", "p")]
+    rows.append(["gamma", _num(rep["gamma"]), f"certified margin ({rep['gamma_kind']})"])
+    if rep.get("d5") is not None:
+        rows.append(["(D.5)", _num(rep["d5"]), "Theorem D.6's bound with the net's constants (another lower bound)"])
+    rows += [
+        ["eps, delta", f"{rep['eps']:g}, {rep['delta']:g}", "target 0-1 error; failure probability"],
+        ["A", _num(rep["A"]), "(alpha/gamma) sqrt(log(2p+1))"],
+        ["n", _num(rep["n"]), "Lemma 2.3, explicit: the least n with 4 Rad_n + 2 sqrt(log(2/delta)/n) <= eps"],
+        ["  4 Rad_n at n", _num(None if rep["rademacher"] is None else 4 * rep["rademacher"]),
+         "Dudley: (48A/sqrt n)(1 + log(sqrt n/(3A))) + 48 sqrt(log(4p+2))/sqrt n"],
+        ["  confidence at n", _num(rep["confidence"]), "2 sqrt(log(2/delta)/n) (Prop. 2.2)"],
+        ["alpha^2 log p/(gamma^2 eps^2)", _num(rep["order_value"]), "Lemma 2.3's order, no constants or logs"],
+    ]
+    scaling = ", ".join(f"{k} = {_num(v)}" for k, v in rep["scaling"].items())
+    rows.append([f"{rep['theorem']}: {rep['order']}", _num(form["(alpha/gamma)^2 log(wd)/eps^2"]),
+                 f"as (alpha/gamma)^2 log(wd)/eps^2, constants 1; log(wd) = {form['log(wd)']:.3g}, "
+                 f"log p = {form['log p']:.3g}" + (f"; {scaling}" if scaling else "")])
+    if "alpha/s" in form:
+        rows.append(["  alpha/s, 1/gamma", f"{form['alpha/s']:.3g}, {form['1/gamma']:.4g}",
+                     rep.get("scaling_how", "")])
+    for k, v in fc.items():
+        if k != "p_uniform" and isinstance(v, (int, float)):
+            rows.append([k, _num(v), "function class (backend)"])
+    print_table(f"{source}: {rep['backend']}, sample complexity ({rep['theorem']}, Lemma 2.3)",
+                ["quantity", "value", "how"], rows)
+    c = console()
+    for line in rep["constants"]:
+        c.print(f"constant chosen: {line}", markup=False)

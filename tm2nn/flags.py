@@ -129,3 +129,28 @@ def limit_flags(p):
                    help=f"refuse files larger than this (sources, training sets, input lists; default "
                    f"{MAX_SOURCE_BYTES // 2**20}M; env TM2NN_MAX_SOURCE)")
     return p
+
+
+def add_statistics_flags(p) -> None:
+    """``info --statistics [--eps E] [--delta D]`` (:mod:`tm2nn.verify.statistics`)."""
+    from tm2nn.limits import flag_float
+
+    g = p.add_argument_group("statistics (Wei, Chen & Ma Lemma 2.3)")
+    g.add_argument("--statistics", action="store_true",
+                   help="the sample complexity: the measured alpha, the certified margin gamma, p, w, d and the "
+                   "resulting n, next to the paper's theorem")
+    g.add_argument("--eps", type=flag_float(0.0, 1.0, open_low=True), metavar="E",
+                   help="--statistics: the target 0-1 error (default 0.1)")
+    g.add_argument("--delta", type=flag_float(0.0, 1.0, open_low=True), metavar="D",
+                   help="--statistics: the failure probability (default 0.01, Definition 2.1's 0.99)")
+
+
+def statistics_values(args) -> dict | None:
+    """``{"eps", "delta"}`` when ``--statistics`` is given, else None; ``--eps`` or
+    ``--delta`` without it is an error."""
+    if not getattr(args, "statistics", False):
+        given = [f for f, v in (("--eps", args.eps), ("--delta", args.delta)) if v is not None]
+        if given:
+            raise Tm2nnError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only with --statistics")
+        return None
+    return {"eps": 0.1 if args.eps is None else args.eps, "delta": 0.01 if args.delta is None else args.delta}

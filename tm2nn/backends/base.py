@@ -13,8 +13,10 @@ and listed in :mod:`tm2nn.backends`.  It is the only place that knows that const
   compare a model with the reference;
 * :meth:`Backend.info_rows`: its size next to the paper's bounds;
 * :attr:`Backend.model_keys`: the metadata its model files must carry (checked on load);
-* :meth:`Backend.learn`: its training loop, where it has one; :meth:`Backend.margin`
-  and :meth:`Backend.find_beta`: its extra analyses, where it has them.
+* :meth:`Backend.learn`: its training loop, where it has one; :meth:`Backend.margin`,
+  :meth:`Backend.find_beta`, :meth:`Backend.function_class` and
+  :meth:`Backend.certified_margin` (what :mod:`tm2nn.verify.statistics` reads): its extra
+  analyses, where it has them.
 
 Every method has a default that fits a circuit backend with ``bits`` encodings, so a new
 construction of that kind is a few lines (docs/backends.md).  ``compiler.py``,
@@ -184,6 +186,22 @@ class Backend(abc.ABC):
     def find_beta(self, ir, values: dict, *, inputs, samples, seed) -> dict:
         raise Tm2nnError(f"the {self.name} backend has no softmax beta to search")
 
+    # -- statistics (Wei, Chen & Ma Lemma 2.3; tm2nn.verify.statistics) ----------------------
+    def function_class(self, compiled: "Compiled") -> dict:
+        """The function class the model belongs to, as its paper states the sample
+        complexity: ``{"w": width, "d": depth, "alpha": ‖θ‖₁, "p": parameter count}``, and
+        where the backend has them ``"theorem"`` (e.g. ``"Theorem 3.1"``), ``"order"`` (the
+        theorem's sample complexity as a formula), ``"scaling"`` (the theorem's parameters,
+        name -> value) and any other measured keys (``"beta"``, ...)."""
+        raise Tm2nnError(f"the {self.name} backend does not describe its function class (backends that do: "
+                         f"{_having('function_class')})")
+
+    def certified_margin(self, compiled: "Compiled") -> dict:
+        """A certified lower bound on the model's all-layer margin (Wei, Chen & Ma eq. 2.1) at
+        every input: ``{"radius": γ, ...}``.  Statistics use it as Lemma 2.3's γ."""
+        raise Tm2nnError(f"the {self.name} backend has no certified margin (backends with one: "
+                         f"{_having('certified_margin')})")
+
     def finish_onnx(self, model, compiled: "Compiled"):
         """What the backend adds to the emitted ONNX graph (default: nothing)."""
         return model
@@ -196,6 +214,12 @@ def _registry():
     import tm2nn.backends as reg
 
     return reg
+
+
+def _having(method: str) -> str:
+    """The backends that override ``method`` (for the error of one that does not)."""
+    names = [b.name for b in _registry().all() if getattr(type(b), method) is not getattr(Backend, method)]
+    return ", ".join(names) or "none"
 
 
 @dataclass(eq=False)

@@ -14,8 +14,13 @@ Since ``max_B ‖δ_B‖ ≤ ‖δ‖₂``, the per-layer margin is at most Wei'
 * :func:`certified_radius` — a rigorous lower bound computed from the net's actual
   weights (derivation in docs/relu_circuit.md): with corrections, the Theorem D.6
   argument made concrete; without, Lipschitz error propagation through all layers.
+* :func:`theorem_d6_bound` — the paper's own bound (D.5), with the constants of
+  Conditions D.3/D.4 computed from the weights (looser: one constant per kind of layer).
+* :func:`correction_radius` — Definition D.1's σζ of a correction, read from its weights.
 * :func:`empirical_margin` — attacks (random directions, and a gradient attack) giving
-  upper bounds: a reported ``ε`` was seen to flip an output bit.
+  upper bounds: a reported ``ε`` was seen to flip an output bit.  Per layer by default;
+  ``joint=True`` spends one ℓ2 budget on all parameters, which is eq. (2.1)'s ρ, so
+  ``certified ≤ ρ ≤ joint attack`` brackets it.
 * :func:`perturbed_outputs` — the net's outputs under one random perturbation of size ε.
 
 The attacks run the emitted torch module (``to_torch(net, torch.float64)``) and never
@@ -32,10 +37,13 @@ import numpy as np
 
 from tm2nn.backends.base import Compiled
 from tm2nn.backends.relu_circuit.layers import ROUND_LO, Block, blocks
+from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit
 from tm2nn.nets import Affine
 
-SIGMA = ROUND_LO  # Prop. 3.4's correction radius: round(z) is exact within 1/3 of a bit
+#: The error budget the local bound gives the last circuit layer before the ±1 map (a free
+#: choice; Prop. 3.4's radius 1/3, which is what the corrections give every other layer).
+SIGMA = ROUND_LO
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,8 +99,84 @@ def _block_lins(b: Block) -> list[_Lin]:
 
 
 def _plan(compiled: Compiled):
+    """(blocks, their _Lin constants, the correction radius of each round block by index)."""
     bl = blocks(compiled.net)
-    return bl, [_block_lins(b) for b in bl]
+    sig = {i: correction_radius(b) for i, b in enumerate(bl) if b.kind == "round"}
+    return bl, [_block_lins(b) for b in bl], sig
+
+
+# ---------------------------------------------------------------------------------------------
+# The correction radius σζ (Definition D.1), read from the weights
+# ---------------------------------------------------------------------------------------------
+_TOL = 1e-9  # a correction counts as exact when it returns its bit to within this
+
+
+def correction_radius(block: Block) -> float:
+    """The correction radius of a ``round`` block, from its weights: the largest σ such that
+    ``ζ(ĥ) = h`` for every bit vector h and every ĥ with ``‖ĥ − h‖₂ ≤ σ`` (Definition D.1).
+
+    The block is ``φ(B φ(A z + c) + d)``.  When every hidden unit reads at most one
+    coordinate and every output reads only its own coordinate's units (or constant ones),
+    ζ acts coordinatewise, ``ζ_j(z) = φ(u_j(z_j))`` with ``u_j`` piecewise linear, and the
+    ℓ2 radius is the smallest coordinatewise one (an ℓ2 ball of radius σ lies in the cube
+    of half-side σ).  Each distinct ``u_j`` is walked from 0 and from 1 in both directions,
+    piece by piece, to the first point where ``φ(u_j) ≠`` the bit.  Prop. 3.4's round
+    (c = −1/3, −2/3; B = 3, −3) gives exactly 1/3.  A block that is not coordinatewise
+    gets 0 (no radius is certified)."""
+    A_op, B_op = block.affines
+    A, B = A_op.weight, B_op.weight
+    n_h, n = A.shape
+    nz = A.vals != 0
+    if np.any(np.bincount(A.rows[nz], minlength=n_h) > 1):
+        return 0.0
+    a, src = np.zeros(n_h), np.full(n_h, -1, dtype=np.int64)
+    a[A.rows[nz]], src[A.rows[nz]] = A.vals[nz], A.cols[nz]
+    c = A_op.bias
+    bnz = B.vals != 0
+    rows, cols, vals = B.rows[bnz], B.cols[bnz], B.vals[bnz]
+    if np.any((src[cols] >= 0) & (src[cols] != rows)):
+        return 0.0
+    d = np.asarray(B_op.bias, dtype=np.float64).copy()
+    const = src[cols] < 0  # units that read nothing: a constant φ(c_k)
+    np.add.at(d, rows[const], vals[const] * np.maximum(c[cols[const]], 0.0))
+    order = np.lexsort((cols[~const], rows[~const]))
+    rows, cols, vals = rows[~const][order], cols[~const][order], vals[~const][order]
+    cnt = np.bincount(rows, minlength=n)
+    start = np.concatenate([[0], np.cumsum(cnt)])
+    best = math.inf
+    for m in np.unique(cnt).tolist():
+        js = np.flatnonzero(cnt == m)
+        idx = start[js][:, None] + np.arange(m)[None, :]
+        sig = np.column_stack([d[js], vals[idx], a[cols[idx]], c[cols[idx]]])
+        for row in np.unique(sig, axis=0):
+            best = min(best, _exact_radius(row[0], row[1:1 + m], row[1 + m:1 + 2 * m], row[1 + 2 * m:]))
+    return float(best) if math.isfinite(best) else 0.0
+
+
+def _exact_radius(d: float, w: np.ndarray, a: np.ndarray, c: np.ndarray) -> float:
+    """The largest σ with ``φ(u(z)) = b`` on ``[b − σ, b + σ]`` for b = 0 and b = 1, where
+    ``u(z) = d + Σ_k w_k φ(a_k z + c_k)`` (linear between its kinks ``−c_k/a_k``)."""
+    def u(z):
+        return d + float(np.sum(w * np.maximum(a * z + c, 0.0)))
+
+    kinks = np.sort(-c[a != 0] / a[a != 0])
+    best = math.inf
+    for b in (0.0, 1.0):
+        good = (lambda v: v <= _TOL) if b == 0.0 else (lambda v: abs(v - 1.0) <= _TOL)
+        if not good(u(b)):
+            return 0.0
+        for s in (-1.0, 1.0):
+            ahead = kinks[(kinks - b) * s > 0]
+            pts = (ahead if s > 0 else ahead[::-1]).tolist() + [b + s * 1e6]
+            prev = b
+            for p in pts:
+                if not good(u(p)):
+                    u0, u1 = u(prev), u(p)
+                    t = min(max(-u0 / (u1 - u0), 0.0), 1.0) if b == 0.0 else 0.0
+                    best = min(best, abs(prev + t * (p - prev) - b))
+                    break
+                prev = p
+    return best
 
 
 def _threshold(compiled: Compiled) -> float:
@@ -152,8 +236,9 @@ def _propagate(lins: list[_Lin], eps: float, pc: np.ndarray, sc: float,
     return _val(pc, pK, eps), float(_val(np.array(sc), sk, eps))
 
 
-def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float):
-    """Evaluate the chained bound at ``eps``.  Returns (ok, index of the first failing
+def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float, sigmas: dict):
+    """Evaluate the chained bound at ``eps`` (``sigmas``: each round block's correction
+    radius, :func:`correction_radius`).  Returns (ok, index of the first failing
     check or -1, per-check worst values)."""
     width_in = bl[0].affines[0].weight.shape[1] if bl else 0
     pc, sc = np.zeros(width_in), 0.0
@@ -168,7 +253,7 @@ def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float):
         pc, sc = _propagate(L, eps, pc, sc, offset=0.0)
         nxt = bl[i + 1].kind if i + 1 < len(bl) else None
         if nxt == "round":
-            worst, limit = float(pc.max(initial=0.0)), SIGMA
+            worst, limit = float(pc.max(initial=0.0)), sigmas[i + 1]
         elif nxt is None:
             worst, limit = float(pc.max(initial=0.0)), thr
         else:
@@ -214,12 +299,12 @@ def _sup_scalar(f, limit: float, slope0: float) -> float:
     return lo
 
 
-def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float):
+def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float, sigmas: dict):
     """Per-group budgets (the decoupled induction of Lemmas D.7/D.8, all in ℓ2).
 
     Hypothesis at circuit layer i: its pre-correction output is within σ_i in ℓ2 of the
-    exact bits (σ_i = 1/3 before a correction; at the last layer 1/2 for 0/1 outputs, 1/3
-    before the ±1 map).  Layer i's own perturbation may use ``share·σ_i`` of that (the
+    exact bits (σ_i = the radius of the correction that follows, 1/3 for Prop. 3.4; at the
+    last layer 1/2 for 0/1 outputs, 1/3 before the ±1 map).  Layer i's own perturbation may use ``share·σ_i`` of that (the
     first layer all of it); the rest, ``(1 - share)·σ_i``, is left for the error δ_i the
     perturbed correction ζ_(i-1) passes on, amplified by f_i's Lipschitz constant
     Λ_i = ‖W2‖·‖W1‖, so ``δ_i = (1 - share)·σ_i / Λ_i``.
@@ -227,7 +312,7 @@ def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float):
     fs = [i for i, b in enumerate(bl) if b.kind == "f"]
     q = len(fs)
     has_out = any(b.kind == "out" for b in bl)
-    sig = [SIGMA] * q
+    sig = [sigmas.get(i + 1, SIGMA) for i in fs]
     if q:  # an output must stay strictly on its side: keep a hair below the threshold
         sig[-1] = SIGMA if has_out else thr * (1 - 1e-9)
     delta = [0.0] * q
@@ -285,20 +370,20 @@ def certified_radius(compiled: Compiled, corrections: bool | None = None) -> dic
     """
     compiled = _as_variant(compiled, corrections)
     corr = bool(compiled.options.get("corrections", True))
-    bl, lins = _plan(compiled)
+    bl, lins, sigmas = _plan(compiled)
     thr = _threshold(compiled)
     if not bl:
         return {"corrections": corr, "radius": math.inf, "radius_chain": math.inf,
                 "radius_local": None, "per_group": [], "blocks": 0}
     t0 = time.perf_counter()
-    chain = _sup(lambda e: _chain(bl, lins, e, thr)[0])
-    _, fail, stats = _chain(bl, lins, chain * 1.001 if chain > 0 else 1e-300, thr)
+    chain = _sup(lambda e: _chain(bl, lins, e, thr, sigmas)[0])
+    _, fail, stats = _chain(bl, lins, chain * 1.001 if chain > 0 else 1e-300, thr, sigmas)
     binding = stats[fail][0] if fail >= 0 and fail < len(stats) else None
     local, rows, out_eps, share = None, [], None, None
     if corr:
         best = None
         for s in np.linspace(0.1, 0.9, 9):
-            r, rw, oe = _local(bl, lins, thr, float(s))
+            r, rw, oe = _local(bl, lins, thr, float(s), sigmas)
             if best is None or r > best[0]:
                 best = (r, rw, oe, float(s))
         local, rows, out_eps, share = best
@@ -318,6 +403,147 @@ def certified_radius(compiled: Compiled, corrections: bool | None = None) -> dic
         "max_width": max(L.n_out for ls in lins for L in ls),
         "seconds": time.perf_counter() - t0,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Theorem D.6's bound (D.5), with the constants of Condition D.3/D.4 computed from the weights
+# ---------------------------------------------------------------------------------------------
+def _gain(omegas: list[float], lams: list[float], eps: float) -> float:
+    """The parameter-Lipschitz factor of a chain of affine+ReLU layers: if the layers' own
+    parameters move by ε_k with ``Σ ε_k² ≤ eps²``, the output moves by at most
+    ``eps·_gain`` in ℓ2.  Layer k adds ``ε_k X_k``, ``X_k = sqrt((λ_k + e_(k-1))² + 1)``
+    (λ_k bounds the norm of its unperturbed input, e_(k-1) the error so far), and later
+    layers amplify it by their operator norms; Cauchy-Schwarz over the split gives
+    ``e ≤ eps·‖c‖`` with ``c_k = X_k·Π_(j>k) ω_j``."""
+    sq = 0.0  # ‖c‖²: c ← (ω_k c, X_k)
+    for om, lam in zip(omegas, lams):
+        x = math.hypot(lam + eps * math.sqrt(sq), 1.0)
+        sq = om * om * sq + x * x
+    return math.sqrt(sq)
+
+
+def _fixed_point(f, iters: int = 80) -> float:
+    """sup{s ≥ 0 : s ≤ f(s)} for a non-increasing f (the best free constant σ when a bound
+    is min(σ, terms decreasing in σ))."""
+    hi = f(0.0)
+    if not math.isfinite(hi):
+        return math.inf
+    lo = 0.0
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mid <= f(mid) else (lo, mid)
+    return lo
+
+
+def theorem_d6_bound(compiled: Compiled) -> dict:
+    """Wei, Chen & Ma's bound (D.5) on the all-layer margin, with every constant of
+    Conditions D.3/D.4 computed from this net's weights (docs/relu_circuit.md, "Theorem D.6
+    with the constants computed"):
+
+        ρ ≥ min{λ/μ0, σζ/μ0, σθ, 1/(2κθ), σζ/(2κθλ), σξ, σh/(2κξλ), σζ/(4λμκξ), 1/(4μκξ)}.
+
+    The paper's layers: f_0 = circuit layer 1 (reads x), f_i = circuit layer i+1, the last
+    one with the ±1 map when there is one; ζ_i = the round after circuit layer i+1.
+
+    * λ (D.4): max(1, the largest ‖h_i‖₂ over binary runs) (hypercube bounds);
+    * σζ (Def. D.1): :func:`correction_radius`, the smallest over the corrections (1/3);
+      with one circuit layer there is no correction and σζ is free: just under the output
+      threshold; with several and no corrections, 0 (the identity corrects nothing);
+    * μ0: ``_gain`` of f_0 on ‖x‖ ≤ √m, at the fixed point μ0 = gain(min(λ, σζ)/μ0) (the
+      largest perturbation (D.6) allows);
+    * κθ(σθ): ``_gain`` of f_i at ‖h‖ = 1 (where ``gain/max(‖h‖, 1)`` peaks), max over i ≥ 1;
+    * μ(σθ) = max_i Π_k (‖W_k‖ + σθ): f_i's input-Lipschitz constant with perturbed weights,
+      valid for every pair of inputs, so σh = ∞ and the term σh/(2κξλ) drops;
+    * κξ(σξ): ``_gain`` of ζ at ‖h‖ = 1 for any real input (‖φ(Ah + c)‖ ≤ ‖A‖‖h‖ + ‖φ(c)‖);
+    * σθ, σξ are free: each is set to the largest value its own term allows (the fixed point
+      of σ = min(the terms that shrink as σ grows)), which maximises the bound.
+
+    Operator norms are Schur's bound sqrt(max row ℓ1 · max column ℓ1), an upper bound, so
+    every constant is a valid one and (D.5) a valid lower bound on ρ (eq. 2.1) over the
+    paper's parameter groups.  Returns ``{"d5", "binding", "terms", constants...}``."""
+    bl, lins, sigmas = _plan(compiled)
+    thr = _threshold(compiled)
+    fs = [i for i, b in enumerate(bl) if b.kind == "f"]
+    rounds = [i for i, b in enumerate(bl) if b.kind == "round"]
+    if not fs:
+        return {"d5": math.inf, "binding": None, "terms": {}, "note": "no layers"}
+    groups = [list(lins[i]) for i in fs]
+    for i, b in enumerate(bl):
+        if b.kind == "out":
+            groups[-1] += lins[i]  # the ±1 map belongs to the last paper layer f_d
+    # Condition D.4: the true layer values (bits; ±1 after the map)
+    norms = [_hypercube_norm(bl[i].affines[-1]) for i in fs]
+    if any(b.kind == "out" for b in bl):
+        norms[-1] = math.sqrt(bl[-1].affines[0].weight.shape[0])
+    lam = max([1.0, *norms])
+    below = thr * (1 - 1e-9)  # an output must stay strictly on its side
+    if rounds:
+        sz, sz_how = min(min(sigmas[i] for i in rounds), below), "the corrections' radius (Def. D.1)"
+    elif len(fs) == 1:
+        sz, sz_how = below, "free (no correction): just under the output threshold"
+    else:
+        sz, sz_how = 0.0, "0: no corrections (the identity corrects nothing)"
+    cmin = min(lam, sz)
+
+    def gain_f0(eps):
+        return _gain([L.omega for L in groups[0]], [L.lam for L in groups[0]], eps)
+
+    g0 = gain_f0(0.0)
+    if cmin > 0:
+        lo, hi = g0, gain_f0(cmin / g0)
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if mid < gain_f0(cmin / mid) else (lo, mid)
+        mu0 = hi
+    else:
+        mu0 = g0
+    terms = {"lambda/mu0": lam / mu0, "sigma_zeta/mu0": sz / mu0}
+    # the distinct layers (most are alike): (operator norms, input norm bounds at ‖h‖ = 1)
+    rest = {(tuple(L.omega for L in g), (1.0, *(L.lam for L in g[1:]))) for g in groups[1:]}
+    zetas = {((lins[i][0].omega, lins[i][1].omega),
+              (1.0, lins[i][0].omega + float(np.linalg.norm(np.maximum(bl[i].affines[0].bias, 0.0)))))
+             for i in rounds}
+
+    def kappa_theta(st):
+        return max(_gain(om, la, st) for om, la in rest)
+
+    def mu(st):
+        return max(math.prod(o + st for o in om) for om, _ in rest)
+
+    def kappa_xi(sx):
+        return max(_gain(om, la, sx) for om, la in zetas)
+
+    def xi_best(st):  # σξ = min(σζ/(4λμκξ), 1/(4μκξ)) = min(σζ/λ, 1)/(4μκξ(σξ))
+        m = mu(st)
+        return _fixed_point(lambda sx: min(sz / lam, 1.0) / (4 * m * kappa_xi(sx)))
+
+    consts = {"lambda": lam, "sigma_zeta": sz, "sigma_zeta_how": sz_how, "mu0": mu0,
+              "sigma_h": math.inf}
+    if rest and sz > 0:
+        def theta_terms(st):
+            k = kappa_theta(st)
+            return min(1 / (2 * k), sz / (2 * k * lam), xi_best(st) if rounds else math.inf)
+
+        st = _fixed_point(theta_terms)
+        k_th, m = kappa_theta(st), mu(st)
+        terms.update({"sigma_theta": st, "1/(2 kappa_theta)": 1 / (2 * k_th),
+                      "sigma_zeta/(2 kappa_theta lambda)": sz / (2 * k_th * lam)})
+        consts.update({"sigma_theta": st, "kappa_theta": k_th, "mu": m})
+        if rounds:
+            sx = xi_best(st)
+            k_xi = kappa_xi(sx)
+            terms.update({"sigma_xi": sx, "sigma_h/(2 kappa_xi lambda)": math.inf,
+                          "sigma_zeta/(4 lambda mu kappa_xi)": sz / (4 * lam * m * k_xi),
+                          "1/(4 mu kappa_xi)": 1 / (4 * m * k_xi)})
+            consts.update({"sigma_xi": sx, "kappa_xi": k_xi})
+    d5 = min(terms.values())
+    # name the term that limits the bound: a free σ sits at a fixed point, equal to one
+    binding = min((k for k in terms if not k.startswith("sigma_theta") and k != "sigma_xi"),
+                  key=terms.get)
+    if terms[binding] > d5 * (1 + 1e-6):
+        binding = min(terms, key=terms.get)
+    return {"d5": d5, "binding": binding, "terms": terms, **consts,
+            "layers": len(fs), "corrections": len(rounds)}
 
 
 def _as_variant(compiled: Compiled, corrections: bool | None) -> Compiled:
@@ -342,11 +568,13 @@ class _Perturbed:
     input h̃ that adds ``t`` to its output is ``ΔW = t h̃ᵀ/(‖h̃‖²+1), Δb = t/(‖h̃‖²+1)``,
     of norm ``‖t‖/sqrt(‖h̃‖²+1)``; every parameter change acts through such a ``t``.  So
     ``t = ε·sqrt(‖h̃‖²+1)·a`` with ``Σ_(ℓ in block) ‖a_ℓ‖² ≤ 1`` ranges over exactly the
-    perturbations with block norm ≤ ε (per input, as in eq. 2.1).  ``mode="dense"``
-    instead applies one explicit dense (ΔW, Δb) to every input.
+    perturbations with block norm ≤ ε (per input, as in eq. 2.1).  With ``joint`` the
+    whole net is one block: ``Σ_ℓ ‖a_ℓ‖² ≤ 1`` over every layer, so the perturbation's
+    norm ``sqrt(Σ_B ‖δ_B‖²)`` is ≤ ε (eq. 2.1's ‖δ‖₂ itself).  ``mode="dense"`` instead
+    applies one explicit dense (ΔW, Δb) to every input.
     """
 
-    def __init__(self, compiled: Compiled):
+    def __init__(self, compiled: Compiled, joint: bool = False):
         import torch
 
         from tm2nn.emit.torch_emit import to_torch
@@ -355,7 +583,7 @@ class _Perturbed:
         self.module = to_torch(compiled.net, torch.float64)
         self.blocks = blocks(compiled.net)
         self.names = [op.name for b in self.blocks for op in b.affines]
-        self.block_of = [bi for bi, b in enumerate(self.blocks) for _ in b.affines]
+        self.block_of = [0 if joint else bi for bi, b in enumerate(self.blocks) for _ in b.affines]
         self.shapes = {op.name: op.weight.shape for b in self.blocks for op in b.affines}
         self.mode = "aligned"
         self.eps = None  # [R]
@@ -417,8 +645,9 @@ def _labels(compiled: Compiled, x: np.ndarray) -> np.ndarray:
 
 
 def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, seed: int = 0,
-                      kind: str = "aligned") -> np.ndarray:
-    """Outputs (float64, [n, n_out]) after perturbing every block by exactly ``eps``:
+                      kind: str = "aligned", joint: bool = False) -> np.ndarray:
+    """Outputs (float64, [n, n_out]) after perturbing every block by exactly ``eps`` (with
+    ``joint``: the whole parameter vector, ``‖δ‖₂ = eps``):
 
     * ``kind="aligned"``: a random direction per input, the rank-one form of
       :class:`_Perturbed` (the strongest random directions);
@@ -427,7 +656,7 @@ def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, see
     """
     import torch
 
-    P = _Perturbed(compiled)
+    P = _Perturbed(compiled, joint=joint)
     x = torch.as_tensor(np.asarray(inputs, dtype=np.float64))
     gen = torch.Generator().manual_seed(seed)
     if kind == "dense":
@@ -454,11 +683,18 @@ def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, see
 
 def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                      method: str = "random", steps: int = 150, max_eps: float = 8.0,
-                     eps0: float | None = None) -> dict:
+                     eps0: float | None = None, joint: bool = False,
+                     labels: np.ndarray | None = None) -> dict:
     """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
     the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
     some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
-    ``max_eps``).
+    ``max_eps``); ``per_input`` holds each input's smallest.
+
+    With ``joint`` the budget is one ℓ2 ball over all parameters, ``‖δ‖₂ ≤ ε`` (eq. 2.1):
+    each reported ε is then an upper bound on Wei's ρ(θ, x, y) itself, and with the
+    certified radius it brackets ρ: ``certified ≤ ρ ≤ joint attack``.  ``labels`` (0/1,
+    [n, n_outputs]) are the y to flip away from (default: the circuit's outputs); an
+    input whose unperturbed output is already not its label gets ε = 0.
 
     * ``method="random"``: ``trials`` random directions per input (rank-one, aligned with
       each layer's input; see :class:`_Perturbed`), bisection on ε along each direction;
@@ -473,23 +709,29 @@ def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, t
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
     try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0)
+        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels)
     finally:
         torch.set_num_threads(threads)
 
 
-def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dict:
+def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None) -> dict:
     import torch
 
     from tm2nn.limits import check_memory
 
     t0 = time.perf_counter()
     x_np = np.asarray(inputs)
-    want = torch.as_tensor(_labels(compiled, x_np))
+    if labels is None:
+        labels = _labels(compiled, x_np)
+    labels = np.asarray(labels)
+    if labels.ndim != 2 or labels.shape[0] != x_np.shape[0]:
+        raise Tm2nnError(f"labels must have shape [n_inputs, n_outputs] = [{x_np.shape[0]}, ...], got {labels.shape}")
+    want = torch.as_tensor(labels.astype(bool))
     thr = float(compiled.output_encoding.get("threshold", 0.5))
-    P = _Perturbed(compiled)
+    P = _Perturbed(compiled, joint=joint)
     if not P.names or want.shape[1] == 0:
-        return {"method": method, "eps": math.inf, "input": None, "seconds": 0.0}
+        return {"method": method, "joint": joint, "eps": math.inf, "input": None,
+                "per_input": np.full(x_np.shape[0], math.inf), "seconds": 0.0}
     rows = x_np.shape[0] * trials
     # per row: a direction and an activation per affine output (x ~8 with the gradient
     # attack's graph, leaves and gradients), float64
@@ -557,6 +799,7 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dic
     e = float(per_input[i])
     return {
         "method": method,
+        "joint": joint,
         "eps": e,
         "input": "".join("1" if v else "0" for v in x_np[i].astype(bool)) if math.isfinite(e) else None,
         "per_input": per_input.numpy(),
@@ -567,20 +810,30 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0) -> dic
 
 def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                   steps: int = 150, pm_one_output: bool = False) -> list[dict]:
-    """Certified radius and both attacks, with and without corrections."""
+    """With and without corrections: (D.5) (:func:`theorem_d6_bound`), the certified radius,
+    and the per-layer and joint (ℓ2 over all parameters, eq. 2.1) attacks, random and
+    gradient.  ``(D.5), certified ≤ ρ_layer ≤ eps_random, eps_gradient`` and ``certified ≤ ρ
+    ≤ eps_joint_random, eps_joint_gradient``."""
     from tm2nn.backends.relu_circuit import compile as relu_compile
 
     out = []
     for corr in (True, False):
         comp = relu_compile(circuit, corrections=corr, pm_one_output=pm_one_output)
+        t0 = time.perf_counter()
         cert = certified_radius(comp)
-        rnd = empirical_margin(comp, inputs, seed=seed, trials=trials, method="random")
-        grd = empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4),
-                               method="gradient", steps=steps, eps0=rnd["eps"])
+        d5 = theorem_d6_bound(comp)
+        att = {}
+        for joint in (False, True):
+            rnd = empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=joint)
+            grd = empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
+                                   steps=steps, eps0=rnd["eps"], joint=joint)
+            key = "eps_joint_" if joint else "eps_"
+            att[key + "random"], att[key + "gradient"] = rnd["eps"], grd["eps"]
         out.append({"circuit": circuit.name, "corrections": corr,
                     "layers": comp.options["layers"], "width": comp.options["width"],
+                    "d5": d5["d5"], "d5_binding": d5["binding"],
                     "certified": cert["radius"], "certified_chain": cert["radius_chain"],
-                    "certified_local": cert["radius_local"],
-                    "eps_random": rnd["eps"], "eps_gradient": grd["eps"],
-                    "seconds": cert["seconds"] + rnd["seconds"] + grd["seconds"]})
+                    "certified_local": cert["radius_local"], **att,
+                    "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
+                    "seconds": time.perf_counter() - t0})
     return out

@@ -125,7 +125,11 @@ def compare_runs(want, got) -> tuple[int | None, str, object, object] | None:
 
 class TraceChecker(Checker):
     """The transformer: every source step's state, head and symbol under the head,
-    decoded from the taps, against the interpreter's trace; then the run report."""
+    decoded from the taps, against the interpreter's trace; then the run report.  A model
+    with the θ_cls readout (``output_encoding["cls_column"]``, Wei, Chen & Ma's proof of
+    Theorem 4.1) also has its last step's ``cls`` column compared with
+    :func:`expected_cls`; its deviation is from {0, 1} on the tap groups and from
+    {−1, 0, 1} on ``cls``."""
 
     compares = "state, head and the symbol under the head after every step, then the run report"
 
@@ -135,6 +139,10 @@ class TraceChecker(Checker):
         super().__init__(compiled)
         self.steps = int(compiled.output_encoding["source_steps"])
         self.decoder = TraceDecoder(compiled.output_encoding)
+        c = compiled.output_encoding.get("cls_column")
+        self.column = None if c is None else int(c)
+        if self.column is not None:
+            self.compares += ", then cls = θ_clsᵀ o_T' (+1 accept, -1 reject, 0 otherwise)"
 
     def space(self) -> InputSpace:
         return InputSpace(self.compiled.source.alphabet, 0, min(EXHAUSTIVE_CELLS, self.steps + 1), EXHAUSTIVE_TAPES)
@@ -145,14 +153,41 @@ class TraceChecker(Checker):
     def prepare(self, texts: list[str]) -> list:
         from tm2nn.interp import run_machine
 
-        return [run_machine(self.compiled.source, t, self.steps, trace=True) for t in texts]
+        runs = [run_machine(self.compiled.source, t, self.steps, trace=True) for t in texts]
+        if self.column is None:
+            return [(run, None) for run in runs]
+        return [(run, expected_cls(self.compiled, t)) for run, t in zip(runs, texts)]
 
-    def check(self, engine: str, texts: list[str], runs):
+    def check(self, engine: str, texts: list[str], prepared):
         taps = run_taps(self.compiled, texts, engine)
-        dev = float(np.max(np.minimum(np.abs(taps), np.abs(taps - 1)), initial=0.0))
+        c = self.column
+        groups = taps if c is None else np.delete(taps, c, axis=2)
+        dev = float(np.max(np.minimum(np.abs(groups), np.abs(groups - 1)), initial=0.0))
+        if c is not None:
+            got = taps[:, -1, c]
+            dev = max(dev, float(np.max(np.abs(got - np.clip(np.rint(got), -1, 1)), initial=0.0)))
         m = self.compiled.source
-        return [first_divergence(m, self.decoder.decode(t, text), text, self.steps, run)
-                for text, t, run in zip(texts, taps, runs)], dev, {}
+        out = []
+        for b, (text, (run, want)) in enumerate(zip(texts, prepared)):
+            d = first_divergence(m, self.decoder.decode(taps[b], text), text, self.steps, run)
+            if d is None and c is not None and abs(float(taps[b, -1, c]) - want) >= 0.5:
+                d = (None, "cls (θ_clsᵀ o_T')", want, float(taps[b, -1, c]))
+            out.append(d)
+        return out, dev, {}
+
+
+def expected_cls(compiled, text: str) -> float:
+    """What θ_clsᵀ o_{T'} must be on ``text``: θ_cls at the state the interpreter's run of
+    the lowered (stay-free) machine is in after at most T' decoder steps (docs/transformer.md,
+    "The θ_cls readout")."""
+    from tm2nn.backends.transformer.cls import OUTCOME_VALUE
+    from tm2nn.interp import run_machine
+    from tm2nn.passes.stay import remove_stays
+
+    enc = compiled.output_encoding
+    low = remove_stays(compiled.source).machine
+    run = run_machine(low, text, int(enc["layout"]["steps"]))
+    return float(OUTCOME_VALUE.get(dict(enc["halting"]).get(run.report()["state"]), 0.0))
 
 
 def run_taps(compiled: Compiled, texts: list[str], engine: str, progress=None) -> np.ndarray:

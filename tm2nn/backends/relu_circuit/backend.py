@@ -109,11 +109,34 @@ class ReluCircuit(Backend):
             tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
             x = encode_many(enc, tapes[:samples]) > 0.5
         rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output)
-        return Table(f"per-layer parameter perturbation margin (l2 per layer), {len(x)} inputs",
-                     ["corrections", "layers", "certified (lower bound)", "gradient attack (upper)",
-                      "random directions (upper)"],
-                     [["on" if r["corrections"] else "off", str(r["layers"]), f"{r['certified']:.3g}",
-                       f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}"] for r in rows], json=rows)
+        return Table(f"all-layer margin, {len(x)} inputs: (D.5), certified <= per-layer margin <= per-layer "
+                     "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks",
+                     ["corrections", "layers", "(D.5) Thm D.6 (lower)", "certified (lower)",
+                      "per-layer gradient (upper)", "per-layer random (upper)", "joint gradient (upper)",
+                      "joint random (upper)"],
+                     [["on" if r["corrections"] else "off", str(r["layers"]), f"{r['d5']:.3g}",
+                       f"{r['certified']:.3g}", f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}",
+                       f"{r['eps_joint_gradient']:.3g}", f"{r['eps_joint_random']:.3g}"] for r in rows], json=rows)
+
+    # -- statistics (Wei, Chen & Ma Lemma 2.3 / Theorem 3.1) --------------------------------------
+    def function_class(self, compiled: Compiled) -> dict:
+        """Theorem 3.1's F_{w,d,α} for this net (:func:`.bounds.function_class`)."""
+        from tm2nn.backends.relu_circuit.bounds import function_class
+
+        return function_class(compiled)
+
+    def certified_margin(self, compiled: Compiled) -> dict:
+        """The certified all-layer margin (:func:`tm2nn.verify.margin.certified_radius`, a lower
+        bound on ρ of eq. 2.1 at every binary input), with (D.5) beside it."""
+        from tm2nn.verify.margin import certified_radius, theorem_d6_bound
+
+        if compiled.edited is not None:
+            raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}); the certificate "
+                             "reads the construction's weights", file=compiled.path)
+        cert = certified_radius(compiled)
+        d5 = theorem_d6_bound(compiled)
+        return {**cert, "kind": "per-layer: every parameter group moves by <= radius (l2); a lower bound on rho",
+                "d5": d5["d5"], "d5_binding": d5["binding"]}
 
 
 BACKEND = ReluCircuit()

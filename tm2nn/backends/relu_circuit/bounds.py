@@ -57,3 +57,36 @@ def size_report(lc: LayeredCircuit, net: Net, *, corrections: bool,
         ("distinct weight values", f"{len(values)}: {{{', '.join(_fmt(v) for v in values)}}}",
          "O(1): {-1, 0, 1} (Prop. B.2), 1/3, 2/3, 3 (Prop. 3.4), 2, -1 (2z - 1)"),
     ]
+
+
+def function_class(compiled) -> dict:
+    """Where this net sits in Theorem 3.1's class ``F_{w,d,α}``, measured on the net:
+
+    * ``w``: the largest layer width (hidden layers; the corrections' units included);
+    * ``d``: the paper's depth, counted as it counts ``W_0 .. W_d``: the number of ReLU
+      layers, so the net has ``d + 1`` affine maps with the ±1 map (``out.pm1`` is W_d) and
+      ``d`` without (it ends with a ReLU: W_d is the identity read-out, not stored);
+    * ``alpha``: ``‖θ‖₁`` over every weight and bias of the net (:meth:`Net.info`);
+    * ``p``: the parameters of the dense architecture with the net's layer shapes,
+      ``Σ_layers (out·in + out)`` (every entry, zeros included: the space the certified
+      margin perturbs, and Lemma 2.3 holds for any architecture); ``p_uniform`` is the
+      count with every hidden layer padded to width ``w`` and a read-out,
+      ``w·m + w + (d−1)(w² + w) + n·w + n`` (m inputs, n outputs), the literal ``F_{w,d}``.
+
+    Plus the theorem, its order ``poly(s)·log(wd)/ε²`` and the circuit's ``s, r, q``."""
+    info = compiled.info()["info"]
+    w, d = int(info["max_width"]), int(info["depth"]["relu"])
+    m, n = sum(info["inputs"].values()), sum(info["outputs"].values())
+    opts = compiled.options
+    return {
+        "w": w, "d": d, "alpha": float(info["l1_norm"]), "p": int(info["params_dense"]),
+        "p_uniform": w * m + w + max(d - 1, 0) * (w * w + w) + n * w + n,
+        "affine_layers": int(info["affine_layers"]), "inputs": m, "outputs": n,
+        "theorem": "Theorem 3.1", "order": "poly(s) log(wd) / eps^2",
+        "scaling": {"s": opts.get("gates"), "r": opts.get("width"), "q": opts.get("layers")},
+        "scaling_how": "alpha ~ s (Lemma B.1, Prop. 3.4), gamma = 1/poly(r, q) (Theorem D.6), d ~ q, w >= r",
+        "how": {"w": "the widest layer (corrections: 2r)",
+                "d": "ReLU layers: the paper's W_0..W_d (W_d = out.pm1, or the identity read-out)",
+                "alpha": "||theta||_1 of every weight and bias (measured)",
+                "p": "sum over the net's affine layers of out*in + out (dense, zeros included)"},
+    }

@@ -5,7 +5,10 @@ with null key/value, and a binary search over past steps (Claims C.4–C.6).
 ``compile(m, steps=T)`` removes stay moves (:mod:`tm2nn.passes.stay`), lays the hidden
 vector out as in App. C.1 (:mod:`.layout`) and builds the net (:mod:`.build`): input
 ``tape`` = token ids of the input symbols, output ``trace`` = one tap per decoder step
-0..T', decoded by :mod:`.decoding`.  See docs/transformer.md.
+0..T', decoded by :mod:`.decoding`.  :mod:`.paper_layers` reads a decoder step as the
+paper's transformer layers, :mod:`.cls` is the proof of Theorem 4.1's readout θ_cls, and
+:mod:`.bounds` gives the function class F_{w,d,α,T} and checks its quantities from the
+weights.  See docs/transformer.md.
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ def estimate(m: Machine, steps: int) -> dict:
 
 
 def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float = 10.0,
-            corrections: bool = True, shared_history: bool = True) -> Compiled:
+            corrections: bool = True, shared_history: bool = True, correction_placement: str = "groups",
+            cls_readout: bool = False) -> Compiled:
     """``shared_history=False`` builds the binary search literally, each layer attending
     over its own input's history (one cache per layer); the default shares one cache
-    (same function, see :func:`.binary_search.binary_search`)."""
+    (same function, see :func:`.binary_search.binary_search`).
+    ``correction_placement="layers"`` puts a round correction after every paper
+    transformer layer (:func:`.build.correct_every_layer`), the default after each group
+    of lemmas.  ``cls_readout`` adds θ_cls (:mod:`.cls`)."""
     from tm2nn.passes.stay import remove_stays
 
     if isinstance(m, GridMachine):
@@ -47,7 +54,8 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     from tm2nn.backends.transformer.backend import BACKEND
 
     opts = BACKEND.options(steps=steps, attention=attention, beta=beta, corrections=corrections,
-                           shared_history=shared_history)  # validated in one place
+                           shared_history=shared_history, correction_placement=correction_placement,
+                           cls_readout=cls_readout)  # validated in one place
     est = estimate(m, steps)
     if est["position_entries"] > MAX_POSITION_ENTRIES:
         raise OptionError(
@@ -59,7 +67,7 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     t = est["decoder_steps"]
     lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
     net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections,
-                shared_history=shared_history)
+                shared_history=shared_history, placement=correction_placement, cls_readout=cls_readout)
     from tm2nn.backends.transformer.readout import OUTPUTS
 
     no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
@@ -67,6 +75,9 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
            "halting": dict(m.halting), "no_rule": no_rule,
            "missing_rule_counts_step": m.missing_rule_counts_step, "source_steps": int(steps),
            "onnx_outputs": ["trace", *OUTPUTS]}
+    if cls_readout:  # θ_clsᵀ o_i: the tap column after the groups (cls.py)
+        enc["cls_column"] = lay.tap_indices[lay.tap_groups[-1]].stop
+        enc["onnx_outputs"].append("cls")
     from tm2nn.backends.transformer.bounds import size_report
 
     return Compiled(
@@ -76,9 +87,12 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
         input_encoding={"kind": "tokens", "alphabet": list(m.alphabet), "blank": m.blank,
                         "max_len": t + 1},
         output_encoding=enc,
-        bounds=size_report(m, lay, net),
+        bounds=size_report(m, lay, net, corrections=corrections, placement=correction_placement,
+                           cls=cls_readout),
         options={"steps": int(steps), "decoder_steps": t, "attention": attention,
                  "beta": float(beta) if attention == "softmax" else None,
-                 "corrections": bool(corrections), "shared_history": bool(shared_history), "width": lay.width, "w_pos": lay.w_pos,
+                 "corrections": bool(corrections), "shared_history": bool(shared_history),
+                 "correction_placement": correction_placement, "cls_readout": bool(cls_readout),
+                 "width": lay.width, "w_pos": lay.w_pos,
                  "offset": lay.offset, "stay_aux_states": len(low.aux)},
     ).with_options(opts)

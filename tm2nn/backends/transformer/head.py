@@ -1,8 +1,11 @@
 """Lemma C.2 (Wei, Chen & Ma, App. C.2): Bin(l_i) = Bin(l_{i-1} - v1 + v2) by ReLU layers.
 
 The lemma builds the binary adder as a depth-O(w_pos) circuit.  We use a carry-lookahead
-form of the same adder, which needs 3 ReLU layers (one paper feed-forward block)
-whatever w_pos is, with ‖θ‖₁ = O(w_pos²) (the lemma allows O(w_pos(|Z|+|A|+w_pos))):
+form of the same adder, which needs 3 ReLU layers whatever w_pos is, with ‖θ‖₁ =
+O(w_pos²) (the lemma allows O(w_pos(|Z|+|A|+w_pos))).  In the paper's units that is 3
+transformer layers (:mod:`.paper_layers`): §4.1's feed-forward block has 3 ReLU layers,
+but the proof of Theorem 4.1 reserves its last 2 for the correction, so each lemma
+layer takes one transformer layer (with identity attention).  The adder:
 
 * bit k of l ± 1 flips iff every lower bit is 1 (increment) or 0 (decrement), so
   ``inc_k = φ(v2 + Σ_{e<k} b_e - k)`` and ``dec_k = φ(v1 - Σ_{e<k} b_e)`` (ANDs as in

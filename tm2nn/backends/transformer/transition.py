@@ -1,6 +1,9 @@
 """Lemma C.1 (Wei, Chen & Ma, App. C.2): the transition S(z, a) as two feed-forward
 ReLU layers (after Pérez et al. 2019, Lemma B.2).
 
+In the paper's units these are 2 transformer layers (App. C.2: "we will simulate this
+using two transformer layers where the attention parameters are all 0").
+
 Layer 1 one-hot encodes the (state, symbol) pair, ``φ(st_z + sym1_a - 1)``, and copies
 pos1, pos2.  Layer 2 writes the next state ``st``, the written symbol ``sym2`` and the
 movement one-hot ``mv:L`` (v1) / ``mv:R`` (v2), and copies pos1, pos2 (C.4).
