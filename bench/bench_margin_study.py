@@ -139,8 +139,11 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         if "refused" in r:
             out.append(f"| {r['machine']} | {r['route']} | {r['T']} | refused: {r['refused']} |" + " |" * 8)
+            out[-1] = out[-1].replace("tm2nn: error: ", "")
             continue
-        out.append("| " + " | ".join(_fmt(r.get(k)) for k in cols) + " |")
+        # a certified radius of 0: the bound's bisection found none above 1e-300 (float64's range)
+        out.append("| " + " | ".join("< 1e-300" if k == "certified" and r.get(k) == 0 else _fmt(r.get(k))
+                                     for k in cols) + " |")
     return "\n".join(out)
 
 

@@ -10,8 +10,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
+from tests.strategies import machines
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.nets import Attention, ReLU
 from tm2nn.syntax import load
@@ -134,6 +137,17 @@ def test_a_query_row_reading_two_coordinates_is_refused():
 
 
 # -- B. the certified radius ---------------------------------------------------------------------
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=machines(grid=False, max_states=4, max_symbols=3), T=st.integers(1, 40))
+def test_every_machine_has_gaps_of_one_and_a_certified_margin(m, T):
+    """The guard on every construction, not only the examples: gaps of exactly 1 on each
+    side of every null key, read off the weights, and a certified radius above the
+    smallest one the study measures at T = 1024 (docs/margin_study.md)."""
+    c = compile_tf(m, steps=T)
+    assert all(r["gap_above"] == r["gap_below"] == 1.0 for r in check_score_gaps(c))
+    assert certified_radius(c, per_step=False, budgets=False)["radius"] > 1e-4
+
+
 @pytest.mark.parametrize("name", ["bb4", "binary_counter"])
 def test_certified_radius_with_corrections_stays_above_a_constant(name):
     m = machine(name)
@@ -309,7 +323,15 @@ def test_margin_report_rows_and_table():
         assert r["flip"]["field"] and r["flip"]["input"] in ("", "1")
     assert rows[0]["certified"] > 1e3 * rows[1]["certified"]
     t = margin_table(rows)
-    assert len(t.columns) == len(t.rows[0]) and t.rows[0][0] == "on" and t.rows[1][0] == "off"
+    assert all(len(t.columns) == len(r) for r in t.rows)
+    main = [r for r in t.rows if r[0]]
+    assert [r[0] for r in main] == ["on", "off"]
+    # per decoder step: rows "<= i" under each setting, nonincreasing, the last one the radius
+    for r in rows:
+        radii = [s["radius"] for s in r["certified_per_step"]]
+        assert radii == sorted(radii, reverse=True) and radii[-1] == r["certified"]
+        assert r["layer_budgets"][0]["budget"] == pytest.approx(r["certified"], rel=1e-6)
+    assert sum(1 for r in t.rows if r[1].startswith("<= ")) == sum(len(r["certified_per_step"]) - 1 for r in rows)
     assert t.json is rows
 
 

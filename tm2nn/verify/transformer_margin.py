@@ -643,7 +643,7 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     for corr in corrections:
         opts = {k: v for k, v in compile_options.items() if corr or k != "correction_placement"}
         comp = compile_tf(source, steps=steps, corrections=bool(corr), attention=attention, **opts)
-        cert = certified_radius(comp, budgets=False) if attention == "hardmax" else None
+        cert = certified_radius(comp) if attention == "hardmax" else None
         rnd = attack(comp, texts, eps_max, "random", trials, seed=seed)
         grd = attack(comp, texts, eps_max, "gradient", max(1, trials // 4), steps=attack_steps, seed=seed,
                      eps0=rnd["eps"])
@@ -654,6 +654,8 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
             "w_pos": comp.options["w_pos"], "inputs": len(texts),
             "certified": None if cert is None else cert["radius"],
             "binding": None if cert is None else cert["binding"],
+            "certified_per_step": None if cert is None else cert["per_step"],
+            "layer_budgets": None if cert is None else cert["budgets"],
             "eps_random": rnd["eps"], "eps_gradient": grd["eps"], "eps_min": best["eps"],
             "flip": None if not math.isfinite(best["eps"]) else
             {k: best[k] for k in ("method", "input", "step", "field", "coordinate")},
@@ -681,10 +683,20 @@ def margin_table(rows: list[dict]):
         f = r["flip"]
         return "-" if not f else f"{f['input']!r} step {f['step']}: {f['field']} ({f['method']})"
 
+    def tightest(r):
+        b = r.get("layer_budgets") or []
+        return "; ".join(f"{x['op']} {_num(x['budget'])}" for x in b[:3]) or "-"
+
     n = rows[0]["inputs"] if rows else 0
     title = (f"per-layer parameter perturbation margin (l2 per block, shared across decoder steps), "
-             f"{n} inputs")
+             f"{n} inputs; the rows '<= i' certify decoder steps 0..i")
+    out = []
+    for r in rows:
+        out.append(["on" if r["corrections"] else "off", str(r["decoder_steps"]), _num(r["certified"]), where(r),
+                    tightest(r), _num(r["eps_gradient"]), _num(r["eps_random"]), flip(r)])
+        for s in r.get("certified_per_step") or []:
+            if s["step"] < r["decoder_steps"]:
+                out.append(["", f"<= {s['step']}", _num(s["radius"]), "", "", "", "", ""])
     return Table(title, ["corrections", "decoder steps", "certified (lower bound)", "binds at",
-                         "gradient attack (upper)", "random directions (upper)", "first flip"],
-                 [["on" if r["corrections"] else "off", str(r["decoder_steps"]), _num(r["certified"]), where(r),
-                   _num(r["eps_gradient"]), _num(r["eps_random"]), flip(r)] for r in rows], json=rows)
+                         "tightest layer budgets", "gradient attack (upper)", "random directions (upper)",
+                         "first flip"], out, json=rows)
