@@ -283,3 +283,31 @@ def test_info_statistics_on_the_command_line(capsys, tmp_path):
     code, _, err = run_cli(capsys, "info", EXAMPLES / "majority7.circ", "--backend", "abbe-sandon", "--engine", "float64",
                            "--statistics")
     assert code == 2 and "relu-circuit" in err and "Traceback" not in err
+
+
+def test_the_transformer_loss_is_of_its_theta_cls_classifier():
+    """Theorem 4.1's classifier F = θ_clsᵀ o_T: ρ bracketed between the certified radius and
+    √B × the attacks that change F's sign; a wrong label is ρ = 0 (loss 1)."""
+    from tm2nn.backends.transformer import compile as compile_tf
+    from tm2nn.verify.perturbed_decode import attack
+
+    m = tm2nn.load(EXAMPLES / "even_ones.tm")
+    c = compile_tf(m, steps=6, cls_readout=True)
+    texts = ["", "1", "11", "101"]
+    truth = [tm2nn.run(m, t, 6).outcome for t in texts]
+    assert truth == ["accept", "reject", "accept", "accept"]
+    r = surrogate_loss_on(c, (texts, truth), gamma=1e-3, trials=2, steps=4)
+    assert r["wrong"] == 0 and np.all(r["rho_lower"] == r["certified"]) and r["certified"] > 0
+    assert np.all(r["rho_lower"] <= r["rho_upper"]) and np.all(np.isfinite(r["rho_upper"]))
+    assert 0 <= r["loss_lower"] <= r["loss_upper"] <= 1
+    # γ at the certified radius: every example's certified ρ reaches it, so the upper loss is 0
+    assert surrogate_loss_on(c, (texts, truth), gamma=r["certified"], trials=1, steps=0)["loss_upper"] == 0.0
+    flipped = ["reject" if t == "accept" else "accept" for t in truth]
+    w = surrogate_loss_on(c, (texts, flipped), gamma=1e-3, trials=1, steps=0)
+    assert w["wrong"] == 4 and w["loss_lower"] == w["loss_upper"] == 1.0
+    # the cls target is weaker than "any decoded field": its flips need at least as large an ε
+    a_cls = attack(c, texts, 1.0, "random", 2, seed=0, target="cls")
+    a_any = attack(c, texts, 1.0, "random", 2, seed=0)
+    assert np.all(a_cls["per_input"] >= a_any["per_input"] * (1 - 1e-2))
+    with pytest.raises(Tm2nnError, match="cls-readout"):
+        surrogate_loss_on(compile_tf(m, steps=6), (texts, truth), gamma=1e-3)

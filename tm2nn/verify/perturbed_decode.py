@@ -386,7 +386,8 @@ def _first_wrong(wrong) -> tuple[int, int]:
 
 
 def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "random", trials: int = 8,
-           steps: int = 60, seed: int = 0, eps0: float | None = None, surrogate_beta: float = 4.0) -> dict:
+           steps: int = 60, seed: int = 0, eps0: float | None = None, surrogate_beta: float = 4.0,
+           target: str = "fields") -> dict:
     """The smallest ε found such that moving every parameter block by ≤ ε (ℓ2, dense, one
     θ + δ shared by all decoder steps) changes a decoded field (state, head, symbol read,
     symbol written) of some step of some input in ``texts``.  An upper bound on the
@@ -406,6 +407,10 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
       attention weights come from a softmax surrogate with inverse temperature
       ``surrogate_beta`` (straight-through: its forward contribution is exactly 0).
 
+    ``target="cls"`` attacks the classification instead (a model with the θ_cls readout):
+    a flip is the last step's ``θ_clsᵀ o_T'`` changing sign, ``(y − 1/2)·F(x, θ + δ) ≤ 0`` of
+    eq. (2.1) with F = θ_clsᵀ o_T' ∈ {−1, +1}: an upper bound on ρ of the binary classifier.
+
     Returns ``eps``, the ``input``, the decoder ``step``, the ``field`` and tap
     ``coordinate`` that flipped, ``per_input`` and ``seconds``."""
     import torch
@@ -415,7 +420,7 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     try:
         with torch.no_grad() if method == "random" else torch.enable_grad():
             return _attack(compiled, list(texts), float(eps_max), method, int(trials), int(steps), int(seed),
-                           eps0, float(surrogate_beta))
+                           eps0, float(surrogate_beta), target)
     finally:
         torch.set_num_threads(threads)
 
@@ -432,13 +437,18 @@ def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
     return rows * 8 * (6 * factors + 4 * (P.steps + 1) * values * max(1, P.steps // 4))
 
 
-def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta) -> dict:
+def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields") -> dict:
     import torch
 
     from tm2nn.limits import check_memory
 
     if method not in ("random", "gradient"):
         raise ValueError(f"unknown attack method {method!r} (random, gradient)")
+    if target not in ("fields", "cls"):
+        raise ValueError(f"unknown attack target {target!r} (fields, cls)")
+    cls = compiled.output_encoding.get("cls_column")
+    if target == "cls" and cls is None:
+        raise UnsupportedNet("target='cls' attacks the θ_cls readout: compile with cls_readout=True")
     t0 = time.perf_counter()
     P = PerturbedTransformer(compiled)
     rows = len(texts) * trials
@@ -452,13 +462,21 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta) -
     want = ref > 0.5
     sign = want.to(P.dtype) * 2 - 1
     mask = P.field_mask()
+    if target == "cls":  # only F(x) = θ_clsᵀ o_T', read by its sign
+        mask = torch.zeros_like(mask)
+        mask[-1, int(cls)] = True
 
     def wrong(taps):
         """Decoded differently: a bit or one-hot coordinate on the other side of 1/2, or
-        another column (θ_cls) half a unit or more from its exact integer value."""
+        another column (θ_cls) half a unit or more from its exact integer value; for
+        ``target="cls"``, θ_clsᵀ o_T' on the other side of 0."""
+        if target == "cls":
+            return (taps * ref.sign() <= 0) & mask
         return torch.where(thr, (taps > 0.5) != want, (taps - ref).abs() >= 0.5) & mask
 
     def right_side(taps):  # > 0: decoded as in the exact run (the gradient attack's objective)
+        if target == "cls":
+            return taps * ref.sign()
         return torch.where(thr, sign * (taps - 0.5), 0.5 - (taps - ref).abs())
 
     gen = torch.Generator().manual_seed(seed)
