@@ -74,7 +74,11 @@ def _as_float(value, low, high, open_low: bool) -> tuple[float | None, str | Non
     ok = ok and math.isfinite(v) and (low is None or v > low or (v == low and not open_low)) \
         and (high is None or v <= high)
     if not ok:
-        rng = f"a number > {low}" if open_low and high is None else _range_text(low, high, False)
+        rng = _range_text(low, high, False)
+    if open_low and high is None:
+        rng = f"a number > {_shown(low)}"
+    elif open_low:  # (low, high]: the low end is excluded
+        rng = f"a number in ({_shown(low)}, {_shown(high)}]"
         return None, f"expected {rng}, got {value!r}"
     return v, None
 
@@ -124,7 +128,11 @@ def flag_int(low: int | None = None, high: int | None = None):
 
 def flag_float(low: float | None = None, high: float | None = None, *, open_low: bool = False):
     """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]``)."""
-    rng = f"a number > {low}" if open_low and high is None else _range_text(low, high, False)
+    rng = _range_text(low, high, False)
+    if open_low and high is None:
+        rng = f"a number > {_shown(low)}"
+    elif open_low:  # (low, high]: the low end is excluded
+        rng = f"a number in ({_shown(low)}, {_shown(high)}]"
     return _flag_type(float, lambda v: _as_float(v, low, high, open_low), rng, "number")
 
 
