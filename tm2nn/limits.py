@@ -58,6 +58,15 @@ def _range_text(low, high, integer: bool) -> str:
     return what
 
 
+def _float_range_text(low, high, open_low: bool) -> str:
+    """The range of a float option, with an excluded low end shown as such."""
+    if open_low and high is None:
+        return f"a number > {_shown(low)}"
+    if open_low:  # (low, high]
+        return f"a number in ({_shown(low)}, {_shown(high)}]"
+    return _range_text(low, high, False)
+
+
 def _as_int(value, low, high) -> tuple[int | None, str | None]:
     """``(value as an int, None)``, or ``(None, "expected ..., got ...")``."""
     ok = not isinstance(value, bool) and (isinstance(value, int) or hasattr(value, "__index__"))
@@ -74,12 +83,7 @@ def _as_float(value, low, high, open_low: bool) -> tuple[float | None, str | Non
     ok = ok and math.isfinite(v) and (low is None or v > low or (v == low and not open_low)) \
         and (high is None or v <= high)
     if not ok:
-        rng = _range_text(low, high, False)
-    if open_low and high is None:
-        rng = f"a number > {_shown(low)}"
-    elif open_low:  # (low, high]: the low end is excluded
-        rng = f"a number in ({_shown(low)}, {_shown(high)}]"
-        return None, f"expected {rng}, got {value!r}"
+        return None, f"expected {_float_range_text(low, high, open_low)}, got {value!r}"
     return v, None
 
 
@@ -128,12 +132,8 @@ def flag_int(low: int | None = None, high: int | None = None):
 
 def flag_float(low: float | None = None, high: float | None = None, *, open_low: bool = False):
     """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]``)."""
-    rng = _range_text(low, high, False)
-    if open_low and high is None:
-        rng = f"a number > {_shown(low)}"
-    elif open_low:  # (low, high]: the low end is excluded
-        rng = f"a number in ({_shown(low)}, {_shown(high)}]"
-    return _flag_type(float, lambda v: _as_float(v, low, high, open_low), rng, "number")
+    return _flag_type(float, lambda v: _as_float(v, low, high, open_low), _float_range_text(low, high, open_low),
+                      "number")
 
 
 def parse_size(text: str) -> int:
