@@ -282,17 +282,23 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
     agree = (pred == Y).all(1)
     cert = float(compiled.spec.certified_margin(compiled)["radius"])
-    lower = np.where(agree, cert, 0.0)
     upper = np.full(len(X), math.inf)
     for method in ("random", "gradient"):
         att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
                                joint=True, labels=pred)
         upper = np.minimum(upper, att["per_input"])
+    return _bracketed(compiled, g, agree, cert, upper, delta)
+
+
+def _bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndarray, delta: float) -> dict:
+    """The report of :func:`surrogate_loss_on` from ρ's bracket: ``cert`` below and
+    ``upper`` above where the net agrees with the label, ρ = 0 where it does not."""
+    lower = np.where(agree, cert, 0.0)
     upper = np.where(agree, upper, 0.0)
     lo_loss, hi_loss = surrogate_loss(upper, g), surrogate_loss(lower, g)
     alpha, p = _alpha_p(compiled)
     return {
-        "gamma": g, "n": int(len(X)), "wrong": int((~agree).sum()), "certified": cert,
+        "gamma": g, "n": int(len(agree)), "wrong": int((~agree).sum()), "certified": cert,
         "loss_lower": float(np.mean(lo_loss)), "loss_upper": float(np.mean(hi_loss)),
         "rho_lower": lower, "rho_upper": upper, "per_example_lower": lo_loss, "per_example_upper": hi_loss,
         "a2_at_rho_lower": corollary_a1(lower, alpha, p, delta=delta),
@@ -347,23 +353,12 @@ def _machine_loss_on(compiled, dataset, g: float, *, seed: int, trials: int, ste
     F = run_taps(compiled, texts, "torch")[:, -1, int(col)]
     agree = np.sign(np.rint(F)) == y
     cert = float(compiled.spec.certified_margin(compiled)["radius"])
-    lower = np.where(agree, cert, 0.0)
-    upper = np.full(len(texts), math.inf)
     rnd = attack(compiled, texts, 1.0, "random", trials, seed=seed, target="cls")
     grd = attack(compiled, texts, 1.0, "gradient", max(1, trials // 4), steps=steps, seed=seed, target="cls",
                  eps0=rnd["eps"])
-    upper = np.minimum(np.minimum(upper, rnd["per_input"]), grd["per_input"])
-    upper = np.where(agree, upper * math.sqrt(len(blocks_of(net_of(compiled)))), 0.0)
-    lo_loss, hi_loss = surrogate_loss(upper, g), surrogate_loss(lower, g)
-    alpha, p = _alpha_p(compiled)
-    return {
-        "gamma": g, "n": len(texts), "wrong": int((~agree).sum()), "certified": cert,
-        "loss_lower": float(np.mean(lo_loss)), "loss_upper": float(np.mean(hi_loss)),
-        "rho_lower": lower, "rho_upper": upper, "per_example_lower": lo_loss, "per_example_upper": hi_loss,
-        "a2_at_rho_lower": corollary_a1(lower, alpha, p, delta=delta),
-        "a2_at_rho_upper": corollary_a1(upper, alpha, p, delta=delta),
-        "blocks": len(blocks_of(net_of(compiled))),
-    }
+    blocks = len(blocks_of(net_of(compiled)))
+    upper = np.minimum(rnd["per_input"], grd["per_input"]) * math.sqrt(blocks)
+    return {**_bracketed(compiled, g, agree, cert, upper, delta), "blocks": blocks}
 
 
 def _alpha_p(compiled) -> tuple[float, int]:
