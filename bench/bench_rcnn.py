@@ -7,8 +7,11 @@ a batch of counters, L filter steps.  Cell-updates per second = batch · H · W 
 time, in torch (float32, the emitted module) and in onnxruntime (the ONNX ``Loop`` over
 the shared filter).  Each run is also decoded and checked against the interpreter.
 
+**float64.** examples/sign_sum_3x2.tm (308 states, 13 digits: past float32's 12) compiled
+and run to halting in float64, torch and onnxruntime (:func:`bench_float64`).
+
 **Size.** Filter width d_rc and parameters for s = 2, 4, 8, 16 states
-(:func:`tm2nn.backends.rcnn.bounds.size_table`): d_rc = 80s + 128, nonzero parameters
+(:func:`tm2nn.backends.rcnn.bounds.size_table`): d_rc = 80s + 130, nonzero parameters
 and distinct weight values are O(s); Definition 5's dense shapes are O(s²).
 """
 
@@ -60,6 +63,40 @@ def bench_grid(m, rows: int, cols: int, batch: int, steps: int) -> dict:
     return row
 
 
+def bench_float64(inputs=("+++", "-+-"), steps: int = 26) -> dict:
+    """examples/sign_sum_3x2.tm: 308 states in B.1.2 form, 13 digits, past float32's 12, so
+    the net is float64 (docs/rcnn.md, "float32, with no rounding layer").  Compile time,
+    then one batch run to halting in torch and onnxruntime (the loop stops at the halted
+    grid), each decoded and checked against the interpreter."""
+    import numpy as np
+
+    from tm2nn.backends.rcnn import compile as compile_rcnn
+    from tm2nn.interp import run_machine
+    from tm2nn.syntax import load
+    from tm2nn.verify.grid import GridModel
+
+    m = load(ROOT / "examples" / "sign_sum_3x2.tm")
+    t0 = time.perf_counter()
+    c = compile_rcnn(m, steps=steps, max_input=max(map(len, inputs)))
+    row = {"bench": "rcnn float64 sign_sum_3x2", "states": c.options["states"], "digits": c.options["digits"],
+           "dtype": c.options.get("dtype", "float32"), "d_rc": c.options["d_rc"],
+           "filter_steps": c.options["filter_steps"], "compile_s": round(time.perf_counter() - t0, 3)}
+    gm = GridModel(c)
+    x = gm.grids(list(inputs))
+    _top, _left, h, w = gm.window
+    for eng in ("torch", "onnxruntime"):
+        run = c.runner(eng)
+        t0 = time.perf_counter()
+        states = np.asarray(run(x, batch_size=len(inputs)))
+        best = time.perf_counter() - t0
+        ran = max(int(np.nonzero((s[1:] != s[:-1]).any((1, 2)))[0].max(initial=-1)) + 2 for s in states)
+        row[f"{eng}_s"] = round(best, 3)
+        row[f"{eng}_cell_updates_per_s"] = f"{len(inputs) * h * w * ran / best:.3g}"
+        for text, s in zip(inputs, states):
+            assert gm.decode(s, text).report() == run_machine(m, text, steps).report(), f"{eng} disagrees on {text!r}"
+    return row
+
+
 def size_rows() -> list[dict]:
     from tm2nn.backends.rcnn.bounds import size_table
 
@@ -82,6 +119,8 @@ def main(argv: list[str]) -> list[dict]:
     for g in grids:
         rows.append(bench_grid(m, *g))
         print(json.dumps(rows[-1]), file=sys.stderr)
+    rows.append(bench_float64())
+    print(json.dumps(rows[-1]), file=sys.stderr)
     rows += size_rows()
     return rows
 

@@ -15,6 +15,7 @@ import bench_interp  # noqa: E402
 import bench_margin_study  # noqa: E402
 import bench_parse  # noqa: E402
 import bench_rcnn  # noqa: E402
+import bench_rcnn_learner  # noqa: E402
 import bench_relu_circuit  # noqa: E402
 import bench_transformer  # noqa: E402
 
@@ -25,6 +26,7 @@ def main() -> int:
 
     rows = (bench_interp.main(sys.argv[1:]) + bench_relu_circuit.main(sys.argv[1:])
             + bench_transformer.main(sys.argv[1:]) + bench_rcnn.main(sys.argv[1:])
+            + bench_rcnn_learner.main(sys.argv[1:])
             + bench_abbe_sandon.main(sys.argv[1:]) + bench_gd_trace.main(sys.argv[1:])
             + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
             + bench_margin_study.main(sys.argv[1:]))

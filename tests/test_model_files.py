@@ -293,7 +293,7 @@ def test_a_weight_onnxruntime_refuses(models, capsys, tmp_path):
     code, _, err = cli(capsys, "eval", bad, "--input", "1")
     assert code == 2
     assert one_error(err, bad).startswith("running it in onnxruntime failed: ")
-    assert tm2nn.load_model(bad).edited.endswith("V1.weight': float32 [4, 9] instead of float32 [5, 9]")
+    assert tm2nn.load_model(bad).edited.endswith("V1.weight': float32 [5, 9] instead of float32 [6, 9]")
 
 
 def test_a_state_dict_of_the_wrong_shapes(models, capsys, tmp_path):

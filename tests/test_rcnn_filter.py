@@ -582,7 +582,7 @@ def test_sizes_grow_linearly(s):
     size = filter_size(net)
     f = width_formula(s)
     assert size["widths"] == [f["V1"], f["V2"], f["V3"], f["V4"], f["V5"]]
-    assert size["d_rc"] == 80 * s + 128
+    assert size["d_rc"] == 80 * s + 130
     assert size["params_nonzero"] <= 330 * s + 530
     assert size["distinct_values"] <= 24 * s + 72
     d = size["d_rc"]
@@ -600,7 +600,7 @@ def test_sizes_depend_on_s_only():
     for seed in range(4):
         widths.add(build_filter(machine_table(seeded_machine(6, seed))).widths)
     widths.add(build_filter(machine_table(sample_machine(6))).widths)
-    assert widths == {(5, 80 * 6 + 128, 20 * 6 + 34, 8 * 6 + 18, 1)}
+    assert widths == {(6, 80 * 6 + 130, 20 * 6 + 34, 8 * 6 + 18, 1)}
 
 
 def test_labels_and_padded_shapes():

@@ -99,7 +99,7 @@ def same(a, b) -> bool:
 def trainable(op, name: str) -> bool:
     if isinstance(op, Affine):
         return op.trainable and (name == "weight" or op.train_bias)
-    return isinstance(op, Param) or (isinstance(op, MemoryGrid) and op.trainable)
+    return isinstance(op, Param) or (isinstance(op, MemoryGrid) and op.trainable and name == "weight")
 
 
 def op_modules(module: NetModule):
@@ -138,7 +138,8 @@ def test_info_counts_trainable_tensors_in_full():
     mem = net.nodes[0]
     assert isinstance(mem, MemoryGrid) and not mem.weight.any()
     sub = Net("m", net.inputs, (mem,), (mem.name,))
-    assert sub.info()["params_nonzero"] == mem.weight.size == 12
+    # W's 4 x 3 free entries, plus the frame's 4 x 2 fixed constants (all nonzero)
+    assert sub.info()["params_nonzero"] == mem.weight.size + mem.left.size == 12 + 8
     # a trainable sparse weight counts its stored entries, a trainable bias every entry
     w = SparseMatrix.from_entries((3, 4), [(0, 0, 0.5), (2, 1, 2.0)])
     for train_bias, want in ((False, 2 + 1), (True, 2 + 3)):

@@ -197,11 +197,13 @@ def metadata(compiled, net=None) -> dict[str, str]:
 
 def onnx_model(compiled):
     """The compiled net as an ONNX model with its metadata, plus what the backend adds to
-    the graph (:meth:`~tm2nn.backends.base.Backend.finish_onnx`)."""
+    the graph (:meth:`~tm2nn.backends.base.Backend.finish_onnx`).  The model computes in
+    the float type its input encoding names (``"dtype"``, float32 by default: the rcnn
+    backend's float64 machines)."""
     from tm2nn.emit.onnx_emit import to_onnx
 
     net = _net_of(compiled)
-    model = to_onnx(net, metadata(compiled, net))
+    model = to_onnx(net, metadata(compiled, net), dtype=(compiled.input_encoding or {}).get("dtype", "float32"))
     return compiled.spec.finish_onnx(model, compiled)
 
 

@@ -1,6 +1,8 @@
 """NetIR -> ONNX, built with ``onnx.helper``; plus saving, running and metadata.
 
-The model is one self-contained file: float32 weights are initializers, a ``Loop`` op is
+The model is one self-contained file: float32 weights are initializers (float64 with
+``to_onnx(..., dtype="float64")``: every float tensor, constant, ``Cast`` and value info
+then has that type, chosen in one place, ``_Emitter.dtype``), a ``Loop`` op is
 an ONNX ``Loop`` (its body weights are outer-scope initializers, so the model does not
 grow with the trip count), and so is a ``Decode`` op's step loop.
 
@@ -145,16 +147,16 @@ def _fill_tensor(t: onnx.TensorProto, array: np.ndarray, name: str) -> None:
     t.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
 
 
-def _f32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32)
+#: The float types a model may compute in, and their ONNX element types.
+FLOAT_TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}
 
 
-def _fm_info(name: str, width: int) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [width, BATCH])
+def _fm_info(name: str, width: int, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, [width, BATCH])
 
 
-def _grid_info(name: str) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "height", "width"])
+def _grid_info(name: str, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, [BATCH, "height", "width"])
 
 
 def _matrix_form(w: SparseMatrix) -> str:
@@ -188,8 +190,18 @@ class _DecodeCtx:
 
 
 class _Emitter:
-    def __init__(self, opset: int = DEFAULT_OPSET, model: onnx.ModelProto | None = None) -> None:
+    """Emits ops into node lists.  ``dtype`` (``"float32"`` or ``"float64"``) is the one
+    place the model's float type is chosen: every float initializer, scalar constant,
+    ``Cast`` and value info of the graph takes it (:meth:`floats`, :meth:`scalar`,
+    :attr:`elem`)."""
+
+    def __init__(self, opset: int = DEFAULT_OPSET, model: onnx.ModelProto | None = None,
+                 dtype: str = "float32") -> None:
+        if dtype not in FLOAT_TYPES:
+            raise ValueError(f"an ONNX model computes in {' or '.join(FLOAT_TYPES)}, not {dtype!r}")
         self.opset = opset
+        #: numpy and ONNX element type of every float tensor
+        self.dtype, self.elem = np.dtype(dtype), FLOAT_TYPES[dtype]
         self.values = _Names()  # values and initializers share one namespace
         self.nodes = _Names()
         # Initializers go straight into ``model``'s graph when there is one: onnx.helper's
@@ -203,6 +215,14 @@ class _Emitter:
         array = np.asarray(array)  # (ascontiguousarray would make a scalar 1-d)
         _fill_tensor(self.initializers.add(), np.ascontiguousarray(array) if array.ndim else array, name)
         return name
+
+    def floats(self, a) -> np.ndarray:
+        """``a`` as a contiguous array of the model's float type."""
+        return np.ascontiguousarray(a, dtype=self.dtype)
+
+    def scalar(self, value: float) -> np.ndarray:
+        """A 0-d array of the model's float type."""
+        return np.array(value, dtype=self.dtype)
 
     def ints(self, base: str, *values: int) -> str:
         """An int64 vector initializer ``<base>.const.<values>`` (one per op and value)."""
@@ -250,12 +270,12 @@ class _Emitter:
         if form == "diagonal":
             d = np.zeros(w.shape[0])
             d[w.rows] = w.vals
-            steps.append((f"{step}mul", "Mul", [x, self.init(f"{base}.{wname}", _f32(d[:, None]))], {}))
+            steps.append((f"{step}mul", "Mul", [x, self.init(f"{base}.{wname}", self.floats(d[:, None]))], {}))
         elif form == "ell":
             cols, vals = w.ell()
             for j in range(cols.shape[1]):
                 c = self.init(f"{base}.{cname}.{j}", np.ascontiguousarray(cols[:, j], dtype=np.int64))
-                v = self.init(f"{base}.{wname}.{j}", _f32(vals[:, j, None]))
+                v = self.init(f"{base}.{wname}.{j}", self.floats(vals[:, j, None]))
                 steps.append((f"{step}gather.{j}", "Gather", [x, c], {"axis": axis}))
                 steps.append((f"{step}mul.{j}", "Mul", [f"@{step}gather.{j}", v], {}))
                 if j:
@@ -265,19 +285,19 @@ class _Emitter:
             return [
                 (f"{step}batch", "Shape", [x], {"start": 1}),
                 (f"{step}shape", "Concat", [self.ints(base, w.shape[0]), f"@{step}batch"], {"axis": 0}),
-                (f"{step}start", "Expand", [self.init(f"{base}.{bname}", _f32(bias[:, None])), f"@{step}shape"], {}),
+                (f"{step}start", "Expand", [self.init(f"{base}.{bname}", self.floats(bias[:, None])), f"@{step}shape"], {}),
                 (f"{step}gather", "Gather", [x, self.init(f"{base}.{cname}", w.cols.astype(np.int64))], {"axis": 0}),
-                (f"{step}mul", "Mul", [f"@{step}gather", self.init(f"{base}.{wname}", _f32(w.vals[:, None]))], {}),
+                (f"{step}mul", "Mul", [f"@{step}gather", self.init(f"{base}.{wname}", self.floats(w.vals[:, None]))], {}),
                 (f"{step}scatter", "ScatterND", [f"@{step}start", self.init(f"{base}.rows", w.rows.astype(np.int64)[:, None]),
                                                  f"@{step}mul"], {"reduction": "add"}),
             ]
         elif axis == 0:
-            steps.append((f"{step}matmul", "MatMul", [self.init(f"{base}.{wname}", _f32(w.dense())), x], {}))
+            steps.append((f"{step}matmul", "MatMul", [self.init(f"{base}.{wname}", self.floats(w.dense())), x], {}))
         else:  # onnxruntime's broadcasting MatMul fails on an empty sequence; Einsum does not
-            steps.append((f"{step}einsum", "Einsum", [self.init(f"{base}.{wname}", _f32(w.dense())), x],
+            steps.append((f"{step}einsum", "Einsum", [self.init(f"{base}.{wname}", self.floats(w.dense())), x],
                           {"equation": "nw,lwb->lnb"}))
         if np.any(bias != 0):
-            steps.append((f"{step}bias", "Add", ["@" + steps[-1][0], self.init(f"{base}.{bname}", _f32(bias[:, None]))], {}))
+            steps.append((f"{step}bias", "Add", ["@" + steps[-1][0], self.init(f"{base}.{bname}", self.floats(bias[:, None]))], {}))
         return steps
 
     def affine(self, op: Affine, out: list, x: str, base: str, final: str) -> None:
@@ -287,7 +307,8 @@ class _Emitter:
         body = op.body
         port = body.inputs[0]
         width = len(port.space)
-        info = _grid_info if port.kind == "grid" else (lambda name, _w=width: _fm_info(name, _w))
+        info = (lambda name: _grid_info(name, self.elem)) if port.kind == "grid" else \
+            (lambda name, _w=width: _fm_info(name, _w, self.elem))
         trips = self.init(f"{base}.trips", np.array(op.trips, dtype=np.int64))
         it = self.values.fresh(f"{base}/iter")
         cond_in = self.values.fresh(f"{base}/cond_in")
@@ -343,7 +364,7 @@ class _Emitter:
         ], bare=False)
 
     def activation(self, op: Activation, out: list, x: str, base: str, final: str) -> None:
-        """The registry's ONNX formula for ``op.fn``; its scalar constants are float32
+        """The registry's ONNX formula for ``op.fn``; its scalar constants are float
         initializers ``<op>.<tag>`` (one per tag)."""
         from tm2nn.nets.activations import get
 
@@ -351,7 +372,7 @@ class _Emitter:
 
         def const(tag: str, value: float) -> str:
             if tag not in consts:
-                consts[tag] = self.init(f"{base}.{tag}", np.array(value, dtype=np.float32))
+                consts[tag] = self.init(f"{base}.{tag}", self.scalar(value))
             return consts[tag]
 
         self.steps(out, base, final, get(op.fn).onnx(x, const), op.cite or get(op.fn).cite, bare=False)
@@ -385,16 +406,16 @@ class _Emitter:
         q = "@" + s[-1][0]
         s.append(("scores.mul", "Mul", [keys, q], {}))
         s.append(self.reduce("scores", "ReduceSum", "@scores.mul", base, 1, 0))                 # [L, B]
-        s.append(("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}))
+        s.append(("null_score", "MatMul", [self.init(f"{base}.null_key", self.floats(op.null_key[None, :])), q], {}))
         s.append(("logits", "Concat", ["@null_score", "@scores"], {"axis": 0}))                 # [1 + L, B]
         if op.mode == "hardmax":
             s.append(self.reduce("max", "ReduceMax", "@logits", base, 0, 1))
             s.append(("argmax", "Equal", ["@logits", "@max"], {}))
-            s.append(("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}))
+            s.append(("mask", "Cast", ["@argmax"], {"to": self.elem}))
             s.append(self.reduce("count", "ReduceSum", "@mask", base, 0, 1))
             s.append(("weights", "Div", ["@mask", "@count"], {}))
         else:
-            s.append(("scaled", "Mul", ["@logits", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}))
+            s.append(("scaled", "Mul", ["@logits", self.init(f"{base}.beta", self.scalar(op.beta))], {}))
             s.append(("weights", "Softmax", ["@scaled"], {"axis": 0}))
         zero, one = self.ints(base, 0), self.ints(base, 1)
         s.append(("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), zero], {}))
@@ -404,7 +425,7 @@ class _Emitter:
         delta = "@mix"
         if np.any(nv != 0):
             s.append(("null_weight", "Slice", ["@weights", zero, one, zero], {}))
-            s.append(("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight"], {}))
+            s.append(("null_mix", "Mul", [self.init(f"{base}.null_value", self.floats(nv[:, None])), "@null_weight"], {}))
             s.append(("delta", "Add", ["@mix", "@null_mix"], {}))
             delta = "@delta"
         s += self.residual(h, delta, rows, width, base)
@@ -453,15 +474,15 @@ class _Emitter:
         one = self.ints(base, 1)
         s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]                                                                        # [dk, B]
-        s += [("qc", "MatMul", [self.init(f"{base}.wk_t", _f32(wk.T)), q], {}),                 # [c, B]
+        s += [("qc", "MatMul", [self.init(f"{base}.wk_t", self.floats(wk.T)), q], {}),                 # [c, B]
               ("qc.t", "Transpose", ["@qc"], {"perm": [1, 0]}),
               ("qc.b", "Unsqueeze", ["@qc.t", one], {}),                                        # [B, 1, c]
               ("scores", "MatMul", ["@qc.b", x], {}),                                           # [B, 1, n]
-              ("null_score", "MatMul", [self.init(f"{base}.null_key", _f32(op.null_key[None, :])), q], {}),
+              ("null_score", "MatMul", [self.init(f"{base}.null_key", self.floats(op.null_key[None, :])), q], {}),
               ("null_score.b", "Reshape", ["@null_score", self.ints(base, -1, 1, 1)], {})]      # [B, 1, 1]
         shift = None
         if np.any(op.bk != 0):
-            s += [("key_bias", "MatMul", [self.init(f"{base}.bk", _f32(op.bk[None, :])), q], {}),
+            s += [("key_bias", "MatMul", [self.init(f"{base}.bk", self.floats(op.bk[None, :])), q], {}),
                   ("key_bias.b", "Reshape", ["@key_bias", self.ints(base, -1, 1, 1)], {})]
             shift = "@key_bias.b"
         if op.mode == "hardmax":
@@ -473,10 +494,10 @@ class _Emitter:
                 best = "@best"
             s += [("null_wins", "GreaterOrEqual", ["@null_score.b", best], {}),
                   ("items_live", "GreaterOrEqual", [best, "@null_score.b"], {}),
-                  ("a0", "Cast", ["@null_wins"], {"to": TensorProto.FLOAT}),
-                  ("live", "Cast", ["@items_live"], {"to": TensorProto.FLOAT}),
+                  ("a0", "Cast", ["@null_wins"], {"to": self.elem}),
+                  ("live", "Cast", ["@items_live"], {"to": self.elem}),
                   ("argmax", "Equal", ["@scores", "@top"], {}),
-                  ("mask", "Cast", ["@argmax"], {"to": TensorProto.FLOAT}),
+                  ("mask", "Cast", ["@argmax"], {"to": self.elem}),
                   self.reduce("ties", "ReduceSum", "@mask", base, 2, 1),
                   ("n_items", "Mul", ["@ties", "@live"], {}),                                  # [B, 1, 1]
                   ("count", "Add", ["@n_items", "@a0"], {}),
@@ -493,7 +514,7 @@ class _Emitter:
                 logits = "@logits"
             two = self.ints(base, 2)
             s += [("all", "Concat", ["@null_score.b", logits], {"axis": 2}),
-                  ("scaled", "Mul", ["@all", self.init(f"{base}.beta", np.array(op.beta, np.float32))], {}),
+                  ("scaled", "Mul", ["@all", self.init(f"{base}.beta", self.scalar(op.beta))], {}),
                   ("weights", "Softmax", ["@scaled"], {"axis": 2}),
                   ("null_weight", "Slice", ["@weights", self.ints(base, 0), one, two], {}),
                   ("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), two], {}),
@@ -504,15 +525,15 @@ class _Emitter:
                   ("mix", "MatMul", [x, "@item_weights.t"], {}),                                  # [B, c, 1]
                   ("mix.fm", "Transpose", ["@mix"], {"perm": [1, 0, 2]}),                          # [c, B, 1]
                   ("mix.2d", "Reshape", ["@mix.fm", self.ints(base, len(cols), -1)], {}),         # [c, B]
-                  ("values", "MatMul", [self.init(f"{base}.wv", _f32(op.wv.dense()[rows][:, cols])), "@mix.2d"], {})]
+                  ("values", "MatMul", [self.init(f"{base}.wv", self.floats(op.wv.dense()[rows][:, cols])), "@mix.2d"], {})]
             parts.append("@values")
         if np.any(bv != 0):
             s += [("items.row", "Reshape", ["@items", self.ints(base, 1, -1)], {}),                 # [1, B]
-                  ("value_bias", "Mul", [self.init(f"{base}.bv", _f32(bv[:, None])), "@items.row"], {})]
+                  ("value_bias", "Mul", [self.init(f"{base}.bv", self.floats(bv[:, None])), "@items.row"], {})]
             parts.append("@value_bias")
         if np.any(nv != 0):
             s += [("null_weight.row", "Reshape", ["@null_weight", self.ints(base, 1, -1)], {}),
-                  ("null_mix", "Mul", [self.init(f"{base}.null_value", _f32(nv[:, None])), "@null_weight.row"], {})]
+                  ("null_mix", "Mul", [self.init(f"{base}.null_value", self.floats(nv[:, None])), "@null_weight.row"], {})]
             parts.append("@null_mix")
         if not parts:
             s.append(("identity", "Identity", [h], {}))
@@ -528,7 +549,7 @@ class _Emitter:
 
     def embed(self, op: Embed, out: list, tokens: str, base: str, final: str) -> None:
         zero, one = self.ints(base, 0), self.ints(base, 1)
-        table = self.init(f"{base}.table", _f32(op.table))
+        table = self.init(f"{base}.table", self.floats(op.table))
         steps = [("truncate", "Slice", [tokens, zero, self.ints(base, op.max_len), one], {}),   # [B, L]
                  ("shape", "Shape", ["@truncate"], {}),
                  ("length", "Gather", ["@shape", one], {"axis": 0})]
@@ -538,7 +559,7 @@ class _Emitter:
                       ("index.col", "Unsqueeze", ["@index", one], {})]                          # [L, 1]
             steps += self.binary_code(op.positions, "@index.col", base, "positions", rows=True)   # [L, w]
         else:
-            positions = self.init(f"{base}.positions", _f32(op.positions))
+            positions = self.init(f"{base}.positions", self.floats(op.positions))
             steps.append(("positions", "Slice", [positions, zero, "@length", zero], {}))          # [L, w]
         steps += [("lookup", "Gather", [table, "@truncate"], {"axis": 0}),                        # [B, L, w]
                   ("add", "Add", ["@lookup", "@positions"], {}),
@@ -553,12 +574,12 @@ class _Emitter:
         s = [(f"{step}.n", "Add", [n, self.init(f"{base}.{step}.offset", np.array(code.offset, np.int64))], {}),
              (f"{step}.shift", "Div", [f"@{step}.n", self.init(f"{base}.{step}.powers", code.powers())], {}),
              (f"{step}.bit", "Mod", [f"@{step}.shift", self.init(f"{base}.{step}.two", np.array(2, np.int64))], {}),
-             (f"{step}.float", "Cast", [f"@{step}.bit"], {"to": TensorProto.FLOAT})]          # [L, bits] | [bits]
+             (f"{step}.float", "Cast", [f"@{step}.bit"], {"to": self.elem})]          # [L, bits] | [bits]
         if rows:
-            s.append((step, "MatMul", [f"@{step}.float", self.init(f"{base}.{step}.place_t", _f32(place.T))], {}))
+            s.append((step, "MatMul", [f"@{step}.float", self.init(f"{base}.{step}.place_t", self.floats(place.T))], {}))
         else:
             s += [(f"{step}.col", "Unsqueeze", [f"@{step}.float", self.ints(base, 1)], {}),      # [bits, 1]
-                  (step, "MatMul", [self.init(f"{base}.{step}.place", _f32(place)), f"@{step}.col"], {})]
+                  (step, "MatMul", [self.init(f"{base}.{step}.place", self.floats(place)), f"@{step}.col"], {})]
         return s
 
     def body_graph_outputs(self, nodes: list, base: str, values: list[str]) -> list[str]:
@@ -582,7 +603,7 @@ class _Emitter:
             ("shape", "Shape", [mem], {}),
             ("batch", "Gather", ["@shape", self.ints(base, 2)], {"axis": 0}),
             ("x0.shape", "Concat", [self.ints(base, w0), "@batch"], {"axis": 0}),
-            ("x0", "Expand", [self.init(f"{base}.init", _f32(op.init[:, None])), "@x0.shape"], {}),
+            ("x0", "Expand", [self.init(f"{base}.init", self.floats(op.init[:, None])), "@x0.shape"], {}),
         ], op.cite, bare=False)
         batch = got["batch"]
         penv = self.net_ops(pro, out, {pro.inputs[0].name: got["x0"], pro.inputs[1].name: mem},
@@ -605,7 +626,7 @@ class _Emitter:
             empty.append(self.steps(out, f"{base}/history.{src}", None, [
                 ("shape", "Concat", [batch, self.ints(base, len(cols), 0)], {"axis": 0}),
                 ("empty", "ConstantOfShape", ["@shape"],
-                 {"value": helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])}),
+                 {"value": helper.make_tensor("value", self.elem, [1], [0.0])}),
             ], bare=False)["empty"])
         # the loop body
         it = self.values.fresh(f"{base}/iter")
@@ -616,28 +637,28 @@ class _Emitter:
         for src, cols in hists.items():
             v = self.values.fresh(f"{base}/history.{src}")
             ctx.histories[src], ctx.cols[src] = v, cols
-            hist_in.append(helper.make_tensor_value_info(v, TensorProto.FLOAT, [BATCH, len(cols), None]))
+            hist_in.append(helper.make_tensor_value_info(v, self.elem, [BATCH, len(cols), None]))
         nodes: list = []
         self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
         if isinstance(op.positions, BinaryPositions):  # β(i) = row i - 1 = the loop's iteration
             pos = self.binary_code(op.positions, it, base, "position", rows=False)
         else:
-            positions = self.init(f"{base}.positions", _f32(op.positions[:, :, None]))
+            positions = self.init(f"{base}.positions", self.floats(op.positions[:, :, None]))
             pos = [("position", "Gather", [positions, it], {"axis": 0})]                  # [w, 1]
         x = self.steps(nodes, base, None, pos + [("x", "Add", [o_prev, "@position"], {})], bare=False)["x"]
         benv = self.net_ops(body, nodes, {body.inputs[0].name: x, body.inputs[1].name: mem},
                             prefix=bprefix, ctx=ctx)
         new = [ctx.new_histories[src] for src in hists]
         o, tap, *new = self.body_graph_outputs(nodes, base, [benv[body.outputs[0]], benv[body.outputs[1]], *new])
-        hist_out = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [BATCH, len(c), None])
+        hist_out = [helper.make_tensor_value_info(v, self.elem, [BATCH, len(c), None])
                     for v, c in zip(new, hists.values())]
         graph = helper.make_graph(
             nodes, f"{base}/body",
             [helper.make_tensor_value_info(it, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond_in, TensorProto.BOOL, []),
-             _fm_info(o_prev, w), *hist_in],
-            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(o, w), *hist_out,
-             _fm_info(tap, tap_w)])
+             _fm_info(o_prev, w, self.elem), *hist_in],
+            [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), _fm_info(o, w, self.elem), *hist_out,
+             _fm_info(tap, tap_w, self.elem)])
         trips = self.init(f"{base}.steps", np.array(op.steps, dtype=np.int64))
         finals = [self.values.fresh(f"{base}/o.final")]
         finals += [self.values.fresh(f"{base}/history.{src}.final") for src in hists]
@@ -661,7 +682,7 @@ class _Emitter:
             self.steps(out, base, final, [
                 ("batch", "Shape", [ins[0]], {"start": 1}),
                 ("shape", "Concat", [self.ints(base, op.value.size), "@batch"], {"axis": 0}),
-                ("expand", "Expand", [self.init(f"{base}.value", _f32(op.value[:, None])), "@shape"], {}),
+                ("expand", "Expand", [self.init(f"{base}.value", self.floats(op.value[:, None])), "@shape"], {}),
             ], op.cite, bare=False)
         elif isinstance(op, StopGradient):
             self.steps(out, base, final, [("identity", "Identity", ins, {})])
@@ -806,28 +827,31 @@ _TO_BATCH_MAJOR = {"vector": [1, 0], "sequence": [2, 0, 1], "grids": [1, 0, 2, 3
 _TO_FEATURE_MAJOR = {"vector": [1, 0], "sequence": [1, 2, 0]}
 
 
-def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAULT_OPSET,
+            dtype: str = "float32") -> onnx.ModelProto:
     """Emit ``net`` as a self-contained ONNX model (see the module docstring).
 
     ``metadata`` (after ``net.metadata``, and ``tm2nn.version`` unless given) goes into
     ``metadata_props`` sorted by key; a value that is not a string is stored as JSON.
+    ``dtype`` (``"float32"`` or ``"float64"``) is the type of every float input, output,
+    weight and constant.
     """
     from tm2nn.gc_pause import gc_paused
 
     with gc_paused():  # tens of thousands of protobuf messages, no cycles
-        return _to_onnx(net, metadata, opset)
+        return _to_onnx(net, metadata, opset, dtype)
 
 
-def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int) -> onnx.ModelProto:
+def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int, dtype: str = "float32") -> onnx.ModelProto:
     _check_opset(opset)
     if len(set(net.outputs)) != len(net.outputs):
         raise NetIRError(f"net {net.name!r}: ONNX graph outputs must be distinct, got {list(net.outputs)}")
-    size = _weight_bytes(net)
+    size = _weight_bytes(net) * (2 if dtype == "float64" else 1)  # a bound: the int64 ones are counted twice
     if size > PROTO_MAX_BYTES:
         raise NetIRError(f"net {net.name!r}: the weights would take {size / 2**30:.2f} GiB, "
                          "more than one ONNX file can hold (2 GiB)")
     model = onnx.ModelProto()
-    em = _Emitter(opset, model)
+    em = _Emitter(opset, model, dtype)
     inputs = {p.name for p in net.inputs}
     for p in net.inputs:
         em.values.reserve(p.name)
@@ -866,11 +890,11 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int) -> onnx.Mode
     def io(name: str) -> onnx.ValueInfoProto:
         kind, width = net.kinds[name], len(net.spaces[name])
         if kind == "vector":
-            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, width])
+            return helper.make_tensor_value_info(name, em.elem, [BATCH, width])
         if kind == "grid":
-            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "height", "width"])
+            return helper.make_tensor_value_info(name, em.elem, [BATCH, "height", "width"])
         if kind == "grids":
-            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, "states", "height", "width"])
+            return helper.make_tensor_value_info(name, em.elem, [BATCH, "states", "height", "width"])
         if name in ports:
             length: str | int | None = f"{name}.length"
         else:
@@ -878,7 +902,7 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int) -> onnx.Mode
             length = op.steps + 1 if isinstance(op, Decode) else None
         if kind == "tokens":
             return helper.make_tensor_value_info(name, TensorProto.INT64, [BATCH, length])
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, length, width])
+        return helper.make_tensor_value_info(name, em.elem, [BATCH, length, width])
 
     graph = model.graph  # helper.make_graph's fields; the initializers are there already
     graph.node.extend(nodes)
@@ -1017,13 +1041,17 @@ def _run_session(sess, feed: dict):
     return interrupt.run_blocking(lambda: sess.run(None, feed, ro), lambda: setattr(ro, "terminate", True))
 
 
+#: numpy type of each onnxruntime input type (any other input is fed as float32)
+_INPUT_TYPES = {"tensor(int64)": np.int64, "tensor(double)": np.float64}
+
+
 def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
     """Run numpy arrays (one per graph input, in order, batch first: ``[n, width]``,
     ``[n, length, width]`` or token ids ``[n, length]``) through onnxruntime on the CPU,
     ``batch_size`` rows at a time (``model_or_path_or_bytes`` may be an
-    :func:`onnx_session`).  Each array is cast to its input's type (float32, or
-    int64 for token ids).  Returns a float32 array, or a tuple of them when the model has
-    several outputs."""
+    :func:`onnx_session`).  Each array is cast to its input's type (float32, float64 for a
+    model emitted in float64, or int64 for token ids).  Returns an array of the output's
+    type, or a tuple of them when the model has several outputs."""
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     src = model_or_path_or_bytes
@@ -1031,7 +1059,7 @@ def run_onnx(model_or_path_or_bytes, *arrays, batch_size: int = 4096):
     names = [i.name for i in sess.get_inputs()]
     if len(arrays) != len(names):
         raise TypeError(f"the model takes {len(names)} input(s) {names}, got {len(arrays)}")
-    types = [np.int64 if i.type == "tensor(int64)" else np.float32 for i in sess.get_inputs()]
+    types = [_INPUT_TYPES.get(i.type, np.float32) for i in sess.get_inputs()]
     arrs = [np.asarray(a, dtype=t) for a, t in zip(arrays, types)]
     lengths = {a.shape[0] if a.ndim else -1 for a in arrs}
     if len(lengths) > 1 or -1 in lengths:

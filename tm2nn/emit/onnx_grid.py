@@ -6,8 +6,8 @@ A grid is ``[batch, height, width]`` inside the graph as outside.  ``PatchMap`` 
 ``Shape``), ``Concat`` into ``[9, batch·height·width]`` (feature-major, so the body's
 ops are the vector ops), the body, then ``Reshape`` back to the grid's shape.
 ``MemoryGrid`` ``X``: ``X.weight`` ``[d_mem, d_in]`` times ``z`` broadcast over rows,
-then the ``ones`` columns (``Expand``) concatenated.  ``GridReadout`` ``X``: the column
-(``Gather`` axis 2), the first ``width`` columns (``Slice``) or all cells, the body on ``[1, n]``, ``ReduceSum`` per batch row.
+then the ``ones`` columns (``Expand``) concatenated, and the ``left`` constants before them.  ``GridReadout`` ``X``: the column
+(``Gather`` axis 2), ``width`` columns from ``start`` (``Slice``) or all cells, the body on ``[1, n]``, ``ReduceSum`` per batch row.
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ import numpy as np
 from tm2nn.nets.grid import PATCH_OFFSETS, GridReadout, MemoryGrid, PatchMap
 
 
-def _f32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
 def patch_map(em, op: PatchMap, out: list, x: str, base: str, final: str) -> None:
     zero, one = em.ints(base, 0), em.ints(base, 1)
-    steps = [("pad", "Pad", [x, em.ints(base, 0, 1, 1, 0, 1, 1), em.init(f"{base}.pad", np.array(op.pad, np.float32))],
+    steps = [("pad", "Pad", [x, em.ints(base, 0, 1, 1, 0, 1, 1), em.init(f"{base}.pad", em.scalar(op.pad))],
               {"mode": "constant"}),
              ("shape", "Shape", [x], {}),
              ("hw", "Slice", ["@shape", one, em.ints(base, 3)], {})]                          # [H, W]
@@ -46,13 +42,21 @@ def memory_grid(em, op: MemoryGrid, out: list, z: str, base: str, final: str) ->
     d_mem, _d_in = op.weight.shape
     steps = [("z", "Transpose", [z], {"perm": [1, 0]}),                                     # [B, d_in]
              ("z.rows", "Unsqueeze", ["@z", em.ints(base, 1)], {}),                          # [B, 1, d_in]
-             ("memory", "Mul", [em.init(f"{base}.weight", _f32(op.weight)), "@z.rows"], {})]  # [B, d_mem, d_in]
-    if op.ones:
+             ("memory", "Mul", [em.init(f"{base}.weight", em.floats(op.weight)), "@z.rows"], {})]  # [B, d_mem, d_in]
+    parts = ["@memory"]
+    if op.ones or op.frame:
         steps += [("shape", "Shape", [z], {}),
-                  ("batch", "Slice", ["@shape", em.ints(base, 1), em.ints(base, 2)], {}),
-                  ("ones.shape", "Concat", ["@batch", em.ints(base, d_mem, op.ones)], {"axis": 0}),
-                  ("ones", "Expand", [em.init(f"{base}.one", np.array(1.0, np.float32)), "@ones.shape"], {}),
-                  ("grid", "Concat", ["@memory", "@ones"], {"axis": 2})]
+                  ("batch", "Slice", ["@shape", em.ints(base, 1), em.ints(base, 2)], {})]
+    if op.frame:  # the learner's frame: constants left of W diag(z)
+        steps += [("left.shape", "Concat", ["@batch", em.ints(base, d_mem, op.frame)], {"axis": 0}),
+                  ("left", "Expand", [em.init(f"{base}.left", em.floats(op.left)), "@left.shape"], {})]
+        parts.insert(0, "@left")
+    if op.ones:
+        steps += [("ones.shape", "Concat", ["@batch", em.ints(base, d_mem, op.ones)], {"axis": 0}),
+                  ("ones", "Expand", [em.init(f"{base}.one", em.scalar(1.0)), "@ones.shape"], {})]
+        parts.append("@ones")
+    if len(parts) > 1:
+        steps.append(("grid", "Concat", parts, {"axis": 2}))
     em.steps(out, base, final, steps, op.cite, bare=False)
 
 
@@ -62,7 +66,8 @@ def grid_readout(em, op: GridReadout, out: list, x: str, base: str, final: str) 
     if op.column is not None:
         steps.append(("cells", "Gather", [x, em.init(f"{base}.column", np.array(op.column, np.int64))], {"axis": 2}))
     elif op.width is not None:
-        steps.append(("left", "Slice", [x, em.ints(base, 0), em.ints(base, op.width), em.ints(base, 2)], {}))
+        steps.append(("left", "Slice", [x, em.ints(base, op.start), em.ints(base, op.start + op.width),
+                                        em.ints(base, 2)], {}))
         steps.append(("cells", "Reshape", ["@left", em.ints(base, 0, -1)], {}))             # [B, h·width]
     else:
         steps.append(("cells", "Reshape", [x, em.ints(base, 0, -1)], {}))                    # [B, n]

@@ -559,6 +559,9 @@ class LoopModule(OpModule):
         self.body = NetModule(op.body, dtype)
         #: ``progress(i, trips)``, called about 100 times per run (for progress bars).
         self.progress = None
+        #: With grad enabled, run the trips in checkpointed segments of ~√trips
+        #: (:mod:`tm2nn.emit.torch_loop_grad`): exact gradients, ~2√trips trips stored.
+        self.checkpoint = False
 
     def extra_repr(self) -> str:
         return (f"trips={self.trips}" + (", scan=True" if self.scan else "")
@@ -568,12 +571,24 @@ class LoopModule(OpModule):
         return {"body": self.body.to_net()}
 
     def fm(self, x: torch.Tensor) -> torch.Tensor:
+        from tm2nn.emit.torch_loop_grad import FixedPointTail, run_checkpointed, tail_allowed
+
         states = [x] if self.scan else None
         every = max(1, self.trips // 100)
         body = self.body
+        tail = tail_allowed(body)
+        grad = torch.is_grad_enabled() and (x.requires_grad or not tail)
+        if grad and self.checkpoint and states is None:
+            return run_checkpointed(lambda t: _net_fm(body, (t,))[0], x, self.trips, self.until_fixed,
+                                    self.progress, tail=tail)
         for i in range(1, self.trips + 1):
             y = _net_fm(body, (x,))[0]
             fixed = self.until_fixed and torch.equal(y, x)
+            if fixed and grad and i < self.trips:  # the later trips' backward, exactly
+                if states is not None or not tail:
+                    fixed = False  # a scan, or a body with its own gradients: run every trip
+                else:
+                    y = FixedPointTail.apply(y, lambda t: _net_fm(body, (t,))[0], self.trips - i)
             x = y
             if states is not None:
                 states.append(x)

@@ -54,10 +54,13 @@ class MemoryGridModule(OpModule):
         self.ones = int(op.ones)
         self.trainable = bool(op.trainable)
         self.d_mem, self.d_in = op.weight.shape
+        self.frame = op.frame
         self._add_tensor("weight", op.weight, dtype, trainable=self.trainable)
+        if op.left is not None:
+            self._add_tensor("left", op.left, dtype)
 
     def extra_repr(self) -> str:
-        s = f"d_mem={self.d_mem}, d_in={self.d_in}, ones={self.ones}"
+        s = f"d_mem={self.d_mem}, d_in={self.d_in}, ones={self.ones}" + (f", frame={self.frame}" if self.frame else "")
         return self._repr(s + (", trainable=True" if self.trainable else ""))
 
     def _build(self):
@@ -67,22 +70,26 @@ class MemoryGridModule(OpModule):
         """Feature-major ``z`` ``[d_in, B]`` -> ``[B, d_mem, d_in + ones]``."""
         w = self._parameters["weight"] if self.trainable else self._runtime()
         g = w.unsqueeze(0) * z.t().unsqueeze(1)
+        if self.frame:
+            g = torch.cat([self.dense_tensor("left").unsqueeze(0).expand(g.shape[0], -1, -1).to(g.dtype), g], 2)
         if self.ones:
             g = torch.cat([g, g.new_ones(g.shape[0], g.shape[1], self.ones)], 2)
         return g
 
 
 class GridReadoutModule(OpModule):
-    """``Σ body(cell)`` over one column, the first ``width`` columns, or every cell."""
+    """``Σ body(cell)`` over one column, ``width`` columns from ``start``, or every cell."""
 
     def __init__(self, op: GridReadout, dtype: torch.dtype) -> None:
         super().__init__(op)
         self.column = op.column
         self.width = op.width
+        self.start = int(op.start)
         self.body = NetModule(op.body, dtype)
 
     def extra_repr(self) -> str:
-        return self._repr(f"column={self.column}" if self.width is None else f"width={self.width}")
+        return self._repr(f"column={self.column}" if self.width is None
+                          else f"width={self.width}" + (f", start={self.start}" if self.start else ""))
 
     def _nested(self) -> dict:
         return {"body": self.body.to_net()}
@@ -92,7 +99,7 @@ class GridReadoutModule(OpModule):
         if self.column is not None:
             cells = x[:, :, self.column]
         elif self.width is not None:
-            cells = x[:, :, :self.width].reshape(x.shape[0], -1)
+            cells = x[:, :, self.start:self.start + self.width].reshape(x.shape[0], -1)
         else:
             cells = x.reshape(x.shape[0], -1)
         b, n = cells.shape

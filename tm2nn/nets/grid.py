@@ -70,10 +70,13 @@ class MemoryGrid(Op):
     """Goel et al.'s memory layer, ``f_mem(z) = [W diag(z)  1_{d_mem × ones}]``: the
     vector ``z`` (``d_in``) becomes a ``d_mem × (d_in + ones)`` grid whose cell
     ``(a, b)`` is ``W[a, b] z[b]`` for ``b < d_in`` and 1 after.  ``W`` is the layer
-    Algorithm 1 trains (``trainable``: a torch Parameter)."""
+    Algorithm 1 trains (``trainable``: a torch Parameter).  ``left`` (``[d_mem, k]``
+    constants, or None) is written left of ``W diag(z)``: the learner's frame of edge
+    markers (docs/rcnn.md "The frame"), fixed like the ones."""
 
     weight: np.ndarray = None  # type: ignore[assignment]
     ones: int = 0
+    left: np.ndarray | None = None
     out: Space = None  # type: ignore[assignment]
     trainable: bool = True
     cite: str = ""
@@ -83,11 +86,18 @@ class MemoryGrid(Op):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "weight", np.asarray(self.weight, dtype=np.float64))
+        if self.left is not None:
+            object.__setattr__(self, "left", np.asarray(self.left, dtype=np.float64))
+
+    @property
+    def frame(self) -> int:
+        """Columns of constants left of ``W diag(z)``."""
+        return 0 if self.left is None else self.left.shape[1]
 
     @property
     def shape(self) -> tuple[int, int]:
         """The grid's (height, width)."""
-        return self.weight.shape[0], self.weight.shape[1] + self.ones
+        return self.weight.shape[0], self.frame + self.weight.shape[1] + self.ones
 
     def out_space(self, ins: list[Space]) -> Space:
         _check_cell(self.out, f"memory grid {self.name!r}")
@@ -95,23 +105,28 @@ class MemoryGrid(Op):
             raise NetIRError(f"memory grid {self.name!r}: W must be [d_mem, {len(ins[0])}]")
         if self.ones < 0:
             raise NetIRError(f"memory grid {self.name!r}: negative number of ones columns")
+        if self.left is not None and (self.left.ndim != 2 or self.left.shape[0] != self.weight.shape[0]
+                                      or not np.all(np.isfinite(self.left))):
+            raise NetIRError(f"memory grid {self.name!r}: the left columns must be finite, "
+                             f"[{self.weight.shape[0]}, k]")
         return self.out
 
     def tensors(self):
-        return {"weight": self.weight}
+        return {"weight": self.weight} if self.left is None else {"weight": self.weight, "left": self.left}
 
 
 @dataclass(frozen=True, eq=False)
 class GridReadout(Op):
-    """``Σ_cells body(x[cell])`` over column ``column`` of the grid, or over the first
-    ``width`` columns (the input region ``[:, :d_in]`` of Goel et al.'s learner, see
-    docs/rcnn.md "Learner mode"), or every cell when both are None: Goel et al.'s
-    ``sum(f_head(·_{:, d_in}))``, with ``body`` the pixel-wise head (a 1-dim vector to
-    the output space)."""
+    """``Σ_cells body(x[cell])`` over column ``column`` of the grid, or over the
+    ``width`` columns from ``start`` (the input region of Goel et al.'s learner, right of
+    its frame, see docs/rcnn.md "Learner mode"), or every cell when both are None: Goel
+    et al.'s ``sum(f_head(·_{:, d_in}))``, with ``body`` the pixel-wise head (a 1-dim
+    vector to the output space)."""
 
     body: "Net" = None  # type: ignore[assignment]
     column: int | None = None
     width: int | None = None
+    start: int = 0
     cite: str = ""
     kind: ClassVar[str] = "grid_readout"
 
@@ -129,4 +144,6 @@ class GridReadout(Op):
             raise NetIRError(f"grid readout {self.name!r}: give a column or a width, not both")
         if self.width is not None and self.width < 1:
             raise NetIRError(f"grid readout {self.name!r}: the width must be >= 1")
+        if self.start < 0 or (self.start and self.width is None):
+            raise NetIRError(f"grid readout {self.name!r}: a start column (>= 0) goes with a width")
         return b.spaces[b.outputs[0]]

@@ -205,5 +205,5 @@ def _trainable_tensor(op: Op, name: str) -> bool:
     if isinstance(op, Param):
         return True
     if isinstance(op, MemoryGrid):
-        return bool(op.trainable)
+        return bool(op.trainable) and name == "weight"  # its frame (``left``) is fixed
     return False

@@ -27,10 +27,13 @@ class GridModel:
         self.steps = int(enc_out["source_steps"])
         self.filter_steps = int(enc_out["filter_steps"])
         self.max_input = int(enc["max_input"])
+        #: the net's float type (float64 past float32's 12 digits, docs/rcnn.md): start grids are made in it
+        self.dtype = np.dtype(enc.get("dtype", "float32"))
 
     def batch(self) -> int:
         _top, _left, h, w = self.window
-        return max(1, BATCH_FLOATS // ((self.filter_steps + 1) * h * w))
+        per_input = (self.filter_steps + 1) * h * w * self.dtype.itemsize // 4  # in float32s
+        return max(1, BATCH_FLOATS // per_input)
 
     def grids(self, texts: list[str]) -> np.ndarray:
         from tm2nn.backends.rcnn.machine_io import start_grids
@@ -40,7 +43,7 @@ class GridModel:
         if long:
             raise OptionError(f"input {long[0]!r} is longer than the compiled bound of {self.max_input} cells "
                               "(compile with a larger {max_input})", "max_input")
-        return start_grids(self.chain, self.code, texts, self.window)
+        return start_grids(self.chain, self.code, texts, self.window, self.dtype)
 
     def decode(self, states: np.ndarray, text: str):
         from tm2nn.backends.rcnn.machine_io import decode_run

@@ -64,15 +64,16 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
     opts = BACKEND.options(steps=steps, max_input=max_input)  # validated in one place
     max_input = steps if max_input is None else int(max_input)
     est = estimate(m, steps, max_input)
-    from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32
+    from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32, MAX_DIGITS_FLOAT64, net_dtype
 
-    if est["code"].n_digits > MAX_DIGITS_FLOAT32:
-        # The emitted torch / ONNX nets are float32, where the filter's bumps are exact only
-        # for a grid g >= 2^-22 (docs/rcnn.md, "float32, with no rounding layer").
-        raise Tm2nnError(
-            f"refusing to compile: {m.name!r} lowers to {len(est['chain'].machine.states)} states "
-            f"(B.1.2 form), {est['code'].n_digits} base-3 digits per cell; the float32 filter is exact "
-            f"up to {MAX_DIGITS_FLOAT32} digits (257 states). Use another backend, or fewer states")
+    # The filter's bumps are exact in float32 up to 12 digits (257 states) and in float64 up
+    # to 30 (docs/rcnn.md, "float32, with no rounding layer"); the net runs in the narrower.
+    n_states, n_digits = len(est["chain"].machine.states), est["code"].n_digits
+    try:
+        dtype = net_dtype(n_digits)
+    except Tm2nnError as e:
+        raise Tm2nnError(f"refusing to compile: {m.name!r} lowers to {n_states:,} states (B.1.2 form), "
+                         f"{e.message}. Use another backend, or fewer states") from None
     if est["floats"] > MAX_GRID_FLOATS:
         _t, _l, h, w = est["window"]
         raise OptionError(
@@ -90,14 +91,20 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
               "window": list(est["window"]), "max_input": max_input, "pad": 1 / 6}
     enc_out = {"kind": "rcnn_trace", "source_steps": int(steps), "filter_steps": est["filter_steps"],
                "digits": code.n_digits}
+    options = {"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
+               "window": list(est["window"]), "states": len(chain.machine.states),
+               "digits": code.n_digits, "d_rc": filt.width}
+    extra = []
+    if dtype == "float64":  # float32 models keep their metadata (and files) as they were
+        enc_in["dtype"] = options["dtype"] = "float64"  # the ONNX inputs / the torch module
+        extra.append(("precision", f"float64: {n_digits} base-3 digits, more than float32's {MAX_DIGITS_FLOAT32} "
+                      f"(up to {MAX_DIGITS_FLOAT64})", "O(log s) bits (B.4)"))
     return Compiled(
         backend="rcnn", net=net, source=m, input_encoding=enc_in, output_encoding=enc_out,
         bounds=[*filt.bounds,
                 ("filter steps L", f"{est['filter_steps']:,} for T = {steps} source steps",
                  "L applications of one filter (Def. 5)"),
                 ("grid (rows x columns)", f"{est['window'][2]} x {est['window'][3]}",
-                 "every cell the head can reach (B.2 pads with p = 1/6)")],
-        options={"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
-                 "window": list(est["window"]), "states": len(chain.machine.states),
-                 "digits": code.n_digits, "d_rc": filt.width},
+                 "every cell the head can reach (B.2 pads with p = 1/6)"), *extra],
+        options=options,
     ).with_options(opts)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tm2nn.backends.base import Backend, Compiled, Learned
 from tm2nn.limits import SEED_MAX
 from tm2nn.options import option, validate
@@ -30,9 +32,33 @@ class LearnOptions:
     steps: int | None = option(None, "the learner's step bound t; L = t + 1 filter steps (default: the most "
                                "steps it takes on the training inputs)", metavar="t", low=1)
     work: int = option(1, "working columns right of the input (Definition 5 has L)", low=1)
+    target: str | None = option(None, "label the test points by a target and report the test error: "
+                                "parity:SECRET (e.g. parity:0,2 is y = x1*x3 on +-1 features, bit = (1 - x)/2) "
+                                "or const:B (B = 0: +1, 1: -1)", metavar="SPEC")
+    restarts: int = option(0, "Algorithm 1 as Corollary 2 runs it: draw the filter and head R times from U_s, "
+                           "train each, keep the best on --validation (0: the planted filter only)",
+                           metavar="R", low=0, high=100_000)
+    validation: str | None = option(None, "the validation set for --restarts (a CSV like the training set)",
+                                    metavar="CSV", data="csv")
+    offer_planted: bool = option(False, "with --restarts: add the planted filter as one more candidate, "
+                                 "labelled 'planted' (shows that selection finds a working filter)")
 
     def __post_init__(self):
         validate(self)
+        if self.restarts and self.validation is None:
+            from tm2nn.options import OptionError
+
+            raise OptionError("{restarts} needs {validation} (Corollary 2 selects on a validation set)",
+                              "restarts", "validation")
+
+
+def sign_target(spec: str, d: int):
+    """``--target`` for ±1 data: :func:`tm2nn.learners.targets.parse_target`'s function of
+    bits, with a feature or label ``x = (−1)^bit`` (so ``parity:S`` is ``∏_{i∈S} x_i``)."""
+    from tm2nn.learners.targets import parse_target
+
+    t = parse_target(spec, d)
+    return lambda xs: 1 - 2 * t((1 - np.asarray(xs, dtype=np.int64)) // 2).astype(np.int64)
 
 
 class RCNN(Backend):
@@ -101,22 +127,52 @@ class RCNN(Backend):
         from tm2nn.backends.rcnn.learner import run as learn_run
 
         X, Y = data["train"]
-        total = X.shape[0] + 1 + opts.test
+        if opts.restarts:
+            return self._restarts(ir, opts, X, Y, data["validation"], progress)
+        target = None if opts.target is None else sign_target(opts.target, X.shape[1])
+        m1, unit = X.shape[0] + 1, 100  # one bar: the m + 1 SGD steps, the net's steps, the interpreter
 
-        def cb(phase, done, _n):  # one bar: the m + 1 SGD steps, then the test points
-            progress(done if phase == "train" else X.shape[0] + 1 + done, total)
+        def cb(phase, done, n):
+            base, frac = {"train": (0, done / n), "test": (m1, done / n), "reference": (m1 + unit, done / n)}[phase]
+            progress(base + (int(frac * m1) if phase == "train" else int(frac * unit)), m1 + 2 * unit)
         rep = learn_run(ir, X, Y, test=opts.test, seed=opts.seed, steps=opts.steps, work=opts.work,
-                        progress=cb if progress else None)
+                        progress=cb if progress else None, target=target)
         ok = rep["memorized"] and rep["test_agreement"] == 1.0
         yes = "[green]yes[/]" if rep["memorized"] else "[red]no[/]"
         lines = [f"{rep['examples']} examples of {rep['features']} features, memorized: {yes}"]
-        lines += [f"  {k.replace('_', ' ')}: {rep[k]}" for k in ("steps", "filter_steps", "working_columns",
-                                                                  "max_w_error", "max_memorization_output",
-                                                                  "max_prediction_error")]
+        lines += [f"  {k.replace('_', ' ')}: {rep[k]}" for k in ("states", "d_rc", "grid", "steps", "filter_steps",
+                                                                  "working_columns", "max_w_error",
+                                                                  "max_memorization_output", "max_prediction_error",
+                                                                  "train_seconds", "test_seconds")]
         colour = "green" if ok else "red"
         lines.append(f"agreement with the interpreter on {opts.test} fresh points: "
                      f"[{colour}]{rep['test_agreement']:.4f}[/]")
-        return Learned({k: rep[k] for k in ("examples", "memorized", "test_agreement")}, ok, lines)
+        keys = ["examples", "memorized", "test_agreement"]
+        if target is not None:
+            keys.append("test_error")
+            lines.append(f"error against the target {opts.target} on the same points: {rep['test_error']:.4f}")
+        return Learned({k: rep[k] for k in keys}, ok, lines)
+
+    def _restarts(self, ir, opts: LearnOptions, X, Y, val, progress) -> Learned:
+        """Corollary 2 around Algorithm 1 (:func:`tm2nn.backends.rcnn.algorithm1.algorithm1`):
+        ``opts.restarts`` draws from U_s, each trained and scored on the validation set."""
+        from tm2nn.backends.rcnn.algorithm1 import algorithm1, format_report
+        from tm2nn.errors import Tm2nnError
+
+        Xv, Yv = val
+        if Xv.shape[1] != X.shape[1]:
+            raise Tm2nnError(f"the validation set has {Xv.shape[1]} features, the training set {X.shape[1]}",
+                             file=opts.validation)
+        rep = algorithm1(ir, X, Y, Xv, Yv, restarts=opts.restarts, seed=opts.seed,
+                         offer_planted=opts.offer_planted, steps=opts.steps, work=opts.work,
+                         progress=(lambda i, n: progress(i, n)) if progress else None)
+        ch = rep["chosen"]
+        ok = ch is not None and ch["memorized"] and ch["validation_error"] == 0.0
+        summary = {"examples": rep["examples"], "restarts": rep["restarts"],
+                   "chosen": None if ch is None else ch["label"],
+                   "validation_error": None if ch is None else ch["validation_error"],
+                   "log10_success_probability": rep["theorem1"]["log10_success_support"]}
+        return Learned(summary, ok, format_report(rep))
 
 
 BACKEND = RCNN()

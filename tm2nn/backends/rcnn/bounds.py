@@ -6,20 +6,24 @@ value of the analysed domain (:mod:`.reachable`):
 
 * bumps: centre ``4s + 9``, above ``4s + 8``, below ``4s + 6``, left ``4s + 4``, right
   ``4s + 5`` — ``20s + 32`` in all;
-* widths of ``V1…V5``: ``5``, ``80s + 128`` (four ReLUs per bump), ``20s + 34`` (bumps and
-  two ramps), ``8s + 18`` (units), ``1``; so ``d_rc = 80s + 128``;
+* widths of ``V1…V5``: ``6`` (the five cells, and the centre again for the ramps),
+  ``80s + 130`` (four ReLUs per bump, one per ramp), ``20s + 34`` (bumps and two ramps),
+  ``8s + 18`` (units), ``1``; so ``d_rc = 80s + 130``;
 * distinct weight values at most ``24s + 72`` (``4`` breakpoints for each of the ``4s + 10``
   cell values, ``8s + 18`` output values, and 14 small constants), nonzero parameters
   ``O(s)``; Definition 5's dense count is ``3·d_rc² + 14·d_rc + 1 = O(s²)``.
 
 **The paper's** (:func:`paper_bounds`): Algorithm 1 takes ``d_rc = 100s`` and
-``d_head = 100`` (``≈ 10⁴s²`` parameters); Lemma 5, applied as B.4 says ("with X = Y being
+``d_head = 100``; Definition 5's shapes at that width have ``3·d_rc² + 14·d_rc + 1``
+filter parameters (``≈ 3·10⁴s²``, not the ``10⁴s²`` of B's proof of Theorem 1) and
+``3·d_head + 1`` in the head; Lemma 5, applied as B.4 says ("with X = Y being
 all rational numbers with precision O(log s) in base 3"), has ``|X| = |X_i|^9`` patches for
 ``|X_i| = |V_s| + 1`` values per coordinate (``V_s`` the ``3^{D-1}`` codes, ``+1`` for ``p``),
 and widths ``d1 = 10·9·|X|``, ``d2 = 6·9·|X|``; Lemma 6 bounds the distinct values per
 matrix and Corollary 3 by ``24|X_i| + 5`` in all (B.4 quotes ``24·16·s + 5``).  We also give
 Lemma 5 and Corollary 3 evaluated on *our* domain (``|X|`` = reachable patches, ``|X_i|`` =
-reachable cell values).
+reachable cell values), and check every parameter against our ``U_s``
+(:mod:`.u_set`, Lemma 6 / Corollary 3 built from ``s`` alone).
 """
 
 from __future__ import annotations
@@ -37,9 +41,22 @@ from tm2nn.ir.machine import GridMachine, Rule
 
 def width_formula(s: int) -> dict:
     """The exact widths of :func:`~.filter_net.build_filter` for ``s`` states."""
-    return {"V1": 5, "V2": 80 * s + 128, "V3": 20 * s + 34, "V4": 8 * s + 18, "V5": 1,
-            "d_rc": 80 * s + 128, "bumps": 20 * s + 32, "cell_values": 4 * s + 10,
+    return {"V1": 6, "V2": 80 * s + 130, "V3": 20 * s + 34, "V4": 8 * s + 18, "V5": 1,
+            "d_rc": 80 * s + 130, "bumps": 20 * s + 32, "cell_values": 4 * s + 10,
             "distinct_values_max": 24 * s + 72}
+
+
+def def5_filter_params(d_rc: int) -> int:
+    """Goel et al., Definition 5 (biases as footnote 6): ``Θ_rc``'s parameters at width
+    ``d_rc`` — ``V1`` d_rc×9, ``V2…V4`` d_rc×d_rc, ``V5`` 1×d_rc, four ``d_rc`` biases and
+    one: ``3·d_rc² + 14·d_rc + 1``."""
+    return 9 * d_rc + 3 * d_rc * d_rc + d_rc + 4 * d_rc + 1
+
+
+def def5_head_params(d_head: int) -> int:
+    """Goel et al., Definition 5: ``Θ_head``'s parameters, ``U2`` d_head×1, ``U1``
+    1×d_head and their biases: ``3·d_head + 1``."""
+    return 3 * d_head + 1
 
 
 def filter_size(net: FilterNet) -> dict:
@@ -48,7 +65,7 @@ def filter_size(net: FilterNet) -> dict:
     layer too), and the float margins."""
     Ws, bs = net.weights, net.biases
     d = net.d_rc
-    dense = 9 * d + 3 * d * d + d + 4 * d + 1
+    dense = def5_filter_params(d)
     nonzero = sum(int(np.count_nonzero(W)) + int(np.count_nonzero(b)) for W, b in zip(Ws, bs))
     per_layer = []
     allv = []
@@ -82,7 +99,8 @@ def paper_bounds(s: int, reachable_patches: int | None = None,
     out = {
         "alg1_d_rc": 100 * s,
         "alg1_d_head": 100,
-        "alg1_params_approx": 10 ** 4 * s * s,
+        "alg1_params_filter": def5_filter_params(100 * s),
+        "alg1_params_head": def5_head_params(100),
         "lemma5_log10_X": log_x,
         "lemma5_log10_d1": math.log10(10 * 9) + log_x,
         "lemma5_log10_d2": math.log10(6 * 9) + log_x,
@@ -101,13 +119,18 @@ def paper_bounds(s: int, reachable_patches: int | None = None,
 
 def size_report(net: FilterNet, reachable_patches: int | None = None) -> dict:
     """``tm2nn info`` for the filter: our sizes next to the paper's bounds, and the head."""
+    from tm2nn.backends.rcnn.u_set import membership
+
     cells = 4 * net.n_states + 10
     head = build_head()
+    u = membership(net, head)
     return {
         "ours": filter_size(net),
         "formula": width_formula(net.n_states),
         "paper": paper_bounds(net.n_states, reachable_patches, cells),
         "head": {"d_head": head.d_head, "paper_d_head": 100, "relus_b3": 6},
+        "u_set": {"all_in": u["all_in"], "size": u["size"], "cor3_bound": u["cor3_bound"],
+                  "missing": sorted(u["missing"])},
     }
 
 
@@ -157,14 +180,19 @@ def bounds_rows(rep: dict) -> list[tuple[str, str, str]]:
          + (f"; on our domain: d1 {p['lemma5_on_domain_d1']:,}, d2 {p['lemma5_on_domain_d2']:,}"
             if "lemma5_on_domain_d1" in p else "")),
         ("parameters, Def. 5 dense shapes", f"{o['params_dense']:,}",
-         f"~{p['alg1_params_approx']:,} (Alg. 1: d_rc = 100s)"),
+         f"{p['alg1_params_filter']:,} (Def. 5 at Alg. 1's d_rc = 100s: 3d²+14d+1; "
+         f"+ {p['alg1_params_head']} in f_head at d_head = 100)"),
         ("parameters, nonzero", f"{o['params_nonzero']:,}", ""),
         ("distinct weight values, all layers", f"{o['distinct_values']:,}",
          f"Cor. 3: ≤ 24|𝒳_i|+5 = {p['cor3_U']:,} (B.4 quotes 24·16s+5 = {p['b4_quoted_U']:,});"
          f" on our domain {p['cor3_U_on_domain']:,}"),
+        ("every weight and bias in U_s (Lemma 6, Cor. 3)",
+         ("all in U_s: yes" if rep["u_set"]["all_in"] else
+          f"all in U_s: NO ({', '.join(rep['u_set']['missing'])})") + f", |U_s| = {rep['u_set']['size']:,}",
+         f"bound 24|𝒳_i|+5 = {rep['u_set']['cor3_bound']:,}"),
         ("distinct values per layer V1..V5", " / ".join(str(x) for x in o["distinct_values_per_layer"]),
          f"Lemma 6: {lemma6}"),
         ("f_head width d_head (B.2)", f"{h['d_head']}", f"{h['paper_d_head']} (Alg. 1)"),
-        ("input tolerance (float32-exact bumps)", f"{o['input_tolerance']:.3g}", ""),
+        ("input tolerance (1.5 g, exact bumps)", f"{o['input_tolerance']:.3g}", ""),
     ]
     return rows

@@ -15,12 +15,17 @@ indicators ``ψ``, so the widths grow with the number of reachable cell values, 
 
 **Layers** (Definition 5's factorisation, kept as five affine maps):
 
-* ``V1`` (5×9): copy the five cells B.2 reads and add ``K = 2`` (see float32 below);
+* ``V1`` (6×9): copy the five cells B.2 reads and add ``K = 2`` (see float32 below), and
+  the centre once more for the ramps;
 * ``V2`` + σ: four ReLUs per bump ``(position, value v)``: ``σ(z − a1)``, ``σ(z − a2)``,
-  ``σ(a3 − z)``, ``σ(a4 − z)`` at ``a = c_v + K + (−4g, −2g, 2g, 4g)``;
+  ``σ(a3 − z)``, ``σ(a4 − z)`` at ``a = c_v + K + (−4g, −2g, 2g, 4g)``, and one
+  ``σ(a3 − z')`` per ramp on the centre's copy ``z'``;
 * ``V3``: the bumps ``ψ = (σ1 − σ2 + σ4 − σ3)/2g − 1`` (1 on ``[c_v − 2g, c_v + 2g]``, 0
   outside ``(c_v − 4g, c_v + 4g)``, slope 0 on both), and for the two slope-1 cases a
-  ramp ``R = 4g − σ3`` (``x − c_v + 2g`` on the plateau, never above 4g);
+  ramp ``R = 4g − σ(a3 − z')`` (``x − c_v + 2g`` on the plateau, never above 4g).  The
+  ramp has its own units so that backward computes its slope 1 exactly (the bumps'
+  ``±1/2g`` terms cancel among themselves, and nothing is added to them): Lemma 4's SGD
+  step then writes W bit for bit at every digit count, not only where ``1/2g`` is small;
 * ``V4`` + σ: the units — an indicator ``σ(Σ ψ − (n − 1))`` per term, and for a term
   whose Jacobian is 1 in ``x00`` a second unit ``σ(R + Σ ψ − n)`` that equals ``R`` when
   the term holds and 0 otherwise;
@@ -42,8 +47,18 @@ from one side only and cancel exactly.  So every ``ψ`` is exactly 0 or 1 in flo
 every unit is exactly 0/1 (or the exact ramp), and the output is the float sum of at most
 three of ``V5``'s values: error ≲ 2 ulp, against an input tolerance of ``1.5g``.  Nothing
 accumulates over steps (slope 0 everywhere but the memory phase, whose pass-through is
-exact after the first rounding).  Needs ``g ≥ 2^{-22}``: ``D ≤ 12`` (at most 257 states);
-float64 to ``D ≤ 33``.  No rounding layer is needed.
+exact after the first rounding).  Needs ``g ≥ 2^{-22}``: ``D ≤ 12`` (at most 257 states).
+No rounding layer is needed.
+
+**float64**, by the same argument with 53-bit significands: the shifted inputs and every
+breakpoint lie in [1, 4), where float64 numbers are the multiples of ``2^{-52}`` (below 2)
+and ``2^{-51}`` (above), so the breakpoints are float64 numbers when ``g ≥ 2^{-51}``, and
+``z − a`` (a multiple of ``2^{-52}`` below 2 in size) is exact.  ``g = 2^{⌊log2(h/16)⌋}``
+is at least ``2^{-51}`` while ``3^{D-1} ≤ 2^{47}``: ``D ≤ 30`` (26 state digits, at most
+``2^{26} + 1 = 67 108 865`` states).  :func:`max_digits` derives both limits from the
+dtype's epsilon (``g ≥ 2·eps``), and :func:`net_dtype` picks the narrower dtype that is
+exact for a digit count (the paper needs O(log s) bits; float32 is our choice, not its
+limit).
 """
 
 from __future__ import annotations
@@ -71,6 +86,38 @@ K_SHIFT = 2.0
 VEC_INDEX = {"c": 4, "u": 1, "d": 7, "l": 3, "r": 5}
 #: Most digits for which the bump breakpoints are float32 numbers (g ≥ 2^-22).
 MAX_DIGITS_FLOAT32 = 12
+#: Most digits for which the bump breakpoints are float64 numbers (g ≥ 2^-51).
+MAX_DIGITS_FLOAT64 = 30
+#: The filter's exact range by dtype (:func:`max_digits` derives these).
+MAX_DIGITS = {np.dtype(np.float32): MAX_DIGITS_FLOAT32, np.dtype(np.float64): MAX_DIGITS_FLOAT64}
+
+
+def max_digits(dtype) -> int:
+    """The most base-3 digits (B.1.1) for which Definition 5's filter of Goel et al. (B.2,
+    built by :func:`build_filter`) is exact in ``dtype``: the largest ``D`` whose bump grid
+    ``g`` (:func:`bump_grid`) is at least the spacing of ``dtype``'s numbers in [2, 4)
+    (``2·eps``), where ``V1``'s shift ``K = 2`` puts the inputs and breakpoints (module
+    docstring).  12 for float32, 30 for float64."""
+    step = 2.0 * float(np.finfo(np.dtype(dtype)).eps)
+    d = 1
+    while bump_grid(d + 1) >= step:
+        d += 1
+    return d
+
+
+def net_dtype(n_digits: int) -> str:
+    """The dtype the emitted net computes in for ``n_digits`` B.1.1 digits (Goel et al.,
+    B.1.1/B.2): ``"float32"`` up to :data:`MAX_DIGITS_FLOAT32`, ``"float64"`` up to
+    :data:`MAX_DIGITS_FLOAT64`.  Beyond that no float type we emit carries the filter's
+    bumps exactly: a :class:`Tm2nnError` names the digit count and the limits."""
+    if n_digits <= MAX_DIGITS_FLOAT32:
+        return "float32"
+    if n_digits <= MAX_DIGITS_FLOAT64:
+        return "float64"
+    raise Tm2nnError(f"{n_digits} base-3 digits per cell: the filter is exact in float64 up to "
+                     f"{MAX_DIGITS_FLOAT64} digits (bump grid g >= 2^-51, at most "
+                     f"{2 ** (MAX_DIGITS_FLOAT64 - 4) + 1:,} states) and in float32 up to "
+                     f"{MAX_DIGITS_FLOAT32} ({2 ** (MAX_DIGITS_FLOAT32 - 4) + 1} states)")
 
 
 @dataclass(frozen=True)
@@ -147,9 +194,14 @@ class FilterNet:
         h = np.asarray(x, dtype=dtype)
         if h.ndim != 2 or h.shape[1] != 9:
             raise Tm2nnError(f"the filter reads vec(z) [N, 9], got {h.shape}")
-        if h.dtype == np.float32 and self.n_digits > MAX_DIGITS_FLOAT32:
-            raise Tm2nnError(f"{self.n_digits} base-3 digits: the filter is exact in float32 "
-                             f"up to {MAX_DIGITS_FLOAT32} digits (bump grid g >= 2^-22); use float64")
+        limit = MAX_DIGITS.get(h.dtype)
+        if limit is None:
+            raise Tm2nnError(f"the filter computes in float32 or float64, not {h.dtype}")
+        if self.n_digits > limit:
+            grid = "2^-22" if h.dtype == np.float32 else "2^-51"
+            hint = "; use float64" if self.n_digits <= MAX_DIGITS_FLOAT64 else ""
+            raise Tm2nnError(f"{self.n_digits} base-3 digits: the filter is exact in {h.dtype} "
+                             f"up to {limit} digits (bump grid g >= {grid}){hint}")
         out = []
         for i, (W, b) in enumerate(zip(self.weights, self.biases)):
             cols, vals = self._ell[i]
@@ -275,8 +327,9 @@ def build_filter(table: MachineTable) -> FilterNet:
     """Goel et al., Definition 5 / B.2 / Lemma 5 (over the decomposition): the filter
     network for ``table``'s machine (module docstring)."""
     D = table.n_digits
-    if D > 33:
-        raise Tm2nnError(f"{D} base-3 digits: the bumps need D ≤ 33 even in float64")
+    if D > MAX_DIGITS_FLOAT64:
+        raise Tm2nnError(f"{D} base-3 digits: the bumps are exact up to D = {MAX_DIGITS_FLOAT64}, "
+                         "even in float64 (bump grid g >= 2^-51)")
     classes = cell_classes(table.code)
     units = filter_units(classes, table)
     g = bump_grid(D)
@@ -301,16 +354,22 @@ def build_filter(table: MachineTable) -> FilterNet:
     def center(v: int) -> float:
         return float(np.round(value(v) / g) * g)
 
-    # V1: copy the five cells, + K
-    V1 = np.zeros((5, 9))
+    # V1: copy the five cells, + K; and the centre once more, for the ramps alone (below)
+    V1 = np.zeros((6, 9))
     for i, p in enumerate(pos_names):
         V1[i, VEC_INDEX[p]] = 1.0
-    b1 = np.full(5, K_SHIFT)
-    lab1 = tuple(f"in:{p}+K" for p in pos_names)
+    V1[5, VEC_INDEX["c"]] = 1.0
+    b1 = np.full(6, K_SHIFT)
+    lab1 = tuple(f"in:{p}+K" for p in pos_names) + ("in:c+K:ramp",)
 
-    # V2: four ReLUs per bump
-    n1 = 4 * len(bumps)
-    V2 = np.zeros((n1, 5))
+    # V2: four ReLUs per bump, then one σ(c_v + 2g + K − z) per ramp on its own copy of
+    # the centre.  A ramp sharing its bump's σ3 (the same function) would make backward
+    # add the ramp's gradient v to the bump's ±v/2g terms: rounded, so the memory
+    # pass-through's slope 1 would not be exactly 1 in floating point (Lemma 4's SGD step
+    # would miss W by ~ulp(1/2g)).  Apart, the bumps' terms cancel exactly (one magnitude)
+    # and the ramp's gradient reaches the centre unrounded.
+    n1 = 4 * len(bumps) + len(ramps)
+    V2 = np.zeros((n1, 6))
     b2 = np.zeros(n1)
     lab2 = []
     offs = (-4 * g, -2 * g, 2 * g, 4 * g)
@@ -321,6 +380,10 @@ def build_filter(table: MachineTable) -> FilterNet:
             V2[4 * j + k, pos_names.index(p)] = sides[k]
             b2[4 * j + k] = -sides[k] * (c + offs[k])
             lab2.append(f"relu:{p}={classes.name(v)}@{('-4g', '-2g', '+2g', '+4g')[k]}")
+    for i, v in enumerate(ramps):
+        V2[4 * len(bumps) + i, 5] = -1.0
+        b2[4 * len(bumps) + i] = center(v) + K_SHIFT + 2 * g
+        lab2.append(f"relu:ramp:c={classes.name(v)}@+2g")
 
     # V3: bumps, then ramps
     n2 = len(bumps) + len(ramps)
@@ -333,8 +396,7 @@ def build_filter(table: MachineTable) -> FilterNet:
         b3[j] = -1.0
         lab3.append(f"ind:{p}={classes.name(v)}")
     for i, v in enumerate(ramps):
-        j = bump_index[("c", v)]
-        V3[len(bumps) + i, 4 * j + 2] = -1.0
+        V3[len(bumps) + i, 4 * len(bumps) + i] = -1.0
         b3[len(bumps) + i] = 4 * g
         lab3.append(f"ramp:c={classes.name(v)}")
 

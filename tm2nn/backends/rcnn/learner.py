@@ -22,7 +22,7 @@ import torch
 
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.head import build_head
-from tm2nn.backends.rcnn.learner_form import Shape
+from tm2nn.backends.rcnn.learner_form import Shape, frame_values
 from tm2nn.nets import (
     Affine,
     GridReadout,
@@ -55,19 +55,30 @@ def head_body() -> Net:
     ), ("U1",))
 
 
-def learner_net(filter_body: Net, shape: Shape, depth: int, name: str = "rcnn_learner") -> Net:
+def depth_for(steps: int, m: int) -> int:
+    """Algorithm 1's number of filter steps ``L`` for a ``steps``-step learner on ``m``
+    examples: ``t + 1`` (B.2's case 3 places the head one step after memorization ends,
+    then the machine runs ``t`` steps), and at least ``m + 1`` (Lemma 3 fills its band)."""
+    return max(steps + 1, m + 1)
+
+
+def learner_net(filter_body: Net, shape: Shape, depth: int, name: str = "rcnn_learner",
+                head: Net | None = None) -> Net:
     """Goel et al., Definition 5 and Algorithm 1: ``f(z) = Σ f_head(f_Conv2D^{(L)}(f_mem(z)))``
-    over the input region, with ``W`` (``(m+1) × (d+1)``) zero and trainable,
-    ``shape.work`` columns of ones, ``L = depth`` applications of the shared filter.
-    Outputs ``("prediction", "grid")``: ``ŷ`` and the last grid."""
+    over the input region, with ``W`` (``(m+1) × (d+1)``) zero and trainable, the frame
+    of edge markers left of it (:func:`~.learner_form.frame_values`, our departure: B.1.2's
+    "markers", docs/rcnn.md "The frame"), ``shape.work`` columns of ones, ``L = depth``
+    applications of the shared filter.  Outputs ``("prediction", "grid")``: ``ŷ`` and the
+    last grid."""
     z = Space(tuple(f"z:x{b}" for b in range(shape.d)) + ("z:1",))
     step = Net("rc_layer", (Port("g", CELL, kind="grid"),),
                (PatchMap("filter", ("g",), body=filter_body, pad=PAD, cite=CITE_FILTER),), ("filter",))
     return Net(name, (Port("z", z),), (
         MemoryGrid("memory", ("z",), weight=np.zeros((shape.rows, shape.d + 1)), ones=shape.work, out=CELL,
-                   trainable=True, cite=CITE_MEM),
-        Loop("grid", ("memory",), body=step, trips=depth),
-        GridReadout("prediction", ("grid",), body=head_body(), width=shape.d + 1, cite=CITE_HEAD),
+                   left=frame_values(shape.rows), trainable=True, cite=CITE_MEM),
+        Loop("grid", ("memory",), body=step, trips=depth, until_fixed=True),
+        GridReadout("prediction", ("grid",), body=head_body() if head is None else head, width=shape.d + 1,
+                    start=shape.left, cite=CITE_HEAD),
     ), ("prediction", "grid"))
 
 
@@ -92,20 +103,44 @@ class Trained:
     depth: int
     dtype: torch.dtype
     memorized: bool
+    width: int = 0                                          # the filter's widest layer (d_rc)
     w_error: list[float] = field(default_factory=list)     # max |W − fl(Lemma 4's W)| after each step
     outputs: list[float] = field(default_factory=list)     # ŷ at each memorization step
+    grad_exact: list[bool] = field(default_factory=list)   # SGD's gradient == Lemma 4's, bit for bit
+    step_exact: list[bool] = field(default_factory=list)   # W after the step == W − η·that gradient
 
-    def predict(self, xs: np.ndarray) -> np.ndarray:
+    def predict(self, xs: np.ndarray, progress=None, engine: str = "lookup") -> np.ndarray:
         """``ŷ`` for test points ``xs`` ``[n, d]`` (±1): B.3's read-out, ±1 when the learner
-        ran to its halting position."""
-        z = np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1)
+        ran to its halting position.  ``engine="lookup"`` runs the filter loop with
+        :class:`~.lookup_engine.LookupEngine` (the module's own filter, memoised; the same
+        function, tested bit for bit) and falls back to the module when the grid is not a
+        B.1.1 code; ``"module"`` runs the emitted module.  ``progress(i, trips)``."""
+        from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
+
+        z = torch.tensor(np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1), dtype=self.dtype)
+        mod = self.module
         with torch.no_grad():
-            y, _grid = self.module(torch.tensor(z, dtype=self.dtype))
-        return y[:, 0].numpy().astype(np.float64)
+            if engine == "lookup" and len(xs):
+                try:
+                    first = mod.op("memory")(z).to(torch.float64).numpy()
+                    eng = LookupEngine(mod.op("grid").body.op("filter"), self.depth, self.dtype)
+                    last, _trips = eng.run(first, progress)
+                    y = mod.op("prediction")(torch.as_tensor(last, dtype=self.dtype))
+                    return y[:, 0].to(torch.float64).numpy()
+                except Degenerate:
+                    pass
+            out = []
+            for s in range(0, len(xs), PREDICT_BATCH):
+                y, _grid = mod(z[s:s + PREDICT_BATCH])
+                out.append(y[:, 0].to(torch.float64).numpy())
+                if progress is not None:
+                    progress(min(s + PREDICT_BATCH, len(xs)), len(xs))
+            return np.concatenate(out) if out else np.zeros(0)
 
 
-#: Refuse a training step whose backward pass would keep more floats than this.
-MAX_TRAIN_FLOATS = 250_000_000
+#: Refuse a training step whose backward pass would keep more floats than this (8 GB of
+#: float64); the memory limit (``--max-memory``, :func:`tm2nn.limits.check_memory`) too.
+MAX_TRAIN_FLOATS = 1_000_000_000
 
 
 def output_tolerance(dtype, cells: int) -> float:
@@ -116,31 +151,47 @@ def output_tolerance(dtype, cells: int) -> float:
 
 
 def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch.float32,
-          progress=None) -> Trained:
+          progress=None, filter_body: Net | None = None, head_body: Net | None = None) -> Trained:
     """Goel et al., Algorithm 1 with the construction's Θ_rc and Θ_head (B.2, B.3): SGD on
     W only (``torch.optim.SGD``, lr = 1/54, one example per step, loss ``½(y − ŷ)²``) over
     the ``m`` examples then the dummy ``(1_d, 1)``, from ``W = 0``.  After each step it
-    checks Lemma 4 exactly: W equals, bit for bit, the float (of ``dtype``) nearest to
-    Lemma 4's W (rows ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the examples seen, 0 after), and the output
-    during the step was 0 (to :func:`output_tolerance`).  ``progress(i, m + 1)`` after
-    each step."""
+    checks Lemma 4 exactly: the gradient autograd computed through all ``L`` filter steps
+    equals, bit for bit, Lemma 4's ``−18·(y − ŷ)·1[a = τ]·z`` at the net's ``ŷ`` (in
+    ``dtype``), the step wrote ``W − η`` times it, the output was 0 (to
+    :func:`output_tolerance`), and so W is Lemma 4's (rows ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the
+    examples seen, 0 after) up to ``|ŷ|/3`` (docs/rcnn.md decision 9: ``ŷ`` is
+    ``Σ f̄_head`` at the float nearest −1/9, not exactly 0).  ``progress(i, m + 1)`` after
+    each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
+    (Algorithm 1's random draws, :mod:`.algorithm1`)."""
     from tm2nn.backends.rcnn.encoding import cell_code
     from tm2nn.emit import to_torch
+    from tm2nn.emit.torch_loop_grad import segment_length
 
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
     shape = Shape(m, d, work)
     filt = filter_for(g, cell_code(g))
-    # backward keeps every layer's hidden units: about 1.4 d_rc floats per cell and layer
-    floats = int(1.4 * filt.width) * shape.rows * shape.cols * depth
+    body = filt.body if filter_body is None else filter_body
+    # Backward keeps the hidden units (about 1.4 d_rc floats per cell) of the trips it
+    # stores: with checkpointed segments of ~√L trips (tm2nn.emit.torch_loop_grad), one
+    # segment being recomputed plus one input grid per segment, at most ~2√L trips.
+    width = max(len(body.spaces[o.name]) for o in body.nodes)
+    seg = segment_length(depth)
+    floats = int(1.4 * width) * shape.rows * shape.cols * (seg + 1) + shape.rows * shape.cols * (depth // seg + 1)
+    from tm2nn.limits import check_memory
+
+    check_memory(floats * torch.finfo(dtype).bits // 8, f"training: {depth} filter steps on a {shape.rows}x"
+                 f"{shape.cols} grid, checkpointed in segments of {seg} steps", ("steps", "work"))
     if floats > MAX_TRAIN_FLOATS:
         from tm2nn.options import OptionError
 
         raise OptionError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
-                          f"about {floats:,} floats for the backward pass (limit {MAX_TRAIN_FLOATS:,}); "
-                          "lower {steps} or {work}, or use fewer examples", "steps", "work")
-    module = to_torch(learner_net(filt.body, shape, depth, g.name), dtype=dtype)
+                          f"about {floats:,} floats for the backward pass (checkpointed in segments of {seg} "
+                          f"steps; limit {MAX_TRAIN_FLOATS:,}); lower {{steps}} or {{work}}, or use fewer "
+                          "examples", "steps", "work")
+    module = to_torch(learner_net(body, shape, depth, g.name, head=head_body), dtype=dtype)
+    module.op("grid").checkpoint = True
     params = [p for p in module.parameters() if p.requires_grad]  # the rest is frozen
     assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
     W = params[0]
@@ -148,19 +199,27 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     Xd = np.concatenate([X, np.ones((1, d), dtype=np.int64)], 0)
     Yd = np.append(Y, 1)
     out_tol = output_tolerance(dtype, shape.rows * (d + 1))
-    res = Trained(module, shape, depth, dtype, memorized=True)
+    res = Trained(module, shape, depth, dtype, memorized=True, width=width)
     for i in range(m + 1):
         z = torch.tensor(np.append(Xd[i], 1)[None, :], dtype=dtype)
         opt.zero_grad()
         y_hat, _grid = module(z)
         loss = 0.5 * (float(Yd[i]) - y_hat[0, 0]) ** 2
         loss.backward()
+        # Lemma 4's gradient, −18·(y − ŷ)·1[a = τ]·z, at the net's ŷ, in the run's dtype
+        grad = torch.zeros_like(W)
+        grad[i] = ((y_hat.detach()[0, 0] - float(Yd[i])) * 18.0) * z[0]
+        res.grad_exact.append(bool(torch.equal(W.grad, grad)))
+        before = W.detach().clone()
         opt.step()
+        res.step_exact.append(bool(torch.equal(W.detach(), before.add_(grad, alpha=-ETA))))
         want = torch.tensor(lemma4_target(X, Y, i + 1)).to(dtype)
         err = float((W.detach() - want).abs().max())
         res.w_error.append(err)
         res.outputs.append(float(y_hat.detach()[0, 0]))
-        if err != 0.0 or abs(res.outputs[-1]) > out_tol:
+        # W is then Lemma 4's y·[x, 1]/3 up to ŷ's rounding: |ΔW| ≤ η·18·|ŷ| + an ulp of 1/3
+        bound = abs(res.outputs[-1]) / 3 + 2 * float(torch.finfo(dtype).eps)
+        if not (res.grad_exact[-1] and res.step_exact[-1]) or err > bound or abs(res.outputs[-1]) > out_tol:
             res.memorized = False
         if progress is not None:
             progress(i + 1, m + 1)
@@ -199,56 +258,69 @@ def step_bound(g, X: np.ndarray, Y: np.ndarray, shape: Shape) -> int:
 
 
 def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, steps: int | None = None,
-        work: int | None = None, dtype=torch.float64, progress=None) -> dict:
+        work: int | None = None, dtype=torch.float64, progress=None, target=None) -> dict:
     """Learner mode end to end (docs/rcnn.md "Learner mode"): check the learner's form,
     choose ``L = t + 1`` filter steps (the head is placed by B.2's case 3 one step after
     memorization ends, then the machine runs ``t`` steps) and ``work`` working columns
     (default 1: B.2's case 3 needs one, Definition 5's ``1_{d_mem × l}`` is the most a
     ``t``-step machine can reach, and a run that leaves the grid is refused), train by Algorithm 1
     (:func:`learn`), then compare the trained net's prediction with the interpreter's
-    ``A(S)[x]`` on ``test`` fresh points (uniform ±1, numpy ``seed``).
-    ``progress(phase, done, total)`` reports ``"train"`` and ``"test"``.  The report's
-    keys starting with ``_`` hold objects for callers (the :class:`Trained` model, the test
-    points, the interpreter's and the net's answers), not for JSON."""
+    ``A(S)[x]`` on ``test`` fresh points (uniform ±1, numpy ``seed``) and, when
+    ``target`` (``xs [n, d] -> ±1 [n]``) labels them, count its errors against it.
+    ``progress(phase, done, total)`` reports ``"train"`` (SGD steps), ``"test"`` (the
+    net's filter steps on the test points) and ``"reference"`` (the interpreter's runs).
+    The report's keys starting with ``_`` hold objects for callers (the :class:`Trained`
+    model, the test points, the interpreter's and the net's answers), not for JSON."""
+    import time
+
     from tm2nn.backends.rcnn.learner_form import check_learner_form, reference_answer
+    from tm2nn.options import OptionError
 
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
+    if m < 1:
+        raise OptionError("Algorithm 1 needs at least one training example", "train")
     if steps is None:
         steps = step_bound(g, X, Y, Shape(m, d, 0))
     if steps < 1:
-        from tm2nn.options import OptionError
-
         raise OptionError("{steps} must be >= 1", "steps")
-    depth = max(steps + 1, m + 1)  # Lemma 3 needs m + 1 layers to fill the band
+    depth = depth_for(steps, m)
     work = 1 if work is None else int(work)
     if work < 1:
-        from tm2nn.options import OptionError
-
         raise OptionError("{work} must be >= 1 (B.2's case 3 places the head beside a working cell)", "work")
     shape = Shape(m, d, work)
     rng = np.random.default_rng(seed)
     from tm2nn.limits import check_memory
 
-    check_memory(test * (d + 2) * 8, f"{test:,} test points of {d} features", ("test",))
+    check_memory(test * (d + 2) * 8 + 3 * test * shape.rows * shape.cols * 8,
+                 f"{test:,} test points of {d} features on a {shape.rows}x{shape.cols} grid", ("test",))
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
-    wants, gots = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    t0 = time.perf_counter()
     with one_thread():
         trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype,
                         progress=(lambda i, n: progress("train", i, n)) if progress else None)
-        for s in range(0, test, PREDICT_BATCH):  # the interpreter and the net, a batch at a time
-            batch = xs[s:s + PREDICT_BATCH]
-            wants.append(np.array([reference_answer(g, X, Y, x, shape, steps)[0] for x in batch], dtype=np.int64))
-            gots.append(trained.predict(batch))
-            if progress:
-                progress("test", min(s + PREDICT_BATCH, test), test)
-    want, got = np.concatenate(wants), np.concatenate(gots)
+        t1 = time.perf_counter()
+        got = trained.predict(xs, progress=(lambda i, n: progress("test", i, n)) if progress else None)
+    t2 = time.perf_counter()
+    want = np.zeros(test, dtype=np.int64)
+    for k, x in enumerate(xs):  # the interpreter: A(S)[x], checked to end in B.1.2's halting position
+        want[k] = reference_answer(g, X, Y, x, shape, steps)[0]
+        if progress and (k + 1 == test or (k + 1) % max(1, test // 100) == 0):
+            progress("reference", k + 1, test)
     pred = np.where(got >= 0, 1, -1)
     agree = float((pred == want).mean()) if test else 1.0
-    return {"examples": int(m), "memorized": bool(trained.memorized), "test_agreement": agree,
-            "features": int(d), "steps": int(steps), "filter_steps": int(depth), "working_columns": int(work),
-            "max_w_error": max(trained.w_error), "max_memorization_output": max(abs(v) for v in trained.outputs),
-            "max_prediction_error": float(np.abs(got - want).max()) if test else 0.0,
-            "_trained": trained, "_xs": xs, "_want": want, "_got": got}
+    rep = {"examples": int(m), "memorized": bool(trained.memorized), "test_agreement": agree}
+    if target is not None:
+        labels = np.asarray(target(xs), dtype=np.int64).reshape(test)
+        rep["test_error"] = float((pred != labels).mean()) if test else 0.0
+    rep.update({"features": int(d), "steps": int(steps), "filter_steps": int(depth), "working_columns": int(work),
+                "grid": [shape.rows, shape.cols], "states": len(g.states), "d_rc": int(trained.width),
+                "max_w_error": max(trained.w_error), "max_memorization_output": max(abs(v) for v in trained.outputs),
+                "max_prediction_error": float(np.abs(got - want).max()) if test else 0.0,
+                "train_seconds": round(t1 - t0, 3), "test_seconds": round(t2 - t1, 3),
+                "_trained": trained, "_xs": xs, "_want": want, "_got": got})
+    if target is not None:
+        rep["_labels"] = labels
+    return rep

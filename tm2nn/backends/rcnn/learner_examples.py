@@ -1,13 +1,15 @@
 """Learners written directly in Goel et al.'s B.1.2 form with the XOR input layout, as
-tm2nn ``.tm`` source text (``examples/learner_match.tm`` is ``match_learner(3, 2)``).
+tm2nn ``.tm`` source text (``examples/learner_match.tm`` is ``match_learner()``).
 
 The layout the machine reads (B.1.2 "XOR input", as Lemma 4's memory layer writes it;
-docs/rcnn.md "Learner mode"): ``m + 1`` rows and ``d + 1`` input columns, then blank
-working columns; row ``a < m`` is ``y⁽ᵃ⁾·(x ∘ x⁽ᵃ⁾)`` followed by ``y⁽ᵃ⁾``, the last row
-(Algorithm 1's dummy example ``(1_d, 1)``) is ``x`` followed by ``+``.  The head starts on
-the bottom-right input cell (B.3: ``(m+1, d+1)``).  No cell of the input region is
-blank, and the grid has no markers on its top and left edges, so a finite machine can
-only find them by counting: these learners are built for one shape ``(m, d)``.
+docs/rcnn.md "Learner mode"): ``m + 1`` rows; the frame's two columns (column 0 holds
+``+`` on the top row and blank below, column 1 is blank); ``d + 1`` input columns; then
+blank working columns.  Input row ``a < m`` is ``y⁽ᵃ⁾·(x ∘ x⁽ᵃ⁾)`` followed by ``y⁽ᵃ⁾``,
+the last row (Algorithm 1's dummy example ``(1_d, 1)``) is ``x`` followed by ``+``.  The
+head starts on the bottom-right input cell (B.3: ``(m+1, d+1)``).  No input cell is
+blank, so a blank on the left is the frame, a blank on the right a working column, and
+the ``+`` at the top of column 0 marks the top row: a learner finds every edge by
+reading, and one machine serves every shape ``(m, d)`` (Theorem 1's constant ``s``).
 """
 
 from __future__ import annotations
@@ -20,94 +22,72 @@ def _name(q: str) -> str:
     return q.replace("+", "p").replace("-", "n")
 
 
-def match_learner(m: int, d: int) -> str:
+def match_learner() -> str:
     """Goel et al., B.1.2 form with XOR input: the learner "the label of the first
-    training example equal to ``x``, else +1" for ``m`` examples of ``d`` features.
+    training example equal to ``x``, else +1", for any number of examples and features.
 
     Example ``a`` equals ``x`` exactly when every cell of XOR row ``a`` equals its last
     cell ``y⁽ᵃ⁾`` (``x_b x⁽ᵃ⁾_b = 1`` for all ``b``).  The machine checks the rows bottom
-    to top, erasing them, and keeps the answer ``A`` in its state (``+`` to begin with;
-    a matching row ``a`` sets ``A = y⁽ᵃ⁾``, so the top-most match wins).  The dummy row
-    matches only ``x = 1_d`` and then sets ``A = +``, the default: it changes nothing.
-    It halts on the top-left cell, writing ``A`` there, the rest of the input region
-    blank (B.1.2 "Halting position"), in ``accept`` for ``+`` and ``reject`` for ``-``.
-    Steps: ``1 + (m+1)(d+1) + m(d+2)``."""
-    if m < 0 or d < 1:
-        raise ValueError("the match learner needs m >= 0 examples and d >= 1 features")
-    rules: list[str] = []
-    seen: set[str] = set()
-    todo: list[str] = []
-
-    def go(q: str) -> str:
-        if q not in seen and q not in ("plus", "minus"):
-            seen.add(q)
-            todo.append(q)
-        return q
-
-    def answer(a: str) -> str:
-        return "plus" if a == "+" else "minus"
-
-    rules.append("  # the no-op first step (B.1.2): the start cell is the dummy label, always '+'")
+    to top, erasing each right to left, and keeps the answer ``A`` in its state (``+`` to
+    begin with; a matching row ``a`` sets ``A = y⁽ᵃ⁾``, so the top-most match wins).  The
+    dummy row matches only ``x = 1_d`` and then sets ``A = +``, the default: it changes
+    nothing.  A row ends at the frame's blank column; the outer frame column says whether
+    it was the top row (``+``).  It halts on the top-left input cell, writing ``A`` there,
+    the rest of the input region blank (B.1.2 "Halting position"), in ``accept`` for ``+``
+    and ``reject`` for ``-``.  Steps: ``m(2d+7) + d + 6``, 23 states for every shape."""
+    rules: list[str] = ["  # the no-op first step (B.1.2): the start cell is the dummy label, always '+'"]
     for s in SIGNS:
-        rules.append(f"  start {s} -> {s} S " + _name(go(f"lab{m}+")))
-    while todo:
-        q = todo.pop(0)
-        if q.startswith("lab"):                     # lab<r><A> at (r, d): read the label
-            r, a = int(q[3:-1]), q[-1]
+        rules.append(f"  start {s} -> {s} S lab_p")
+    for a in SIGNS:
+        A = _name(a)
+        rules.append(f"  # answer so far {a}: read the label, erase it")
+        for s in SIGNS:
+            rules.append(f"  lab_{A} {s} -> _ L eq{_name(s)}_{A}")
+        for lab in SIGNS:
+            L = _name(lab)
             for s in SIGNS:
-                rules.append(f"  {_name(q)} {s} -> _ L {_name(go(f'eq{r}c{d - 1}{s}{a}'))}")
-        elif q.startswith("eq") or q.startswith("ne"):  # eq<r>c<c><l><A> / ne<r>c<c><A>
-            eq = q.startswith("eq")
-            r_s, rest = q[2:].split("c")
-            r = int(r_s)
-            if eq:
-                c, lab, a = int(rest[:-2]), rest[-2], rest[-1]
-            else:
-                c, lab, a = int(rest[:-1]), None, rest[-1]
-            for s in SIGNS:
-                match = eq and s == lab
-                if c > 0:
-                    nxt = f"eq{r}c{c - 1}{lab}{a}" if match else f"ne{r}c{c - 1}{a}"
-                    rules.append(f"  {_name(q)} {s} -> _ L {_name(go(nxt))}")
-                    continue
-                a2 = lab if match else a
-                if r > 0:
-                    rules.append(f"  {_name(q)} {s} -> _ U {_name(go(f'back{r - 1}{a2}'))}")
-                else:
-                    rules.append(f"  {_name(q)} {s} -> {a2} S {answer(a2)}")
-        elif q.startswith("back"):                  # back<r><A>: walk right to the working column
-            r, a = int(q[4:-1]), q[-1]
-            for s in SIGNS:
-                rules.append(f"  {_name(q)} {s} -> {s} R {_name(q)}")
-            rules.append(f"  {_name(q)} _ -> _ L {_name(go(f'lab{r}{a}'))}")
-    steps = 1 + (m + 1) * (d + 1) + m * (d + 2)
-    head = f"""\
-# learner_match_m{m}_d{d}: Goel et al.'s learner form (B.1.2, XOR input) for m = {m}
-# training examples of d = {d} features: predicts the label of the first training
-# example equal to x, else +1.  Generated by
-# tm2nn.backends.rcnn.learner_examples.match_learner({m}, {d}).
+                nxt = f"eq{L}_{A}" if s == lab else f"ne_{A}"
+                rules.append(f"  eq{L}_{A} {s} -> _ L {nxt}")
+            rules.append(f"  eq{L}_{A} _ -> _ L top_{L}   # the row matched: the answer is its label")
+        for s in SIGNS:
+            rules.append(f"  ne_{A} {s} -> _ L ne_{A}")
+        rules.append(f"  ne_{A} _ -> _ L top_{A}")
+        rules.append(f"  top_{A} + -> + R fin1_{A}   # the frame's top mark: the last row is done")
+        rules.append(f"  top_{A} _ -> _ U back0_{A}")
+        for s in ("+", "_"):
+            rules.append(f"  back0_{A} {s} -> {s} R back1_{A}")
+        rules.append(f"  back1_{A} _ -> _ R back2_{A}")
+        for s in SIGNS:
+            rules.append(f"  back2_{A} {s} -> {s} R back2_{A}")
+        rules.append(f"  back2_{A} _ -> _ L lab_{A}   # the working column: the label is left of it")
+        rules.append(f"  fin1_{A} _ -> _ R fin2_{A}")
+        rules.append(f"  fin2_{A} _ -> {a} S {'plus' if a == '+' else 'minus'}")
+    head = """\
+# learner_match: Goel et al.'s learner form (B.1.2, XOR input): predicts the label of the
+# first training example equal to x, else +1.  One machine for every number of examples m
+# and features d.  Generated by tm2nn.backends.rcnn.learner_examples.match_learner().
 #
-# Layout (what the RCNN's memory layer holds after Algorithm 1, Lemma 4): rows 0..{m},
-# input columns 0..{d}, blank working columns to the right.  Row a < {m} holds
-# y(a)*x(a)_b*x_b in column b < {d} and y(a) in column {d}; row {m} (the dummy example
-# (1_d, 1)) holds x, then '+'.  Cells are '+' (+1) and '-' (-1); '_' is blank.
-# Example a equals x exactly when its row is constant.
+# Layout (what the RCNN's memory layer holds after Algorithm 1, Lemma 4, with the frame
+# of docs/rcnn.md "The frame"): rows 0..m; column 0 is '+' on the top row and blank below,
+# column 1 is blank (the frame); input columns 2..d+2; blank working columns to the right.
+# Input row a < m holds y(a)*x(a)_b*x_b in column 2+b and y(a) in column d+2; row m (the
+# dummy example (1_d, 1)) holds x, then '+'.  Input cells are '+' (+1) and '-' (-1),
+# never blank, so a blank is an edge.  Example a equals x exactly when its row is
+# constant.
 #
-# The head starts on the bottom-right input cell ({m}, {d}); the first step is a no-op.
-# Rows are checked bottom to top and erased; the answer A ('+' at first, the label of
-# each matching row after it) rides in the state.  The machine halts on the top-left
+# The head starts on the bottom-right input cell (m, d+2); the first step is a no-op.
+# Rows are checked bottom to top, each erased right to left up to the frame's blank
+# column; the answer A ('+' at first, the label of each matching row after it) rides in
+# the state.  The frame's top mark ends the loop; the machine halts on the top-left input
 # cell with A written there and the rest of the input region blank: accept = '+',
-# reject = '-'.  The grid has no marks on its top and left edges, so the machine counts
-# rows and columns in its states: it is for this shape only (tm2nn learn refuses data of
-# another shape when the run would leave the grid).
+# reject = '-'.  Steps: m(2d+7) + d + 6.
 #
-# Steps: 1 + (m+1)(d+1) + m(d+2) = {steps}.  Train its RCNN by SGD (Algorithm 1) on a CSV
-# of {m} examples (d = {d} signs, then the label) and compare with the interpreter:
+# Train its RCNN by SGD (Algorithm 1) on a CSV of examples (d signs, then the label)
+# and compare with the interpreter:
 #   tm2nn learn THIS.tm --train DATA.csv --json
-# (examples/learner_match.csv is such a training set for m = 3, d = 2; tm2nn demo
+# (examples/learner_match.csv is such a training set, m = 3 and d = 2; tm2nn demo
 # runs the interpreter on it for every x:)
 # train: learner_match.csv
 """
-    body = "\n".join(rules)
-    return (f"{head}\nmachine learner_match_m{m}_d{d} {{\n  tape: grid\n  alphabet: _ - +\n  blank: _\n"
-            f"  start: start\n  accept: plus\n  reject: minus\n\n{body}\n}}\n")
+    return (f"{head}\nmachine learner_match {{\n  tape: grid\n  alphabet: _ - +\n  blank: _\n"
+            "  start: start\n  accept: plus\n  reject: minus\n\n" + "\n".join(rules) + "\n}\n")

@@ -74,15 +74,43 @@ def xor_rows(X: np.ndarray, Y: np.ndarray, x: np.ndarray) -> np.ndarray:
     return rows
 
 
+#: The frame f_mem writes left of the input region (docs/rcnn.md "The frame"): the
+#: outer column ``+`` on the top row and blank below, the inner column blank.  The
+#: values are B.1.1 cells in the unknown phase: ``+1/3`` (symbol ``+``) and ``1`` (digit 0
+#: set, symbol blank: the same cell as a working column).
+FRAME = 2
+
+
+def frame_signs(rows: int) -> np.ndarray:
+    """The frame as signs ``[rows, FRAME]``: ``+1`` for ``+``, ``0`` for blank."""
+    f = np.zeros((rows, FRAME), dtype=np.int64)
+    f[0, 0] = 1
+    return f
+
+
+def frame_values(rows: int) -> np.ndarray:
+    """The frame as the memory layer writes it: ``+`` is the memorized-cell value
+    ``1/3``, blank is the working-cell value ``1`` (B.1.1 digit 0)."""
+    f = frame_signs(rows)
+    return np.where(f > 0, 1.0 / 3.0, 1.0)
+
+
 def layout_text(rows: np.ndarray) -> str:
-    """The interpreter's input for a sign matrix: rows joined by ``/``."""
-    return "/".join("".join("+" if v > 0 else "-" for v in row) for row in rows)
+    """The interpreter's input for the learner's grid: the frame (:data:`FRAME` columns),
+    then the sign matrix ``rows``, rows joined by ``/``."""
+    frame = frame_signs(len(rows))
+    sym = {1: "+", -1: "-", 0: "_"}
+    return "/".join("".join(sym[int(v)] for v in f) + "".join("+" if v > 0 else "-" for v in row)
+                    for f, row in zip(frame, rows))
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The network's grid for ``m`` examples of ``d`` features: ``m + 1`` rows,
-    ``d + 1`` input columns and ``work`` working columns (Def. 5's ``1_{d_mem × l}``)."""
+    """The network's grid for ``m`` examples of ``d`` features: ``m + 1`` rows; the
+    frame's :data:`FRAME` columns, ``d + 1`` input columns and ``work`` working columns
+    (Def. 5's ``1_{d_mem × l}``).  Grid coordinates: the input region is columns
+    ``left .. left + d``, the answer cell is ``(0, left)``, the head starts on
+    ``(m, left + d)``."""
 
     m: int
     d: int
@@ -93,8 +121,18 @@ class Shape:
         return self.m + 1
 
     @property
+    def left(self) -> int:
+        """The first input column."""
+        return FRAME
+
+    @property
     def cols(self) -> int:
-        return self.d + 1 + self.work
+        return FRAME + self.d + 1 + self.work
+
+    @property
+    def start(self) -> tuple[int, int]:
+        """Where the head starts: the bottom-right input cell (B.3's ``(m+1, d+1)``)."""
+        return (self.m, FRAME + self.d)
 
 
 def reference_answer(g: GridMachine, X, Y, x, shape: Shape, max_steps: int) -> tuple[int, int]:
@@ -105,32 +143,34 @@ def reference_answer(g: GridMachine, X, Y, x, shape: Shape, max_steps: int) -> t
     B.1.2's halting position with a ±1 answer and the head on the answer cell or the
     working columns (any other head cell would change B.3's read-out)."""
     rows = xor_rows(X, Y, x)
-    m, d = shape.m, shape.d
-    run = run_machine(g, layout_text(rows), max_steps, trace=True, start=(m, d))
+    m, d, left = shape.m, shape.d, shape.left
+    run = run_machine(g, layout_text(rows), max_steps, trace=True, start=shape.start)
     tr = run.trace
     hr = np.asarray(tr.head_row, dtype=np.int64)
     hc = np.asarray(tr.head, dtype=np.int64)
     out = np.flatnonzero((hr < 0) | (hr >= shape.rows) | (hc < 0) | (hc >= shape.cols))
     shape_note = (f"the grid is {shape.rows} x {shape.cols} (m + 1 = {m + 1} rows for m = {m} examples, "
-                  f"d + 1 = {d + 1} input columns for d = {d} features, {shape.work} working columns)")
+                  f"{FRAME} frame columns, d + 1 = {d + 1} input columns for d = {d} features, "
+                  f"{shape.work} working columns)")
     if out.size:
         k = int(out[0])
         rule = g.delta.get((g.states[tr.state[k - 1]] if k else g.start, g.alphabet[tr.read[k]]))
         raise error_at(getattr(rule, "loc", None) or g.loc,
                        f"learner {g.name!r} leaves the RCNN's grid at step {k + 1} (to row {hr[k]}, column "
-                       f"{hc[k]}); {shape_note}. A B.1.2 learner sees no marks on the top and left edges, so "
-                       "it must be written for this shape (or give it more working columns: the option work)")
+                       f"{hc[k]}); {shape_note}. The top and bottom rows, the frame's outer column and the "
+                       "last working column have the padding beyond them (give it more working columns: "
+                       "the option work)")
     if not run.halted:
         raise error_at(g.loc, f"learner {g.name!r} did not halt within {max_steps} steps "
                        f"(the RCNN runs L = steps + 1 filter steps); raise the option steps")
-    bad = [(r, c) for (r, c) in run.cells if r < shape.rows and c <= d and (r, c) != (0, 0)]
-    ans = run.cells.get((0, 0))
+    bad = [(r, c) for (r, c) in run.cells if r < shape.rows and left <= c <= left + d and (r, c) != (0, left)]
+    ans = run.cells.get((0, left))
     if bad or ans is None:
         what = (f"cell {bad[0]} of the input region is not blank" if bad else "the top-left cell is blank")
         raise error_at(g.loc, f"learner {g.name!r} halted, but {what}: B.1.2 wants the answer (+ or -) in "
                        "the top-left cell and the rest of the input region blank")
     h = run.head
-    if h != (0, 0) and h[1] <= d:
+    if h != (0, left) and left <= h[1] <= left + d:
         raise error_at(g.loc, f"learner {g.name!r} halted with the head on input cell {h}: B.3's read-out "
-                       "needs it on the answer cell (0, 0) or in the working columns")
+                       f"needs it on the answer cell (0, {left}), the frame or the working columns")
     return (1 if ans == "+" else -1), run.steps

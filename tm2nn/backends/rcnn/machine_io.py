@@ -6,10 +6,12 @@ The machine is brought to Goel et al.'s B.1.2 form by :func:`tm2nn.passes.rcnn_f
 window (:mod:`.window`), the head on (0, 0) in the start state, every cell in the
 compute phase (issue 5: "the input tape is written into the grid as after
 memorization, the compute phase starts"), as B.1.1 cell values.  One application of
-the filter is one step of the lowered machine (B.2, f̄_TM).  Decoding reads every
-grid's digits back (:func:`~.encoding.from_value` with a tolerance, since a float32
-network may be an ulp off), stops at the lowered machine's halt, and maps the lowered
-run back through the chain, so reports are the source machine's (ARCHITECTURE.md).
+the filter is one step of the lowered machine (B.2, f̄_TM).  Start grids are made in the
+net's float type (float32, or float64 past 12 digits: :func:`.filter_net.net_dtype`).
+Decoding reads every grid's digits back (:func:`~.encoding.from_value` within the
+filter's input tolerance, :func:`value_tolerance`, since a float network may be an ulp
+off), stops at the lowered machine's halt, and maps the lowered run back through the
+chain, so reports are the source machine's (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -29,8 +31,21 @@ from tm2nn.backends.rcnn.encoding import (
 from tm2nn.interp.machine import RunResult
 from tm2nn.passes.lowering import result_from_configurations
 
-#: A decoded cell may be off by this many units of the last digit (float32 networks).
+#: A decoded cell may be off by at most this many units of the last digit (an upper bound:
+#: :func:`value_tolerance` is the one decoding uses).
 VALUE_TOL = 0.25
+
+
+def value_tolerance(n_digits: int) -> float:
+    """How far, in units of the last digit ``h = 3^{-(D-1)}``, a network's cell may be
+    from its B.1.1 value and still decode: the filter's own input tolerance ``1.5 g``
+    (Goel et al., B.2, as built in :mod:`.filter_net`: within it the next step's hidden
+    units are exactly the exact input's), ``1.5 g / h`` in [0.047, 0.094].  The same in
+    float32 (D <= 12) and float64 (D <= 30): the dtype is chosen so that the net's error
+    (a few ulp) stays inside it; a grid that decodes is one the net goes on with exactly."""
+    from tm2nn.backends.rcnn.filter_net import bump_grid
+
+    return min(VALUE_TOL, 1.5 * float(bump_grid(n_digits)) * float(3 ** (n_digits - 1)))
 
 
 def start_grids(chain, code: CellCode, texts: list[str], window, dtype=np.float32) -> np.ndarray:
@@ -62,7 +77,7 @@ def decode_run(chain, code: CellCode, window, grids: np.ndarray, text: str, step
     filter steps and may walk off it.  A head lost earlier shows as a run shorter than
     the interpreter's, which the comparison reports."""
     g = chain.machine
-    digits = unpack(from_value(grids, code.n_digits, tol=VALUE_TOL), code.n_digits)
+    digits = unpack(from_value(grids, code.n_digits, tol=value_tolerance(code.n_digits)), code.n_digits)
     configs = []
     halted = False
     for k, (state, head, cells, _phase) in enumerate(configs_from_grids(code, digits, window)):

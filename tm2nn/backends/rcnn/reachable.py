@@ -20,11 +20,14 @@ P      p = 1/6                                the window's padding (neighbours o
 
 **Settings** (docs/rcnn.md, "Reachability", has the arguments):
 
-* ``memorize`` — Lemma 3/4: rows ``< τ`` of ``±1/3``, the rest 0, working columns of 1.
-  Every input column reads ``M… E… Z…`` top to bottom (no E at step 0), all input columns
-  alike, working columns stay W.  A patch is a vertical window of that sequence (bottom
-  row never M, since ``τ ≤ m + 1``), with left/right neighbours of the centre's row class
-  (or W right of the last input column, or p); a W centre sees W or p above and below.
+* ``memorize`` — Lemma 3/4: rows ``< τ`` of ``±1/3``, the rest 0, working columns of 1,
+  and the learner's frame on the left (a column of W with ``+1/3`` on top, then a column
+  of W; docs/rcnn.md "The frame").  Every input column reads ``M… E… Z…`` top to bottom
+  (no E at step 0), all input columns alike, frame and working columns stay as they are.
+  A patch is a vertical window of that sequence (bottom row never M, since
+  ``τ ≤ m + 1``), with left/right neighbours of the centre's row class (or W beside the
+  first and last input columns, or p); a W centre sees W, p or the frame's mark above and
+  W or p below; the mark sees p above and left, W below and right.
 * ``compute`` — machine mode: a configuration of a machine in B.1.2 form written in the
   compute phase with the head placed.  Cells are C or H; at most one head in a patch; a
   head whose γ moves toward a neighbour has a C there (the window holds the whole run).
@@ -221,12 +224,14 @@ def _in_memorize(k: dict[str, np.ndarray]) -> np.ndarray:
         up = np.isin(u, _ids("P", *_PRED[cls]))
         below = _SUCC[cls] + (("P",) if cls != "M" else ())
         dn = np.isin(d, _ids(*below))
-        lf = np.isin(l, _ids("P", cls))
+        lf = np.isin(l, _ids("P", cls, "W"))
         rt = np.isin(r, _ids(cls, "W", "P"))
         ok |= sel & up & dn & lf & rt
     sel = c == _ID["W"]
-    ok |= (sel & np.isin(u, _ids("W", "P")) & np.isin(d, _ids("W", "P"))
-           & np.isin(l, _ids("W", "Z", "M", "E")) & np.isin(r, _ids("W", "P")))
+    ok |= (sel & np.isin(u, _ids("W", "P", "M")) & np.isin(d, _ids("W", "P"))
+           & np.isin(l, _ids("W", "Z", "M", "E", "P")) & np.isin(r, _ids("W", "P", "Z", "M", "E")))
+    # the frame's top mark (learner_form.FRAME): +1/3 at the top-left corner, W below and right
+    ok |= (c == _ID["M"]) & (u == _ID["P"]) & (d == _ID["W"]) & (l == _ID["P"]) & (r == _ID["W"])
     return ok
 
 
@@ -255,11 +260,14 @@ def domain_patches(table: MachineTable, setting: str, classes: CellClasses | Non
         for cls in ("Z", "M", "E"):
             up = np.concatenate([V[k] for k in ("P",) + _PRED[cls]])
             below = np.concatenate([V[k] for k in _SUCC[cls] + (("P",) if cls != "M" else ())])
-            parts.append(_product(V[cls], up, below, classes.of("P", cls),
+            parts.append(_product(V[cls], up, below, classes.of("P", cls, "W"),
                                   classes.of(cls, "W", "P"), filler))
         WP = classes.of("W", "P")
-        parts.append(_product(V["W"], WP, WP, classes.of("W", "Z", "M", "E"), WP, filler))
-        return np.concatenate(parts)
+        ZMEWP = classes.of("W", "Z", "M", "E", "P")
+        parts.append(_product(V["W"], classes.of("W", "P", "M"), WP, ZMEWP, ZMEWP, filler))
+        parts.append(_product(V["M"][V["M"] > 0], V["P"], V["W"], V["P"], V["W"], filler))  # the frame's mark
+        out = np.concatenate(parts)
+        return out[in_domain(out, table, setting, classes)]
     plain = ("C",) if setting == "compute" else ("M", "W", "C", "Cw")
     heads = ("H",) if setting == "compute" else HEAD_CLASSES
     centers = classes.of(*plain)
