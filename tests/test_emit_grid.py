@@ -54,15 +54,17 @@ def head_net() -> Net:
     ), ("ur",))
 
 
-def rcnn_net(rng, d_mem=3, d_in=4, ones=2, trips=3, pad=1 / 6, column=3) -> Net:
+def rcnn_net(rng, d_mem=3, d_in=4, ones=2, trips=3, pad=1 / 6, column=3, frame=0) -> Net:
     step = Net("step", (Port("g", CELL, kind="grid"),), (PatchMap("f", ("g",), body=filter_net(rng), pad=pad),), ("f",))
+    left = rng.integers(-1, 2, (d_mem, frame)).astype(float) / 3 if frame else None
     return Net("rcnn", (Port("z", Space.named("z", range(d_in))),), (
-        MemoryGrid("mem", ("z",), weight=rng.integers(-1, 2, (d_mem, d_in)).astype(float), ones=ones, out=CELL),
+        MemoryGrid("mem", ("z",), weight=rng.integers(-1, 2, (d_mem, d_in)).astype(float), ones=ones, out=CELL,
+                   left=left),
         Loop("states", ("mem",), body=step, trips=trips, scan=True),
         Loop("last", ("mem",), body=step, trips=trips),
         GridReadout("col", ("last",), body=head_net(), column=column),
         GridReadout("all", ("last",), body=head_net()),
-        GridReadout("left", ("last",), body=head_net(), width=2),
+        GridReadout("left", ("last",), body=head_net(), width=2, start=frame),
     ), ("states", "col", "all", "left"))
 
 
@@ -86,11 +88,14 @@ def ref_step(op: PatchMap, g: np.ndarray) -> np.ndarray:
 def ref_rcnn(net: Net, z: np.ndarray) -> list[np.ndarray]:
     mem = net.node("mem")
     d_mem, d_in = mem.weight.shape
-    g = np.ones((z.shape[0], d_mem, d_in + mem.ones))
+    f = mem.frame
+    g = np.ones((z.shape[0], d_mem, f + d_in + mem.ones))
     for n in range(z.shape[0]):
         for a in range(d_mem):
+            for c in range(f):
+                g[n, a, c] = mem.left[a, c]
             for b in range(d_in):
-                g[n, a, b] = mem.weight[a, b] * z[n, b]
+                g[n, a, f + b] = mem.weight[a, b] * z[n, b]
     loop = net.node("states")
     states = [g]
     for _ in range(loop.trips):
@@ -99,7 +104,7 @@ def ref_rcnn(net: Net, z: np.ndarray) -> list[np.ndarray]:
     head = net.node("col").body
     col = np.array([[sum(ref_filter(head, np.array([last[n, a, 3]])) for a in range(d_mem))] for n in range(len(z))])
     every = np.array([[sum(ref_filter(head, np.array([v])) for v in last[n].ravel())] for n in range(len(z))])
-    left = np.array([[sum(ref_filter(head, np.array([v])) for v in last[n, :, :2].ravel())] for n in range(len(z))])
+    left = np.array([[sum(ref_filter(head, np.array([v])) for v in last[n, :, f:f + 2].ravel())] for n in range(len(z))])
     return [np.stack(states, 1), col, every, left]
 
 
@@ -111,10 +116,12 @@ def run_torch(net, *xs):
 
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**16), d_mem=st.integers(1, 4), d_in=st.integers(4, 5), ones=st.integers(0, 3),
-       trips=st.integers(0, 3), pad=st.sampled_from([0.0, 1 / 6, -2.0]))
-def test_rcnn_ops_match_numpy_in_torch_and_onnx(seed, d_mem, d_in, ones, trips, pad):
+       trips=st.integers(0, 3), pad=st.sampled_from([0.0, 1 / 6, -2.0]), frame=st.integers(0, 2))
+def test_rcnn_ops_match_numpy_in_torch_and_onnx(seed, d_mem, d_in, ones, trips, pad, frame):
+    """The grid ops against a plain numpy reference, in torch and ONNX, with and without
+    the learner's frame (MemoryGrid.left) and a readout starting right of it."""
     rng = np.random.default_rng(seed)
-    net = rcnn_net(rng, d_mem, d_in, ones, trips, pad)
+    net = rcnn_net(rng, d_mem, d_in, ones, trips, pad, frame=frame)
     z = rng.integers(-1, 2, (3, d_in)).astype(float)
     want = ref_rcnn(net, z)
     model = to_onnx(net)
