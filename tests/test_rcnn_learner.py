@@ -193,6 +193,9 @@ def test_algorithm1_memorizes_every_example(dtype):
     want = np.array([[*(y * xa / 3), y / 3] for xa, y in zip([*X, np.ones(2)], [*Y, 1])])
     yhat = max(abs(v) for v in tr.outputs)
     assert yhat < (1e-12 if dtype == torch.float64 else 1e-4)
+    if dtype == torch.float64:  # ŷ = 0 and W is the nearest float to Lemma 4's, bit for bit
+        assert yhat == 0.0 and tr.w_error == [0.0] * 4
+        assert torch.equal(W, torch.tensor(want, dtype=torch.float64))
     # W is Lemma 4's up to ŷ's rounding: η·18·|ŷ| = |ŷ|/3, plus an ulp
     assert np.abs(W.to(torch.float64).numpy() - want).max() <= yhat / 3 + 2 * torch.finfo(dtype).eps
     assert max(tr.w_error) <= yhat / 3 + 2 * torch.finfo(dtype).eps
@@ -228,6 +231,30 @@ def test_the_lemma4_gradient_check_can_fail():
     with learner_mod.one_thread():
         tr = learn(g, X, Y, depth=42, work=1, dtype=torch.float64, filter_body=bad)
     assert not tr.memorized and not all(tr.grad_exact)
+
+
+def test_f_head_bias_minus_one_breaks_exactness(monkeypatch):
+    """Mutation: f̄_head with the paper's bias −1 instead of the exact-zero float makes ŷ
+    a few 10⁻¹⁵ instead of 0, and W misses Lemma 4's: ``memorized`` is False in float64.
+    With the construction's bias every memory cell ends exactly on ``head.E_STAR``."""
+    from tm2nn.backends.rcnn import head as head_mod
+
+    g = load(EXAMPLE)
+    X, Y = data(np.random.default_rng(9), 3, 2)
+    with learner_mod.one_thread():
+        good = learn(g, X, Y, depth=42, work=1, dtype=torch.float64)
+        z = torch.tensor(np.append(X[0], 1)[None, :], dtype=torch.float64)
+        with torch.no_grad():
+            mem = good.module.op("memory")(z)
+            mem[0, 1:, FRAME:FRAME + 3] = 0  # as during step 1: only row 0 memorized
+            grid = good.module.op("grid")(mem)
+    assert good.memorized and good.outputs == [0.0] * 4
+    assert (grid[0, :, FRAME:FRAME + 3] == head_mod.E_STAR).all()
+    monkeypatch.setattr(head_mod, "exact_zero_bias", lambda: -1.0)
+    with learner_mod.one_thread():
+        bad = learn(g, X, Y, depth=42, work=1, dtype=torch.float64)
+    assert not bad.memorized and max(abs(v) for v in bad.outputs) > 0
+    assert all(bad.grad_exact)  # the gradient is still Lemma 4's at that ŷ
 
 
 def test_the_lemma4_check_can_fail(monkeypatch):

@@ -95,8 +95,8 @@ def test_u_set_size_against_corollary3(s):
     xi = 3 ** (n_digits(s) - 1) + 1
     assert U.size <= 24 * xi + 5 == cor3_bound(s)
     # our count, from the derivation: 16s + 40 breakpoints, 4s + 14 new output values,
-    # 14 constants (docs/rcnn_algorithm1.md)
-    assert U.size == 20 * s + 68
+    # 15 constants (docs/rcnn_algorithm1.md; the head's exact-zero bias is one)
+    assert U.size == 20 * s + 69
     assert np.all(np.diff(U) > 0) and 0.0 in U
     assert len(cell_values(s).of(*cell_values(s).values)) == 4 * s + 10
 

@@ -16,7 +16,10 @@ and a ReLU network is continuous.  It is
 
     f̄_head(x) = −1 + 18σ(x + 1/6) − 36σ(x) + 36σ(x − 1/9) − 18σ(x − 1/6),
 
-four ReLUs (B.3 allows six).  Definition 5 writes ``f_head(z) = U1 σ(U2 z)`` with
+four ReLUs (B.3 allows six).  The bias ``−1`` is the float64 nearest to ``−1`` that makes
+``f̄_head`` exactly 0 at the float64 value the network's memory cells hold (``E_STAR``,
+:func:`exact_zero_bias`; it is ``−1 − 2⁻⁵²·k`` for a small ``k``), so that Algorithm 1's
+``ŷ`` is exactly 0 during memorization and SGD writes Lemma 4's W bit for bit.  Definition 5 writes ``f_head(z) = U1 σ(U2 z)`` with
 ``U1 ∈ R^{d_head×1}``, ``U2 ∈ R^{1×d_head}``; the shapes only compose the other way round,
 so here ``U2`` is ``d_head × 1`` (applied first) and ``U1`` is ``1 × d_head``.
 
@@ -35,6 +38,20 @@ import numpy as np
 #: The breakpoints of f̄_head and the slope changes there.
 BREAKS = (-1.0 / 6.0, 0.0, 1.0 / 9.0, 1.0 / 6.0)
 SLOPES = (18.0, -36.0, 36.0, -18.0)
+
+#: The float64 value every memory-phase cell (B.1.1's −3⁻²) holds once the filter's
+#: memory pass-through has seen it: ``fl(fl(2 − 1/9) − 2)``, since ``V1`` adds ``K = 2``
+#: and the pass-through returns its input on that grid (docs/rcnn.md "The layers").
+E_STAR = float((np.float64(2.0) + np.float64(-1.0 / 9.0)) - np.float64(2.0))
+
+
+def exact_zero_bias() -> float:
+    """``b1``: the float64 ``−1`` up to an ulp that makes ``f_head(E_STAR) = 0`` exactly,
+    ``−fl(18·fl(E_STAR + 1/6))``.  Lemma 4 needs ``ŷ = 0`` during memorization, when every
+    input cell is ``E_STAR``; with ``b1 = −1`` the float sum is ~10⁻¹⁵ a cell, which SGD
+    writes into W (|ΔW| = |ŷ|/3).  The other three units are 0 there."""
+    t = np.float64(E_STAR) + np.float64(1.0 / 6.0)
+    return -float(np.float64(18.0) * t)
 
 
 def f_head(x) -> np.ndarray:
@@ -79,6 +96,6 @@ def build_head() -> HeadNet:
     U2 = np.ones((4, 1))
     b2 = -np.array(BREAKS)
     U1 = np.array([SLOPES])
-    b1 = np.array([-1.0])
+    b1 = np.array([exact_zero_bias()])
     labels = ("head:relu(x+1/6)", "head:relu(x)", "head:relu(x-1/9)", "head:relu(x-1/6)")
     return HeadNet(U2, b2, U1, b1, labels)

@@ -58,8 +58,10 @@ def head_body() -> Net:
 def depth_for(steps: int, m: int) -> int:
     """Algorithm 1's number of filter steps ``L`` for a ``steps``-step learner on ``m``
     examples: ``t + 1`` (B.2's case 3 places the head one step after memorization ends,
-    then the machine runs ``t`` steps), and at least ``m + 1`` (Lemma 3 fills its band)."""
-    return max(steps + 1, m + 1)
+    then the machine runs ``t`` steps), and at least ``m + 2``: Lemma 3 fills its band in
+    ``m + 1``, and one more step passes every memory cell through the filter's slope-1
+    path, which puts it on the float ``head.E_STAR`` where ``f_head`` is exactly 0."""
+    return max(steps + 1, m + 2)
 
 
 def learner_net(filter_body: Net, shape: Shape, depth: int, name: str = "rcnn_learner",
@@ -157,11 +159,11 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     the ``m`` examples then the dummy ``(1_d, 1)``, from ``W = 0``.  After each step it
     checks Lemma 4 exactly: the gradient autograd computed through all ``L`` filter steps
     equals, bit for bit, Lemma 4's ``−18·(y − ŷ)·1[a = τ]·z`` at the net's ``ŷ`` (in
-    ``dtype``), the step wrote ``W − η`` times it, the output was 0 (to
-    :func:`output_tolerance`), and so W is Lemma 4's (rows ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the
-    examples seen, 0 after) up to ``|ŷ|/3`` (docs/rcnn.md decision 9: ``ŷ`` is
-    ``Σ f̄_head`` at the float nearest −1/9, not exactly 0).  ``progress(i, m + 1)`` after
-    each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
+    ``dtype``), the step wrote ``W − η`` times it, and W is Lemma 4's (rows
+    ``y⁽ᵃ⁾[x⁽ᵃ⁾, 1]/3`` for the examples seen, 0 after).  In float64 ``ŷ`` is exactly 0
+    and W is the nearest float to Lemma 4's, bit for bit; in float32 ``ŷ`` is within
+    :func:`output_tolerance` of 0 and W within ``|ŷ|/3`` (docs/rcnn.md decision 9).
+    ``progress(i, m + 1)`` after each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
     (Algorithm 1's random draws, :mod:`.algorithm1`)."""
     from tm2nn.backends.rcnn.encoding import cell_code
     from tm2nn.emit import to_torch
@@ -217,9 +219,12 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
         err = float((W.detach() - want).abs().max())
         res.w_error.append(err)
         res.outputs.append(float(y_hat.detach()[0, 0]))
-        # W is then Lemma 4's y·[x, 1]/3 up to ŷ's rounding: |ΔW| ≤ η·18·|ŷ| + an ulp of 1/3
+        # W is then Lemma 4's y·[x, 1]/3 up to ŷ's rounding: |ΔW| ≤ η·18·|ŷ| + an ulp of 1/3;
+        # in float64 ŷ is exactly 0 (f_head's bias, head.exact_zero_bias) and W is Lemma 4's
         bound = abs(res.outputs[-1]) / 3 + 2 * float(torch.finfo(dtype).eps)
-        if not (res.grad_exact[-1] and res.step_exact[-1]) or err > bound or abs(res.outputs[-1]) > out_tol:
+        exact = dtype != torch.float64 or (err == 0.0 and res.outputs[-1] == 0.0)
+        if (not (res.grad_exact[-1] and res.step_exact[-1]) or err > bound or abs(res.outputs[-1]) > out_tol
+                or not exact):
             res.memorized = False
         if progress is not None:
             progress(i + 1, m + 1)

@@ -24,7 +24,8 @@ power of two ``≤ h/16`` (:func:`~.filter_net.bump_grid`) and ``K = 2``:
   the TM corrections ``1/27 + q``; msg 2's ``−1/9 − v`` (``v ∈ {0, ±1/3}``); msg 3's
   ``1/9 + 1/27``; msg 4's ``±1/9``; the slope terms' indicators ``−1/9 − 2g`` (msg 1) and
   ``c_{−1/9} − 2g`` (memory) and their slope units' ``1``; bias 0;
-* the head: ``U2 = 1``, ``b2 = 1/6, 0, −1/9, −1/6``, ``U1 = 18, −36, 36, −18``, ``b1 = −1``.
+* the head: ``U2 = 1``, ``b2 = 1/6, 0, −1/9, −1/6``, ``U1 = 18, −36, 36, −18``, ``b1 = −1 + 5·2⁻⁵²``
+  (:func:`~.head.exact_zero_bias`).
 
 Every number is computed with the same float operations as :mod:`.filter_net`, so
 membership is exact (``==``), not approximate.
