@@ -468,3 +468,23 @@ def test_cli_learn_target_and_restarts(run_cli):
     assert "draw 0: validation error" in r.out and "draw 1: validation error" in r.out
     r = run_cli("learn", str(EXAMPLE), "--train", str(EXAMPLE_CSV), "--restarts", "2")
     assert r.code == 2 and "--validation" in r.err and "Traceback" not in r.err
+
+
+def test_cli_learn_uses_the_training_sets_declared_target(run_cli, tmp_path):
+    """The parity training set declares '# target: parity:0,2,3': ``tm2nn learn`` without
+    ``--target`` reports the error against it (zero for the parity learner); a declared
+    target that does not label the examples is an error at its line, exit 2."""
+    parity = EXAMPLES / "learner_parity.tm"
+    data_csv = EXAMPLES / "learner_parity_n4.csv"
+    r = run_cli("learn", str(parity), "--train", str(data_csv), "--test", "40", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out.strip().splitlines()[-1]) == {"examples": 12, "memorized": True,
+                                                           "test_agreement": 1.0, "test_error": 0.0}
+    text = data_csv.read_text()
+    assert "# target: parity:0,2,3" in text
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text.replace("# target: parity:0,2,3", "# target: parity:0,1"))
+    r = run_cli("learn", str(parity), "--train", str(bad), "--test", "4", "--json")
+    line = 1 + text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("# target:")))
+    assert r.code == 2 and f"{bad}:{line}:11: error:" in r.err and "is not labelled by it" in r.err
+    assert "Traceback" not in r.err and r.out == ""

@@ -5,7 +5,9 @@ each field ``1``, ``+1`` or ``-1`` (spaces around a field are ignored).  An opti
 header line (its first field is not a number, e.g. ``x1,x2,y``) is skipped, as are
 blank lines and lines starting with ``#``.  Every example has the same width ``d + 1``
 with ``d >= 1``; there is at least one example.  Anything else is a
-:class:`~tm2nn.errors.Tm2nnError` at ``file:line:col``.
+:class:`~tm2nn.errors.Tm2nnError` at ``file:line:col``.  A ``# target: SPEC`` comment
+(``parity:0,2,3``) may say which function labelled the examples
+(:func:`declared_target`).
 """
 
 from __future__ import annotations
@@ -74,3 +76,20 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         raise Tm2nnError(f"the training set {path} has no examples", file=path, line=1, col=1)
     a = np.array(rows, dtype=np.int64)
     return a[:, :-1], a[:, -1]
+
+
+def declared_target(path: str | Path) -> tuple[str, int, int, str] | None:
+    """``(SPEC, line, col, the line)`` of a ``# target: SPEC`` comment line in the CSV (the function
+    that labelled it, e.g. ``parity:0,2,3``), or None.  ``tm2nn learn`` uses it as the
+    default ``--target``."""
+    from tm2nn.source import SourceText
+
+    path = str(path)
+    text = SourceText(path, read_input(path, "training set")).text.removeprefix("\ufeff")
+    for ln, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if s.startswith("#") and s[1:].strip().startswith("target:"):
+            rest = s[1:].strip()[len("target:"):].split()
+            spec = rest[0] if rest else ""  # the first word: a note may follow
+            return spec, ln, (line.index(spec) + 1 if spec else len(line) + 1), line
+    return None

@@ -34,7 +34,8 @@ class LearnOptions:
     work: int = option(1, "working columns right of the input (Definition 5 has L)", low=1)
     target: str | None = option(None, "label the test points by a target and report the test error: "
                                 "parity:SECRET (e.g. parity:0,2 is y = x1*x3 on +-1 features, bit = (1 - x)/2) "
-                                "or const:B (B = 0: +1, 1: -1)", metavar="SPEC")
+                                "or const:B (B = 0: +1, 1: -1); default: the training CSV's '# target:' line",
+                                metavar="SPEC")
     restarts: int = option(0, "Algorithm 1 as Corollary 2 runs it: draw the filter and head R times from U_s, "
                            "train each, keep the best on --validation (0: the planted filter only)",
                            metavar="R", low=0, high=100_000)
@@ -129,7 +130,7 @@ class RCNN(Backend):
         X, Y = data["train"]
         if opts.restarts:
             return self._restarts(ir, opts, X, Y, data["validation"], progress)
-        target = None if opts.target is None else sign_target(opts.target, X.shape[1])
+        target, target_spec = self._target(opts, X, Y)
         m1, unit = X.shape[0] + 1, 100  # one bar: the m + 1 SGD steps, the net's steps, the interpreter
 
         def cb(phase, done, n):
@@ -148,10 +149,33 @@ class RCNN(Backend):
         lines.append(f"agreement with the interpreter on {opts.test} fresh points: "
                      f"[{colour}]{rep['test_agreement']:.4f}[/]")
         keys = ["examples", "memorized", "test_agreement"]
-        if target is not None:
+        if target is not None:  # from --target or the training set's '# target:' line
             keys.append("test_error")
-            lines.append(f"error against the target {opts.target} on the same points: {rep['test_error']:.4f}")
+            lines.append(f"error against the target {target_spec} on the same points: {rep['test_error']:.4f}")
         return Learned({k: rep[k] for k in keys}, ok, lines)
+
+    @staticmethod
+    def _target(opts: LearnOptions, X, Y):
+        """``--target``, or else the training CSV's ``# target:`` line (checked against its
+        labels: a set labelled by another function is an error at that line)."""
+        from tm2nn.datasets import declared_target
+        from tm2nn.errors import Tm2nnError
+
+        if opts.target is not None:
+            return sign_target(opts.target, X.shape[1]), opts.target
+        found = declared_target(opts.train)
+        if found is None:
+            return None, None
+        spec, line, col, text = found
+        try:
+            fn = sign_target(spec, X.shape[1])
+        except Tm2nnError as e:
+            raise Tm2nnError(e.message, file=opts.train, line=line, col=col, snippet=text) from None
+        bad = np.flatnonzero(fn(X) != Y)
+        if bad.size:
+            raise Tm2nnError(f"the training set declares 'target: {spec}', but example {bad[0] + 1} is not "
+                             "labelled by it", file=opts.train, line=line, col=col, snippet=text)
+        return fn, spec
 
     def _restarts(self, ir, opts: LearnOptions, X, Y, val, progress) -> Learned:
         """Corollary 2 around Algorithm 1 (:func:`tm2nn.backends.rcnn.algorithm1.algorithm1`):

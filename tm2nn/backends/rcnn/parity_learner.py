@@ -7,9 +7,9 @@ position" (the answer in the top-left input cell, the rest of the input region b
 Abbe & Sandon's Example 1 learns a parity the same way inside a net emulating a
 learner: memorize samples, then express a new input as a linear combination of the
 memorized ones (Gaussian elimination over GF(2)) and return the same combination of
-their labels.  This module writes that learner as one grid machine, the same states for every number of examples
-``m`` and features ``d`` (Theorem 1 needs the state count ``s`` constant): it finds every
-edge of the grid by reading, never by counting.
+their labels.  This module writes that learner as one grid machine, the same states for
+every number of examples ``m`` and features ``d`` (Theorem 1 needs the state count ``s``
+constant): it finds every edge of the grid by reading, never by counting.
 
 **The grid** (docs/rcnn.md "Learner mode"; :func:`~.learner_form.xor_rows`,
 :func:`~.learner_form.layout_text`): rows ``0..m``; column 0 is ``+`` on row 0 and blank
