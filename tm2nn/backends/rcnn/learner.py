@@ -119,6 +119,8 @@ class Trained:
         B.1.1 code; ``"module"`` runs the emitted module.  ``progress(i, trips)``."""
         from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
 
+        if engine not in ("lookup", "module"):
+            raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
         z = torch.tensor(np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1), dtype=self.dtype)
         mod = self.module
         with torch.no_grad():
