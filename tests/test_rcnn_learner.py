@@ -488,3 +488,14 @@ def test_cli_learn_uses_the_training_sets_declared_target(run_cli, tmp_path):
     line = 1 + text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("# target:")))
     assert r.code == 2 and f"{bad}:{line}:11: error:" in r.err and "is not labelled by it" in r.err
     assert "Traceback" not in r.err and r.out == ""
+
+
+def test_cli_info_on_a_learner(run_cli):
+    """``info`` on a learner gives its learner-mode filter (machine mode cannot lower a
+    machine that moves up and down): the state count for every shape, d_rc, U_s."""
+    r = run_cli("info", str(EXAMPLES / "learner_parity.tm"), "--backend", "rcnn", "--steps", "1366", "--json")
+    assert r.code == 0, r.err
+    info = json.loads(r.out)["info"]
+    assert info["learner (B.1.2 form, XOR input)"].startswith("84 states, 11 base-3 digits")
+    assert info["d_rc (Def. 5 width)"] == "6,850" and info["filter steps L"].startswith("1367 ")
+    assert info["every weight and bias in U_s (Lemma 6, Cor. 3)"].startswith("all in U_s: yes")

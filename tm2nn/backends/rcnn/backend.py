@@ -115,6 +115,36 @@ class RCNN(Backend):
         with partial_reports(texts, lambda states, t: Report.of_run(gm.decode(states, t))):  # Ctrl-C
             return [Report.of_run(r) for r in run_grids(compiled, texts, engine, progress)]
 
+    def info_source(self, ir, opts: Options):
+        """A learner (a grid machine in B.1.2 learner form, which machine mode cannot lower):
+        its learner-mode filter and sizes, with ``--steps`` as the learner's step bound
+        ``t``.  Anything else compiles (machine mode)."""
+        from tm2nn.backends.base import Table
+        from tm2nn.backends.rcnn.build import filter_for
+        from tm2nn.backends.rcnn.encoding import cell_code
+        from tm2nn.backends.rcnn.learner_form import FRAME, check_learner_form
+        from tm2nn.errors import Tm2nnError
+        from tm2nn.ir import GridMachine
+
+        if not isinstance(ir, GridMachine) or not any(r.move in ("U", "D") for r in ir.rules):
+            return None
+        try:
+            check_learner_form(ir)
+        except Tm2nnError:
+            return None  # not a learner: machine mode says why it cannot take it
+        code = cell_code(ir)
+        filt = filter_for(ir, code)
+        t = opts.steps
+        rows = [["learner (B.1.2 form, XOR input)", f"{len(ir.states)} states, {code.n_digits} base-3 digits, "
+                 "the same for every (m, d)", "Theorem 1: s fixed"],
+                *[list(r) for r in filt.bounds],
+                ["filter steps L", f"{t + 1} for t = {t} learner steps (at least m + 2)",
+                 "L = c1(t + m + d) (Theorem 1)"],
+                ["grid (rows x columns)", f"(m + 1) x ({FRAME} + d + 1 + work): frame, input region, working columns",
+                 "Def. 5: [W diag(z)  1], d_mem = m + 1"],
+                ["train", "tm2nn learn FILE --train DATA.csv (Algorithm 1)", ""]]
+        return Table("rcnn learner mode (Algorithm 1)", ["quantity", "this network", "paper"], rows)
+
     def checker(self, compiled: Compiled):
         from tm2nn.verify.grid import GridChecker
 
