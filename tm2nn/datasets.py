@@ -32,11 +32,8 @@ def _is_number(s: str) -> bool:
 
 def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """``(X, Y)``: ``int64 [m, d]`` features and ``[m]`` labels, all ±1."""
-    from tm2nn.source import SourceText
-
     path = str(path)
-    text = SourceText(path, read_input(path, "training set")).text  # not UTF-8: an error at its byte
-    text = text.removeprefix("\ufeff")  # a byte-order mark (spreadsheets write one)
+    text = _text(path)
     rows: list[list[int]] = []
     width = None
     first = True
@@ -78,14 +75,19 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return a[:, :-1], a[:, -1]
 
 
+def _text(path: str) -> str:
+    """The CSV's text: not UTF-8 is an error at its byte; a byte-order mark (spreadsheets
+    write one) is dropped."""
+    from tm2nn.source import SourceText
+
+    return SourceText(path, read_input(path, "training set")).text.removeprefix("\ufeff")
+
+
 def declared_target(path: str | Path) -> tuple[str, int, int, str] | None:
     """``(SPEC, line, col, the line)`` of a ``# target: SPEC`` comment line in the CSV (the function
     that labelled it, e.g. ``parity:0,2,3``), or None.  ``tm2nn learn`` uses it as the
     default ``--target``."""
-    from tm2nn.source import SourceText
-
-    path = str(path)
-    text = SourceText(path, read_input(path, "training set")).text.removeprefix("\ufeff")
+    text = _text(str(path))
     for ln, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
         if s.startswith("#") and s[1:].strip().startswith("target:"):

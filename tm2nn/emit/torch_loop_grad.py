@@ -97,11 +97,7 @@ def run_checkpointed(step, x: torch.Tensor, trips: int, until_fixed: bool, progr
         done += used
         if progress is not None:
             progress(trips if fixed else done, trips)
-        if fixed:
-            if done < trips and tail:
-                x = FixedPointTail.apply(x, step, trips - done)
-                break
-            if done < trips:
-                continue
+        if fixed and tail and done < trips:  # without the tail, the fixed point's trips run on
+            x = FixedPointTail.apply(x, step, trips - done)
             break
     return x

@@ -131,15 +131,6 @@ def draw_candidate(support: Support, U: np.ndarray, seed: int, r: int) -> Candid
 
 
 # -- validation --------------------------------------------------------------------------------
-def predict(trained, xs: np.ndarray) -> np.ndarray:
-    """``ŷ`` for ``xs`` in batches of :data:`.learner.PREDICT_BATCH` (inf/nan kept)."""
-    xs = np.asarray(xs)
-    outs = [np.zeros(0)]
-    for i in range(0, len(xs), learner_mod.PREDICT_BATCH):
-        outs.append(trained.predict(xs[i:i + learner_mod.PREDICT_BATCH]))
-    return np.concatenate(outs)
-
-
 def zero_one_error(y_hat: np.ndarray, y: np.ndarray) -> float:
     """Corollary 2's validation score: the 0/1 error of ``sign(ŷ)`` (``ŷ ≥ 0`` is +1, as
     :func:`.learner.run` reads it) against the labels ``y``; an inf/nan ``ŷ`` is an error."""
@@ -164,7 +155,7 @@ def train_and_score(g, X, Y, Xv, Yv, candidates: list[Candidate], *, depth: int,
             t0 = time.perf_counter()
             tr = learner_mod.learn(g, X, Y, depth=depth, work=work, dtype=dtype, filter_body=c.body,
                                    head_body=c.head)
-            y_hat = predict(tr, Xv)
+            y_hat = tr.predict(Xv)  # inf/nan kept; a random draw's grid falls back to the module
             out.append({"label": c.label, "validation_error": zero_one_error(y_hat, Yv),
                         "memorized": bool(tr.memorized), "finite_predictions": float(np.isfinite(y_hat).mean())
                         if len(y_hat) else 1.0, "seconds": time.perf_counter() - t0, "_trained": tr})
@@ -185,8 +176,8 @@ def select(results: list[dict]) -> int:
 # -- Theorem 1 and Corollary 2 -----------------------------------------------------------------
 def precision_bits(D: int) -> int:
     """Goel et al., Theorem 1 ("bit precision ⌈log s⌉ + c3") for our emission: the
-    significand bits (the implicit one included) needed for B.1.1's ``D`` digits: every bump breakpoint ``c_v + K ± 2g, ± 4g`` lies in ``[1, 4)`` and is a
-    multiple of ``g`` (:func:`~.filter_net.bump_grid`), and a ``p``-bit float holds every
+    significand bits (the implicit one included) needed for B.1.1's ``D`` digits: every
+    bump breakpoint ``c_v + K ± 2g, ± 4g`` lies in ``[1, 4)`` and is a multiple of ``g`` (:func:`~.filter_net.bump_grid`), and a ``p``-bit float holds every
     multiple of ``g`` in ``[2, 4)`` iff ``2^{2−p} ≤ g``: ``p = 2 + log2(1/g) =
     2 + ⌈4 + (D−1) log2 3⌉``.  float32 (24) gives ``D ≤ 12``, as docs/rcnn.md says."""
     return 2 + int(round(-math.log2(bump_grid(D))))
