@@ -175,8 +175,7 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
     shape = Shape(m, d, work)
-    filt = filter_for(g, cell_code(g))
-    body = filt.body if filter_body is None else filter_body
+    body = filter_for(g, cell_code(g)).body if filter_body is None else filter_body
     # Backward keeps the hidden units (about 1.4 d_rc floats per cell) of the trips it
     # stores: with checkpointed segments of ~√L trips (tm2nn.emit.torch_loop_grad), one
     # segment being recomputed plus one input grid per segment, at most ~2√L trips.
