@@ -31,7 +31,7 @@ import torch
 
 from tm2nn.backends.rcnn import learner as learner_mod
 from tm2nn.backends.rcnn.bounds import def5_filter_params, def5_head_params
-from tm2nn.backends.rcnn.build import CELL, filter_body, filter_for
+from tm2nn.backends.rcnn.build import CELL, body_of, filter_body
 from tm2nn.backends.rcnn.filter_net import FilterNet, build_filter, bump_grid
 from tm2nn.backends.rcnn.filter_spec import machine_table
 from tm2nn.backends.rcnn.head import HeadNet, build_head
@@ -248,7 +248,6 @@ def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: 
 
     The report is JSON-able apart from keys starting with ``_`` (``_trained``: the chosen
     model).  :func:`format_report` gives its lines."""
-    from tm2nn.backends.rcnn.encoding import cell_code
     from tm2nn.backends.rcnn.learner_form import check_learner_form
 
     t_start = time.perf_counter()
@@ -272,7 +271,7 @@ def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: 
     inside = membership(planted, head, U)["all_in"]
     cands = [draw_candidate(sup, U, seed, r) for r in range(restarts)]
     if offer_planted:
-        cands.append(Candidate("planted", filter_for(g, cell_code(g)).body, None))
+        cands.append(Candidate("planted", body_of(planted), None))  # the net built above, not a second build
     results = train_and_score(g, X, Y, Xv, Yv, cands, depth=depth, work=work, dtype=dtype,
                               progress=progress)
     best = select(results) if results else None

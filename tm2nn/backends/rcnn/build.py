@@ -52,6 +52,11 @@ class Filter:
     bounds: list
 
 
+def body_of(f) -> Net:
+    """A built :class:`~.filter_net.FilterNet` as the filter net (its weights and labels)."""
+    return filter_body(list(zip(f.weights, f.biases)), [list(lab) for lab in f.labels[:4]])
+
+
 def filter_for(g, code) -> Filter:
     """B.2's filter for the machine ``g`` in B.1.2 form (:mod:`.filter_net`), as a net."""
     from tm2nn.backends.rcnn.bounds import bounds_rows, size_report
@@ -59,9 +64,7 @@ def filter_for(g, code) -> Filter:
     from tm2nn.backends.rcnn.filter_spec import machine_table
 
     f = build_filter(machine_table(g))
-    body = filter_body(list(zip(f.weights, f.biases)), [list(lab) for lab in f.labels[:4]])
-    rep = size_report(f)
-    return Filter(body, f.d_rc, bounds_rows(rep))
+    return Filter(body_of(f), f.d_rc, bounds_rows(size_report(f)))
 
 
 def machine_net(body: Net, steps: int, name: str) -> Net:
