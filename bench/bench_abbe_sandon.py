@@ -1,46 +1,44 @@
-"""abbe-sandon backend: SGD on the compiled emulation net learns parity (issue 6, the
-paper's headline, Abbe & Sandon §4.1 Example 1 with Theorem 4).
+"""abbe-sandon backend: plain SGD on the compiled emulation net learns parity, in exact
+arithmetic (Abbe & Sandon §4.1, Lemma 3 / Theorem 4, Example 1; issues 6 and 18).
 
 For each n: a random secret subset of ⌈n/2⌉ of the n bits (seeded; low-degree parities
-are easy for any net), the Gaussian-elimination learner
-``parity_learner(n)`` (examples/parity8.circ is n = 8), its net G_n (Lemma 3), and
-plain SGD with the paper's learning rate on a stream of ``12n`` samples
-``((2x−1, 2r′−1), ±y)``; the net is checked against the learner at every step (output,
-decoded memory, weights outside the memory gadgets).  Then:
+are easy for any net), the Gaussian-elimination learner ``parity_learner(n)``
+(examples/parity8.circ is n = 8), its net G_n (Lemma 3) and plain SGD with Lemma 2's
+learning rate on a stream of ``12n`` samples ``((2x−1, 2r′−1), ±y)``, run by the level
+engine (:mod:`tm2nn.backends.abbe_sandon.levels`) and checked against the learner
+(``run_learner``) at every step: output, decoded memory, weights outside the memory
+gadgets.  Reported per n:
 
-* ``test_accuracy`` on 1000 fresh uniform inputs;
-* ``samples_used``: the step of the last memory change, against the ≈2n of Example 1
-  (each stored sample needs a wrong output, and during learning the output is the coin
-  r′, wrong half the time);
-* the baseline: a plain one-hidden-layer MLP with as many parameters as the net has
-  stored edges, trained by Adam and by SGD (200 epochs) on the samples the compiled net
-  used (the first ``samples_used``), and, for context, on the whole stream of ``12n``;
-  scored on the same kind of fresh inputs.  Abbe & Sandon's negative results say such a
-  net, from a generic start, stays near 50 % on parities of growing support.
+* ``samples_used``: the step of the last memory change, against the ≈2n of Example 1;
+* ``test_accuracy`` on 1000 fresh uniform inputs, ``mismatches`` (0 or 1: training
+  stops at the first);
+* ``build_s`` (G_n and the engine's level plan), ``train_s`` (the stream, the learner's
+  reference run and every per-step check), ``test_s``, ``total_s``;
+* at n ≤ 12 (``REF_NS``) the reference engine (``train.Engine``, vertex by vertex) trains
+  on the same stream in the same run: ``ref_train_s`` and ``speedup``.
 
-The net runs in exact arithmetic (docs/abbe_sandon.md: §4.1's constants do not fit
-float64, and its flips are unstable in floats); the times are the exact engine's.
+The baseline against ordinary networks is ``bench/bench_separation.py``, which calls
+:func:`bench_one`.  ``--quick``: n = 8 only; ``--max-n N``: every n of ``NS + BEYOND`` up
+to N (default 64).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-NS = (8, 12)
+NS = (8, 12, 16, 24, 32, 48, 64)
+BEYOND = (96, 128)
+REF_NS = (8, 12)
 TEST = 1000
 
 
-def bench_one(n: int, seed: int = 0) -> dict:
+def _setup(n: int, seed: int):
+    """(secret, learner, target, training stream) for parity at n."""
     import numpy as np
-    from mlp_baseline import baseline
 
-    from tm2nn.backends.abbe_sandon.net import build_net
-    from tm2nn.backends.abbe_sandon.train import Engine, net_inputs, train
     from tm2nn.learners.examples import parity_learner
     from tm2nn.learners.targets import parse_target, samples
 
@@ -49,45 +47,81 @@ def bench_one(n: int, seed: int = 0) -> dict:
     secret = "".join("1" if i in chosen else "0" for i in range(n))
     lr = parity_learner(n)
     tg = parse_target(f"parity:{secret}", n)
-    stream = samples(tg, 12 * n, seed, random_bits=len(lr.random))
+    return secret, lr, tg, samples(tg, 12 * n, seed, random_bits=len(lr.random))
+
+
+def bench_one(n: int, seed: int = 0) -> dict:
+    """Build G_n for parity at n, train on 12n samples with every step checked, test on
+    1000 fresh inputs (module doc)."""
+    from tm2nn.backends.abbe_sandon.levels import LevelEngine
+    from tm2nn.backends.abbe_sandon.net import build_net
+    from tm2nn.backends.abbe_sandon.train import predict, train
+    from tm2nn.learners.targets import samples
+
+    load = os.getloadavg()[0]
+    secret, lr, tg, stream = _setup(n, seed)
     t0 = time.perf_counter()
     net = build_net(lr)
+    eng = LevelEngine(net)
     t_build = time.perf_counter() - t0
-    eng = Engine(net)
     t0 = time.perf_counter()
-    rep = train(net, stream.xs, stream.ys, stream.rs, stream.r2s if lr.coin else None, engine=eng)
+    rep = train(net, stream.xs, stream.ys, None, stream.r2s if lr.coin else None, engine=eng)
     t_train = time.perf_counter() - t0
-    assert rep.mismatch is None, rep.mismatch
     test = samples(tg, TEST, seed + 1, random_bits=len(lr.random))
-    z = net_inputs(test.xs, np.zeros((TEST, len(lr.random)), bool), np.zeros((TEST, len(lr.coin)), bool))
     t0 = time.perf_counter()
-    right = sum(eng.predict(z[i]) == int(test.ys[i]) for i in range(TEST))
+    acc = float((predict(net, test.xs, engine=eng) == test.ys).mean()) if rep.mismatch is None else float("nan")
     t_test = time.perf_counter() - t0
-    row = {"bench": f"abbe-sandon parity n={n}", "secret": secret, "memory_bits": lr.m,
-           "stored_edges": len(net.src), "samples": len(stream.xs), "samples_used": rep.samples_used,
-           "two_n": 2 * n, "test_accuracy": right / TEST, "mismatches": 0,
+    row = {"bench": f"abbe-sandon parity n={n}", "n": n, "secret": secret, "memory_bits": lr.m,
+           "stored_edges": len(net.src), "levels": len(eng.plan), "samples": len(stream.xs),
+           "samples_used": rep.samples_used, "two_n": 2 * n, "test_accuracy": acc,
+           "mismatches": 0 if rep.mismatch is None else 1,
            "build_s": round(t_build, 2), "train_s": round(t_train, 2), "test_s": round(t_test, 2),
-           "total_s": round(t_build + t_train + t_test, 2)}
-    x01 = stream.xs.astype(np.int64)
-    mask = np.array([int(c) for c in secret])
-    used = baseline(x01[:rep.samples_used], mask, params=len(net.src), test=TEST, seed=seed)
-    row.update({k: v for k, v in used.items() if "test" in k or k == "mlp_params"})
-    every = baseline(x01, mask, params=len(net.src), test=TEST, seed=seed)
-    row.update({f"{k}_all_{len(x01)}": v for k, v in every.items() if "test" in k})
+           "total_s": round(t_build + t_train + t_test, 2), "steps_per_s": round(rep.steps / t_train, 1),
+           "batches": eng.batches, "load1": round(load, 2)}
+    if rep.mismatch is not None:
+        row["mismatch"] = f"step {rep.mismatch.step}: {rep.mismatch.what}: {rep.mismatch.detail}"
     return row
 
 
+def reference_train_s(n: int, seed: int = 0) -> float:
+    """Seconds for the reference engine (vertex by vertex) to train on bench_one's stream,
+    with the same checks; raises if it does not emulate the learner."""
+    from tm2nn.backends.abbe_sandon.net import build_net
+    from tm2nn.backends.abbe_sandon.train import Engine, train
+
+    _, lr, _, stream = _setup(n, seed)
+    net = build_net(lr)
+    t0 = time.perf_counter()
+    rep = train(net, stream.xs, stream.ys, None, stream.r2s if lr.coin else None, engine=Engine(net))
+    assert rep.mismatch is None, rep.mismatch
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str]) -> list[dict]:
-    ns = NS[:1] if "--quick" in argv else NS
+    max_n = 64
+    if "--max-n" in argv:
+        max_n = int(argv[argv.index("--max-n") + 1])
+    ns = (8,) if "--quick" in argv else tuple(n for n in NS + BEYOND if n <= max_n)
     rows = []
     for n in ns:
-        rows.append(bench_one(n))
-        print(json.dumps(rows[-1]), file=sys.stderr)
+        row = bench_one(n)
+        if n in REF_NS:
+            ref = reference_train_s(n)
+            row.update(ref_train_s=round(ref, 2), speedup=round(ref / row["train_s"], 1))
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
     return rows
 
 
 if __name__ == "__main__":
     from rich.console import Console
+    from rich.table import Table
 
+    t = Table(title="abbe-sandon: parity by SGD on G_n, exact, every step checked")
+    cols = ["n", "samples", "samples_used", "test_accuracy", "mismatches", "build_s", "train_s", "test_s",
+            "total_s", "speedup", "load1"]
+    for c in cols:
+        t.add_column(c)
     for r in main(sys.argv[1:]):
-        Console().print(r)
+        t.add_row(*(str(r.get(c, "-")) for c in cols))
+    Console().print(t)

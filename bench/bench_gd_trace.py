@@ -11,9 +11,17 @@ optimizer steps, wall time of the run, optimizer steps per second, and Cor. 2.3'
 **§4.3.** The full-configuration simplex of bb3 (one vertex per reached configuration):
 vertices, and the Frank–Wolfe trace's time.
 
+Also the same traces with the exact line search for (14) (``line_search=True``).
+
 **§5.** Training the extended network of examples/sign_sum_3x2.tm on 5 random datasets
 (and one each of the 2x3 and 4x2 machines): optimizer steps (= machine steps + 1,
-asserted), mean training time, theta equal to the interpreter's (asserted).
+asserted), mean training time, theta equal to the interpreter's (asserted).  Then the
+perceptron over fixed-point data (examples/gd_trace/perceptron_3x1.tm: 3 samples, one
+feature of sign + 2 magnitude bits, bias; App. B multi-bit quantisation, the affine
+primary network) on the same number of random datasets, with every Prop. 2.1 check of
+``learn_report`` asserted, ONNX included: build time, optimizer steps, source steps,
+mean training time (learn_report without its ONNX and fresh-data checks) and the time of
+those checks.
 """
 
 from __future__ import annotations
@@ -65,14 +73,17 @@ def config_simplex_row() -> dict:
     t0 = time.perf_counter()
     cs = build(m, inputs, tau, left, max_steps=12)
     t_build = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for x in inputs:
-        tr = trace(m, x, 12, tau, left)
-        want = run_machine(m, x, 12)
-        assert tr[want.steps].config.state == want.state, x
-    dt = time.perf_counter() - t0
+    dts = []
+    for ls in (False, True):
+        t0 = time.perf_counter()
+        for x in inputs:
+            tr = trace(m, x, 12, tau, left, line_search=ls)
+            want = run_machine(m, x, 12)
+            assert tr[want.steps].config.state == want.state, x
+        dts.append(time.perf_counter() - t0)
     return {"bench": "gd-trace §4.3 binary_increment, all inputs <= 4", "inputs": len(inputs),
-            "vertices": len(cs.vertices), "build_s": round(t_build, 3), "fw_traces_s": round(dt, 3)}
+            "vertices": len(cs.vertices), "build_s": round(t_build, 3), "fw_traces_s": round(dts[0], 3),
+            "fw_traces_line_search_s": round(dts[1], 3)}
 
 
 def extended_rows(datasets: int) -> list[dict]:
@@ -103,7 +114,45 @@ def extended_rows(datasets: int) -> list[dict]:
                      "params": int(sum(p.value.size for p in ext.net.nodes if type(p).__name__ == "Param")),
                      "build_s": round(t_build, 2), "optimizer_steps": "/".join(map(str, sorted(set(steps)))),
                      "train_s_mean": round(sum(times) / k, 2)})
+    rows.append(perceptron_row(datasets))
     return rows
+
+
+def perceptron_row(datasets: int) -> dict:
+    """§5 with the perceptron over fixed-point data (multi-bit App. B, affine primary)."""
+    import numpy as np
+
+    from tm2nn.backends.gd_trace.extended import Extended, perceptron_layout
+    from tm2nn.backends.gd_trace.perceptron import Perceptron, theta_of
+    from tm2nn.syntax import load
+    from tm2nn.verify.gd import learn_report
+
+    p = Perceptron(3, 1, 2, 1, bias=True)
+    t0 = time.perf_counter()
+    ext = Extended(load(ROOT / "examples" / "gd_trace" / "perceptron_3x1.tm"), perceptron_layout(p))
+    t_build = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    train_s, check_s, steps = [], [], set()
+    for _ in range(datasets):
+        X, Y = ext.layout.random_x(rng), rng.choice([-1.0, 1.0], p.n)
+        t0 = time.perf_counter()
+        rep = learn_report(ext, X, Y, tests=0)
+        train_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rep = learn_report(ext, X, Y, tests=20, onnx=True)
+        check_s.append(time.perf_counter() - t0 - train_s[-1])
+        assert rep["bounds_23_29_33"] and rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"]
+        assert rep["theta"] == (theta_of(p, X, Y) + 0.0).tolist() and rep["theta_matches"]
+        assert rep["test_agreement"] == rep["onnx_test_agreement"] == 1.0 and rep["onnx_F_equals_f_theta_on_train"]
+        steps.add((rep["optimizer_steps"], rep["source_steps"]))
+    return {"bench": "gd-trace §5 perceptron 3x1 (fixed point)", "datasets": datasets,
+            "simplex_vertices": len(ext.ts.verts), "tau": ext.tau,
+            "params": int(sum(q.value.size for q in ext.net.nodes if type(q).__name__ == "Param")),
+            "build_s": round(t_build, 2),
+            "optimizer_steps": "/".join(str(a) for a, _ in sorted(steps)),
+            "source_steps": "/".join(str(b) for _, b in sorted(steps)),
+            "train_s_mean": round(sum(train_s) / datasets, 2),
+            "checks_s_mean (20 fresh datasets, torch + ONNX)": round(sum(check_s) / datasets, 2)}
 
 
 def main(argv: list[str]) -> list[dict]:
@@ -115,7 +164,7 @@ def main(argv: list[str]) -> list[dict]:
         print(json.dumps(rows[-1]), file=sys.stderr)
     rows.append(config_simplex_row())
     rows += extended_rows(2 if quick else 5)
-    for r in rows[-3:]:
+    for r in rows[-4:]:
         print(json.dumps(r), file=sys.stderr)
     return rows
 

@@ -1,4 +1,4 @@
-"""Abbe & Sandon §4.2: Lemma 6's noise-tolerant G_n (tm2nn.backends.abbe_sandon.noisy) and
+"""Abbe & Sandon §4.2: Lemma 6's G_n under perturbed SGD (tm2nn.backends.abbe_sandon.noisy) and
 the learner form h_n (noisy_learner), trained by perturbed SGD in mpmath."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_abbe_sandon_gadgets import _mp_num, _run_mprime
+from tm2nn.backends.abbe_sandon import noisy
 from tm2nn.backends.abbe_sandon.gadgets import MP_PATH
 from tm2nn.backends.abbe_sandon.noisy import (
     DPS,
@@ -19,8 +20,10 @@ from tm2nn.backends.abbe_sandon.noisy import (
     build_noisy_net,
     decode,
     eps42,
+    eps_prime42,
     gamma42,
     lemma6_bound,
+    lemma6_center,
     noise_bound,
     train_noisy,
 )
@@ -227,3 +230,75 @@ def test_lemma4_mpmath_noisy(labels, t0, sign):
             assert yr == (-2 if t > t0 and labels[t0] == -1 else 2)
             if t != t0:
                 assert contrib == 0
+
+
+# ---------------------------------------------------------------- Lemma 6's correction
+HIGH = 150  # digits: the correction n 2^-243 3^-29 ~ 1e-87 n is far above 10^-HIGH
+
+
+def _centre_run(n=2, t=3, seed=7, **kw):
+    """A §4.2 run at HIGH digits and the largest |z_out - cbrt(4)/2| over its learning steps."""
+    lr = majority_learner(n, t)
+    xs, ys, x = _stream(n, t, seed)
+    rep = train_noisy(lr, xs, ys, x, dps=HIGH, **kw)
+    with mpmath.workdps(HIGH):
+        return rep, max(abs(z - lemma6_center()) for z in rep.z_out), max(abs(y - mpmath.mpf(1) / 2)
+                                                                           for y in rep.outputs)
+
+
+TINY = [{"noise": 0}, {"noise": 1, "mode": "max", "bound": mpmath.mpf(2) ** -400}]
+
+
+@pytest.mark.parametrize("kw", TINY, ids=["no-noise", "noise-2^-400"])
+def test_lemma6_correction_centres_the_output(kw):
+    """Lemma 6: oc[t0] -> out = cbrt(4)/4 - 2^-243 3^-29 n.  On learning step t0, oc[t0] = 2 and
+    the n copies being set add 2^-242 3^-29 each (Lemma 4), so the output vertex's input is
+    cbrt(4)/2 and its output 1/2, exactly: at 150 digits within 1e-115 on every step, without
+    noise and with noise 2^-400 per weight per step (~4e-121, below the correction)."""
+    rep, dz, dy = _centre_run(**kw)
+    assert rep.ok and rep.violations == [] and len(rep.z_out) == 3
+    assert dz < mpmath.mpf(10) ** -115 and dy < mpmath.mpf(10) ** -115
+
+
+@pytest.mark.parametrize("kw", TINY, ids=["no-noise", "noise-2^-400"])
+def test_without_lemma6_correction_the_centre_check_fails(monkeypatch, kw):
+    """Mutation: oc[t0] -> out = cbrt(4)/4 without the correction.  Lemma 6's eps' check still
+    passes (the error is ~1e-87, eps' ~ 5e-43), but the output vertex's input is off by the
+    copies' uncancelled n 2^-242 3^-29 (n = 2) on every step, which the check above sees."""
+    monkeypatch.setattr(noisy, "oc_out_weight", lambda n: mpmath.cbrt(4) / 4)
+    rep, dz, dy = _centre_run(**kw)
+    assert rep.ok  # invisible to every per-step check of Lemma 6's statement
+    with mpmath.workdps(HIGH):
+        want = 2 * mpmath.mpf(2) ** -242 * mpmath.mpf(3) ** -29
+        assert abs(dz - want) < mpmath.mpf(10) ** -115
+        assert dy > mpmath.mpf(10) ** -100 and dz < eps_prime42()
+
+
+def test_default_precision_holds_the_correction():
+    """At DPS (100) digits the built weight differs from cbrt(4)/4 by the correction; at 50
+    digits (the old default) it was rounded away."""
+    lr = majority_learner(3, 2)
+    for dps, kept in ((DPS, True), (50, False)):
+        net = build_noisy_net(lr, dps)
+        with mpmath.workdps(dps):
+            diff = mpmath.cbrt(4) / 4 - net.w[net.oc_out[0]]
+            assert (diff != 0) == kept
+            if kept:
+                assert abs(diff / (3 * mpmath.mpf(2) ** -243 * mpmath.mpf(3) ** -29) - 1) < mpmath.mpf(10) ** -10
+
+
+@pytest.mark.parametrize("dps", [20, 39, 1001, 100.0, "100", True])
+def test_bad_precision_is_a_clear_error(dps):
+    lr = majority_learner(1, 1)
+    with pytest.raises(Tm2nnError, match="decimal digits in 40..1000"):
+        build_noisy_net(lr, dps)
+    with pytest.raises(Tm2nnError, match="decimal digits"):
+        train_noisy(lr, [[0]], [1], [0], dps=dps)
+
+
+def test_precision_of_a_given_net_must_match():
+    lr = majority_learner(1, 1)
+    net = build_noisy_net(lr, 60)
+    with pytest.raises(Tm2nnError, match="built at 60 digits"):
+        train_noisy(lr, [[0]], [1], [0], net=net, dps=80)
+    assert train_noisy(lr, [[0]], [1], [0], net=net).ok

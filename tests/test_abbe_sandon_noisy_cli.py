@@ -101,8 +101,16 @@ def test_learn_json(run_cli, noise):
     r = run_cli("learn", EX, "--target", "parity:101", "--test", "8", "--noise", noise, "--json")
     assert r.code == 0, r.err
     rep = json.loads(r.out.strip().splitlines()[-1])
+    bounds = {k: rep.pop(k) for k in ("noise_max", "noise_bound", "lemma6_bound")}
     assert rep == {"steps": 10, "samples_used": 10, "test_accuracy": 1.0, "mismatches": 0, "test_inputs": 8,
                    "noise": noise, "agreement": 1.0}
+    # the noise level reached, next to Lemma 6's (n = 3, t = 10): eps/t = 2^-134 3^-11 / 10 vs 1/90
+    assert bounds["noise_bound"] == pytest.approx(2.0**-134 * 3.0**-11 / 10, rel=1e-12)
+    assert bounds["lemma6_bound"] == pytest.approx(1 / 90)
+    if noise == "none":
+        assert bounds["noise_max"] == 0
+    else:
+        assert 0.5 * bounds["noise_bound"] < bounds["noise_max"] <= bounds["noise_bound"]
 
 
 def test_learn_samples_csv(run_cli, tmp_path):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tm2nn.backends.abbe_sandon.backend import BACKEND
 from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
 from tm2nn.backends.abbe_sandon.net import build_net
-from tm2nn.backends.abbe_sandon.train import held_out_inputs
+from tm2nn.backends.abbe_sandon.train import held_out_inputs, prepare_stream
 from tm2nn.backends.abbe_sandon.train import train as train_exact
 from tm2nn.backends.abbe_sandon.train_torch import TorchEngine, train
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, to_onnx
@@ -23,7 +23,7 @@ from tm2nn.emit.torch_emit import to_torch
 from tm2nn.interp.learner import run_learner
 from tm2nn.learners.examples import parity_learner
 from tm2nn.learners.targets import parity_target, samples
-from tm2nn.nets import Affine, Net, Port, SparseMatrix
+from tm2nn.nets import Affine, Net, Param, Port, SparseMatrix
 from tm2nn.nets.space import Space
 
 from .conftest import EXAMPLES
@@ -93,15 +93,29 @@ def test_float64_and_exact_engines_agree(parity4_trained):
 
 
 def test_only_gadget_weights_change_and_flips_are_exact(parity4_trained):
+    """Every edge of G_n is a trainable parameter and SGD was given all of them; after 40
+    steps every M_s weight is bitwise ± its initial value and every other weight (the
+    frozen-by-construction gates, reads, controls, v0, biases; the fixed carries) is
+    bitwise unchanged, with a gradient of exactly 0."""
     _, _, _, ir, eng, rep, before, _ = parity4_trained
-    after = eng.module.state_dict()
-    params = {n for n, p in eng.module.named_parameters() if p.requires_grad}  # the rest: frozen
-    assert params and all(n.endswith(".train.weight") or "_train." in n for n in params)
+    module = eng.module
+    after = module.state_dict()
+    params = {n for n, p in module.named_parameters() if p.requires_grad}
+    gadget = {n for n in params if n.endswith(".weight") and "_train" in n}
+    assert gadget and params - gadget  # G_n's other edges are trainable too
+    given = {id(p) for g in eng.opt.param_groups for p in g["params"]}
+    assert given == {id(p) for p in module.parameters()}  # plain SGD over ALL parameters
+    def bits(t):
+        return t.reshape(-1).view(torch.int64)
+
     for k, v in after.items():
-        if k not in params:
-            assert torch.equal(v, before[k]), k
+        if k in gadget:
+            assert torch.equal(bits(v.abs()), bits(before[k].abs())), k  # ± initial, bitwise
         else:
-            assert torch.equal(v.abs(), before[k].abs()), k  # ± initial, bitwise
+            assert torch.equal(bits(v), bits(before[k])), k  # bitwise
+    for n, p in module.named_parameters():
+        if n in params and n not in gadget:  # trainable, reached by autograd, gradient exactly 0
+            assert p.grad is not None and not torch.any(p.grad), n
     w = eng.weights()
     for e in range(len(ir.src)):
         if e not in ir.gadget:
@@ -109,9 +123,72 @@ def test_only_gadget_weights_change_and_flips_are_exact(parity4_trained):
         else:
             assert abs(w[e]) == abs(ir.w[e])
     assert any(w[e] != ir.w[e] for e in ir.gadget)  # something did flip
-    # every trainable entry is an M_s edge and vice versa
-    n_params = sum(p.numel() for p in eng.module.parameters() if p.requires_grad)
-    assert n_params == len(ir.gadget)
+    # every edge of G_n has exactly one trainable entry; the extra ones are the 0 bias
+    # entries of units without a constant edge (ir_net's named departure)
+    ops = set(ir.trainable_ops()) | set(ir.frozen_ops())
+    assert all(ir.slot[e][0] in ops for e in range(len(ir.src)))
+    assert len(set(ir.slot)) == len(ir.src)
+    n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    no_bias = sum(int(np.sum(ir.net.node(n).bias == 0)) for n in ir.frozen_ops() if n.endswith(".gates"))
+    assert n_params == len(ir.src) + no_bias
+    assert sum(p.numel() for n, p in module.named_parameters() if n in gadget) == len(ir.gadget)
+
+
+def _sgd_all(ir, eng, S, steps):
+    """Plain torch.optim.SGD over every parameter of the module, no checks (Theorem 4's
+    samples z = (2x - 1, 2r' - 1), loss (y - label)^2, lr = gamma)."""
+    lr = ir.learner
+    _, Z, ys = prepare_stream(lr, S.xs[:steps], S.ys[:steps], None, S.r2s[:steps])
+    opt = torch.optim.SGD(eng.module.parameters(), lr=ir.gamma)
+    for z, y in zip(Z, ys):
+        opt.zero_grad()
+        out = eng.module(torch.as_tensor(np.asarray(z, dtype=np.float64)[None, :]))
+        ((out[0, 0] - (1.0 if y else -1.0)) ** 2).backward()
+        opt.step()
+
+
+def _scale_in_edges(ir, v, f):
+    """Multiply every in-edge (bias included) of vertex v by f, in the IR net (before any
+    engine is built from it)."""
+    for e in range(len(ir.src)):
+        if ir.dst[e] != v:
+            continue
+        op, tensor, j = ir.slot[e]
+        node = ir.net.node(op)
+        (node.weight.vals if tensor == "weight" else getattr(node, tensor))[j] *= f
+        ir.w[e] *= f
+
+
+def test_lemma1_freezes_the_gates_and_a_linear_gate_moves():
+    """Lemma 1's "SGD leaves the gates alone" under plain SGD over all parameters: bitwise
+    unchanged.  Mutation: the gate feeding vc of the always-active extraneous copies (NOT h),
+    moved into fpl's linear zone (its in-edge halved: |z| = 1, fpl' = 1), outputs ±1 instead of
+    ±2, which puts vc or the gates it feeds in their linear zones too; on a wrong step the
+    gradient flows from the gadgets back through the controls into that gate, and its in-edge,
+    the controls' in-edges and others move (``changed_buffers``, the engine's per-step weight
+    check, names each edge)."""
+    lr = parity_learner(4)
+    S = samples(parity_target("1101"), 12, seed=5)
+    ir = build_ir_net(lr)
+    eng = TorchEngine(ir)
+    _sgd_all(ir, eng, S, 12)
+    assert eng.changed_buffers() == []
+    # the mutation
+    ir = build_ir_net(lr)
+    vc = ir.names.index(f"ext[{ir.dyadic.m_prime}].vc")
+    (gate,) = [ir.src[e] for e in range(len(ir.src)) if ir.dst[e] == vc and ir.kind[ir.src[e]] == "gate"]
+    _scale_in_edges(ir, gate, 0.5)
+    eng = TorchEngine(ir)
+    assert eng.weights() == ir.w  # the engine starts from the mutated net
+    _sgd_all(ir, eng, S, 12)
+    bad = eng.changed_buffers()
+    assert any(f"-> {ir.names[gate]}: " in b for b in bad), bad[:5]  # the gate's in-edge moved
+    assert any(".vc" in b.split(": ")[0] for b in bad), bad[:5]  # and edges into control vertices
+    # the engine's own per-step checks stop at step 1: the output already leaves ±1
+    ir = build_ir_net(lr)
+    _scale_in_edges(ir, gate, 0.5)
+    rep = train(ir, S.xs, S.ys, None, S.r2s)
+    assert rep.mismatch is not None and rep.mismatch.step == 1
 
 
 def test_onnx_export_before_and_after_matches_torch(parity4_trained, tmp_path):
@@ -161,16 +238,23 @@ def test_ir_net_labels_and_layers():
     assert net.spaces[net.outputs[0]].labels == ("out",)
     for op in net.nodes:
         if isinstance(op, Affine):
-            assert op.trainable == op.name.endswith(".train")
+            role = op.name.split(".")[-1]
+            assert op.trainable == (role in ("train", "gates")) and role in ("train", "gates", "carry")
             labels = set(op.out.labels)
             assert all(lab in ir.names for lab in labels)
-            if op.trainable:
+            if role == "train":
                 assert not op.train_bias and not np.any(op.bias)
+            if role == "gates":  # every unit reads some vertex: no trainable absent edge
+                assert op.train_bias and np.all(np.bincount(op.weight.rows, minlength=len(op.out)) > 0)
+            if role == "carry":
+                assert np.array_equal(op.weight.vals, np.ones(op.weight.nnz)) and not np.any(op.bias)
+        elif isinstance(op, Param):
+            assert op.name.endswith(".const") and set(np.abs(op.value)) == {2.0}  # v0, CONST0/1
     # a trainable op storing every entry is dense (out reads exactly the v5, v5' of the layer
     # before): the engine's index maps handle both forms
     from tm2nn.emit import affine_form
 
-    forms = [affine_form(op) for op in net.nodes if isinstance(op, Affine) and op.trainable]
+    forms = [affine_form(op) for op in net.nodes if isinstance(op, Affine) and op.name.endswith(".train")]
     assert forms[-1] == "dense" and "scatter" in forms
     eng = TorchEngine(ir)
     assert eng.weights() == ir.w

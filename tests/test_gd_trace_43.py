@@ -24,6 +24,8 @@ from tm2nn.backends.gd_trace import (
     trace,
     vertex,
 )
+from tm2nn.backends.gd_trace.config_simplex import ConfigSimplex
+from tm2nn.backends.gd_trace.tape_simplex import TapeSimplex
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import configurations, run_machine
 from tm2nn.source import SourceText
@@ -112,13 +114,13 @@ def test_lagrange_torch_autograd():
 # §4.3
 
 
-def check_trace(m, inp: str, steps: int | None = None):
+def check_trace(m, inp: str, steps: int | None = None, line_search: bool = False):
     """Prop. 4.2: x_k = e_{v_k} for every k; loss strictly decreasing up to halting; stays."""
     res = run_machine(m, inp, max_steps=10_000, trace=True)
     assert res.halted
     K = res.steps
     steps = K + 2 if steps is None else steps
-    tr = trace(m, inp, steps)
+    tr = trace(m, inp, steps, line_search=line_search)
     want = [(k, q, h, dict(c)) for k, q, h, c in configurations(res)]
     assert len(want) == K + 1
     for (k, q, h, cells), s in zip(want, tr, strict=False):
@@ -140,6 +142,71 @@ def test_binary_increment(inp):
 def test_bb3_example():
     tr = check_trace(load(ROOT / "examples" / "bb3.tm"), "")
     assert len(tr) == 24 and tr[21].config.state == "Z"
+
+
+# -- (14) with a line search (Prop. 4.2's second learning rate, with (15)) -------------------
+@pytest.mark.parametrize("name,inp", [("bb3", ""), ("binary_increment", "1011"), ("binary_increment", "111"),
+                                      ("balanced_parens", "(()")])
+def test_line_search_traces_the_machine(name, inp):
+    """With the exact line search every iterate is still the machine's configuration, the
+    loss strictly decreases, and the iterate stays at the halting vertex (Prop. 4.2)."""
+    check_trace(load(ROOT / "examples" / f"{name}.tm"), inp, line_search=True)
+
+
+def test_line_search_lands_on_the_far_vertex():
+    """Along an edge the loss (13) is omega_v, omega_vw, omega_w at alpha = 0, 1/2, 1 ((15):
+    decreasing), so the search returns alpha = 1; at the halting vertex the direction is 0."""
+    cs = build(load(ROOT / "examples" / "bb3.tm"), [""], 5, -1, max_steps=30)
+    v = cs.starts[""]
+    x = cs.vertex(v)
+    y = cs.vertex(cs.succ[v])
+    assert cs.line_search(x, y) == 1.0
+    ls = [float(cs.loss(x + t * (y - x))) for t in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    assert ls[0] > ls[2] > ls[4] and ls[0] > ls[1] > ls[2] > ls[3] > ls[4]
+
+
+def test_line_search_needs_15(monkeypatch):
+    """Mutation: edge weights below the successor's (omega_vw < omega_w, (15) broken, (10)
+    kept): the fixed step still lands on e_w up to the halt (staying there needs (15),
+    Prop. 4.2), the line search stops at the midpoint e_vw, which is not a vertex."""
+    m = load(ROOT / "examples" / "bb3.tm")
+    orig = ConfigSimplex.omega_vw
+
+    def broken(self):
+        om = orig(self)
+        for v, w in enumerate(self.succ):
+            if w is not None:
+                om[v, w] = om[w, v] = om[v, w] - 1.0
+        return om
+    monkeypatch.setattr(ConfigSimplex, "omega_vw", broken)
+    check_trace(m, "", steps=21)   # alpha = 1 does not need (15) for k <= K
+    with pytest.raises(ValueError, match="not a vertex"):
+        trace(m, "", 21, line_search=True)
+
+
+def test_line_search_is_not_for_44():
+    """Prop. 4.3's remark, measured: on the §4.4 loss (21) the minimum along the
+    Frank-Wolfe edge from a vertex is at e_vw^{1/4} (alpha = 1/4), not at the next vertex,
+    so (22) keeps the fixed step (no line search option there)."""
+    from tm2nn.backends.gd_trace.tape_simplex import Tracer44
+    from tm2nn.passes.welper_form import to_welper_form
+
+    low = to_welper_form(load(ROOT / "examples" / "bb3.tm"))
+    left, tau = low.window(-22, 23, 0)
+    ts = TapeSimplex(low.machine, tau, left)
+    tr = Tracer44(ts, low.lower_input(""))
+    start = {k: v.clone() for k, v in ((k, tr.module.op(k).value.detach()) for k in ("s", "T", "H"))}
+    tr.step()
+    s1 = tr.module.op("s").value.detach().clone()
+    assert not torch.equal(start["s"], s1)
+    vals = []
+    with torch.no_grad():   # T, H back at iterate 0; the loss along s0 -> s1
+        for k in ("T", "H"):
+            tr.module.op(k).value.copy_(start[k])
+        for t in (0.0, 0.25, 0.5, 0.75, 1.0):
+            tr.module.op("s").value.copy_(start["s"] + t * (s1 - start["s"]))
+            vals.append(tr.loss_value())
+    assert min(range(5), key=vals.__getitem__) == 1, vals
 
 
 @pytest.mark.parametrize("inp", ["", "()", "(()", "())("])

@@ -31,6 +31,9 @@ def _codec(enc: dict):
     if kind == "signs":  # Welper §5's extended network: the dataset's features as + / - signs
         n = len(enc["names"])
         return (lambda text: _signs(text, n), None)
+    if kind == "reals":  # Welper §5 with fixed-point data: the dataset's features as numbers
+        n = len(enc["names"])
+        return (lambda text: _reals(text, n), None)
     if kind == "unrolled_tm":
         from tm2nn.passes.unroll import UnrollLayout
 
@@ -49,6 +52,25 @@ def _signs(text: str, n: int) -> np.ndarray:
         raise Tm2nnError(f"input: the model reads {n} feature signs, got {len(text)}",
                          file="input", line=1, col=max(1, len(text)), snippet=text)
     return np.array([1.0 if ch == "+" else -1.0 for ch in text], dtype=np.float32)
+
+
+def _reals(text: str, n: int) -> np.ndarray:
+    """``n`` comma-separated finite numbers (a located error otherwise)."""
+    out, col = [], 1
+    for f in text.split(","):
+        try:
+            v = float(f)
+        except ValueError:
+            v = float("nan")
+        if not np.isfinite(v):
+            raise Tm2nnError(f"input: {f.strip() or 'an empty field'!r} is not a finite number (the model reads "
+                             f"{n} comma-separated numbers)", file="input", line=1, col=col, snippet=text)
+        out.append(v)
+        col += len(f) + 1
+    if len(out) != n:
+        raise Tm2nnError(f"input: the model reads {n} comma-separated numbers, got {len(out)}",
+                         file="input", line=1, col=1, snippet=text)
+    return np.array(out, dtype=np.float64)
 
 
 def encode(enc: dict, text: str) -> np.ndarray:

@@ -88,7 +88,7 @@ def learn(source, backend: str | None = None, *, format: str | None = None, name
     if not isinstance(ir, tuple(spec.learn_takes)):
         raise Tm2nnError(f"the {spec.name} backend trains {spec.takes_what}; {getattr(ir, 'name', '?')!r} is a "
                          f"{type(ir).__name__.lower()}")
-    data = {f.name: load_csv(getattr(opts, f.name)) for f in fields_of(spec.LearnOptions)
-            if f.data == "csv" and getattr(opts, f.name) is not None}
+    data = {f.name: load_csv(getattr(opts, f.name), reals=f.data == "csv-reals") for f in fields_of(spec.LearnOptions)
+            if f.data in ("csv", "csv-reals") and getattr(opts, f.name) is not None}
     path = str(source) if isinstance(source, (str, Path)) else source_path
     return spec.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))

@@ -1,4 +1,5 @@
-"""Training sets for ``tm2nn learn``: CSV files of ±1 examples.
+"""Training sets for ``tm2nn learn``: CSV files of ±1 examples (or of real numbers, for
+a backend that asks for them: ``load_csv(path, reals=True)``, option ``data="csv-reals"``).
 
 Format: one example per line, ``d`` features then the label, separated by commas,
 each field ``1``, ``+1`` or ``-1`` (spaces around a field are ignored).  An optional
@@ -30,8 +31,9 @@ def _is_number(s: str) -> bool:
     return True
 
 
-def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(X, Y)``: ``int64 [m, d]`` features and ``[m]`` labels, all ±1."""
+def load_csv(path: str | Path, reals: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, Y)``: ``int64 [m, d]`` features and ``[m]`` labels, all ±1; with ``reals``,
+    ``float64`` arrays of any finite decimal numbers (the backend checks their format)."""
     path = str(path)
     text = _text(path)
     rows: list[list[int]] = []
@@ -49,7 +51,11 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         row = []
         col = 1
         for f in fields:
-            v = _VALUES.get(f.strip())
+            v = _real(f.strip()) if reals else _VALUES.get(f.strip())
+            if v is None and reals:
+                lead = len(f) - len(f.lstrip())
+                raise Tm2nnError(f"{f.strip() or 'an empty field'!r} is not a finite number",
+                                 file=path, line=ln, col=col + lead, snippet=line)
             if v is None:
                 lead = len(f) - len(f.lstrip())
                 shown = f.strip() or "an empty field"
@@ -71,8 +77,16 @@ def load_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         rows.append(row)
     if not rows:
         raise Tm2nnError(f"the training set {path} has no examples", file=path, line=1, col=1)
-    a = np.array(rows, dtype=np.int64)
+    a = np.array(rows, dtype=np.float64 if reals else np.int64)
     return a[:, :-1], a[:, -1]
+
+
+def _real(s: str) -> float | None:
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v if np.isfinite(v) else None
 
 
 def _text(path: str) -> str:

@@ -61,7 +61,8 @@ def option(default=MISSING, help: str = "", *, flag: str | None = None, metavar:
     (``--name-with-dashes``; a bool that defaults to True becomes ``--no-name``);
     ``cli=False`` keeps an option out of the command line (set by another verb);
     ``data="csv"`` marks a path to a training set, which ``tm2nn learn`` reads
-    (:func:`tm2nn.datasets.load_csv`) and hands to the backend as arrays;
+    (:func:`tm2nn.datasets.load_csv`) and hands to the backend as arrays (``"csv-reals"``:
+    a CSV of real numbers);
     ``data="model"`` a model file to write (checked before any work)."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "cli": cli, "data": data, "low": low, "high": high,
             "above": above}

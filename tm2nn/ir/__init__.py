@@ -1,7 +1,7 @@
 """The IR: Machine (1D), GridMachine (2D), Circuit, Learner.  Validation lives here, once."""
 
 from tm2nn.ir.circuit import NULLARY, OPS, UNARY, Circuit, Gate
-from tm2nn.ir.learner import Learner
+from tm2nn.ir.learner import BaseLearner, Learner
 from tm2nn.ir.machine import (
     GRID_MOVES,
     LINE_MOVES,
@@ -14,7 +14,7 @@ from tm2nn.ir.machine import (
 )
 
 __all__ = [
-    "Circuit", "Gate", "Learner", "OPS", "UNARY", "NULLARY",
+    "Circuit", "Gate", "BaseLearner", "Learner", "OPS", "UNARY", "NULLARY",
     "Machine", "GridMachine", "Rule", "OUTCOMES", "LINE_MOVES", "GRID_MOVES", "MOVE_DELTA",
     "check_input",
 ]

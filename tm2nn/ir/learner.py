@@ -40,28 +40,35 @@ storing can only change when the net gets the output wrong", §4.1).
 
 Learning and computing phases (Theorem 4)
 -----------------------------------------
-There is no separate phase machinery: the phases are written *in* h and g, so that
-the net builder implements Lemma 3's ``h_n``/``g_n`` and nothing else.  Given a
-general learner ``A(b, x, y, r)`` (memory update) and ``A(b, x)`` (its prediction),
-Theorem 4's proof builds
+The phases are written *in* h and g, so that the net builder implements Lemma 3's
+``h_n``/``g_n`` and nothing else.  They are not written by hand: a learning algorithm
+is given as a :class:`BaseLearner` -- Theorem 4's ``A(b, x, y, r)`` (the memory
+update, which reads the label) and ``A(b, x)`` (its prediction), plus a rule saying
+when the memory "results from training on enough samples" -- and
+:func:`tm2nn.learners.theorem4.theorem4` turns it into the :class:`Learner` of the
+proof's
 
 * ``A'(b, x, y, r, r') = b if y = r' else A(b, x, y, r)`` and
 * ``A''(b, x, r, r') = A(b, x) if b "results from training on enough samples" else r'``.
 
-In this IR that is: a ``done`` predicate computed from the memory (a counter reaching
-its target, all pivots stored, ...); ``h = done ? A(b, x) : r'``; and
-``g = done ? b : A(b, x, NOT r', r)`` -- while learning, ``h`` outputs ``r'``, so
-it is wrong exactly when ``y != r'``, and then ``y = NOT r'`` is the label ``g``
-feeds to ``A``.  The example learners (:mod:`tm2nn.learners.examples`) do this;
-their ``done`` may also depend on the input (Example 1's parity learner predicts
-whenever ``x`` is in the span of its stored samples).  A ``g`` that returns ``b`` in
-the computing phase keeps the memory frozen even if a (noisy) label disagrees.
+That is: a ``done`` bit (the algorithm's own predicate over (x, r, b), or a saturating
+counter of learned samples reaching T); ``h = done ? A(b, x) : r'``; and
+``g = done ? b : A(b, x, NOT r', r)`` -- while learning, ``h`` outputs ``r'``, so it
+is wrong exactly when ``y != r'``, and then ``y = NOT r'`` is the label ``g`` feeds
+to ``A``.  A ``g`` that returns ``b`` in the computing phase keeps the memory frozen
+even if a (noisy) label disagrees.  The example learners
+(:mod:`tm2nn.learners.examples`) are base learners passed through it; in a ``.circ``
+file, a ``learner`` block with the item ``phases theorem4`` is a base learner (the
+block's ``predict``/``update``/``done`` or ``samples`` items), loaded as its
+transformation.  A :class:`Learner` can still be written directly (the builder's
+``LearnerBuilder``, or a plain ``learner`` block) for schemes other than Theorem 4's.
 
 For the noise-tolerant variant (§4.2, Lemma 6 / Theorem 5) a learner is instead a
 function of the whole stored sample sequence; that variant needs only ``h`` and the
 bound t_n on the samples, and is not what this IR describes.
 
-Validation lives in :func:`validate_learner`, called from ``__post_init__``.
+Validation lives in :func:`validate_learner` and :func:`validate_base_learner`, called
+from ``__post_init__``.
 """
 
 from __future__ import annotations
@@ -231,3 +238,133 @@ def _check_ports(lr: Learner, key: str, c: Circuit) -> None:
     detail = port_mismatch(got, want, "the learner has")
     notes = (f"{c.loc}: note: circuit {c.name!r} is defined here",) if c.loc else ()
     raise error_at(_group_where(lr, key), f"{head}: {detail}", notes=notes)
+
+
+# ---------------------------------------------------------------- base learners (Theorem 4's A)
+
+#: Largest sample count T a base learner may ask the transformation to count to.
+MAX_SAMPLES = 1 << 40
+
+
+@dataclass(frozen=True, eq=False)
+class BaseLearner:
+    """A learning algorithm *without* phases: Theorem 4's ``A`` (Abbe & Sandon §4.1,
+    proof of Theorem 4), the input of :func:`tm2nn.learners.theorem4.theorem4`.
+
+    * ``predict``: ``A(b, x)``, the answer for ``x`` (may read the random bits r too),
+      ports ``x ++ r ++ b``, one output;
+    * ``update``: ``A(b, x, y, r)``, the memory after learning from the sample (x, y),
+      ports ``x ++ r ++ (label,) ++ b``, one output per memory bit (memory order);
+    * when the memory "results from training on enough samples" (A''), either
+      ``done``: a predicate over ``x ++ r ++ b`` (one output) supplied by the algorithm,
+      such as Example 1's "x is in the span of the stored samples"; or ``samples``: the
+      number T of learned samples after which it is done (the proof's "the algorithm
+      counts the samples it has received, learns from the designated number, and then
+      stops learning") -- the transformation adds the counter.  Exactly one is given.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    memory: tuple[str, ...]
+    predict: Circuit
+    update: Circuit
+    done: Circuit | None = None
+    samples: int | None = None
+    random: tuple[str, ...] = ()
+    #: The name of the label port of ``update`` (Theorem 4's y).
+    label: str = "y"
+    #: Initial memory b^0, one 0/1 per memory bit; ``None`` means all 0.
+    init: tuple[int, ...] | None = None
+    loc: Loc | None = field(default=None, compare=False, repr=False)
+    #: Where each item was written (keys ``input`` ``random`` ``label`` ``memory``
+    #: ``init`` ``predict`` ``update`` ``done`` ``samples``, ``port:NAME``); optional.
+    locs: dict[str, Loc] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for k in ("inputs", "memory", "random"):
+            object.__setattr__(self, k, tuple(getattr(self, k)))
+        init = (0,) * len(self.memory) if self.init is None else tuple(self.init)
+        object.__setattr__(self, "init", init)
+        validate_base_learner(self)
+
+    @property
+    def m(self) -> int:
+        """Number of memory bits."""
+        return len(self.memory)
+
+    @property
+    def ports(self) -> tuple[str, ...]:
+        """The inputs of ``predict`` and ``done``: ``x ++ r ++ b``."""
+        return self.inputs + self.random + self.memory
+
+    @property
+    def update_ports(self) -> tuple[str, ...]:
+        """The inputs of ``update``: ``x ++ r ++ (y,) ++ b``."""
+        return self.inputs + self.random + (self.label,) + self.memory
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BaseLearner):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k)
+                   for k in ("name", "inputs", "memory", "random", "label", "init", "samples",
+                             "predict", "update", "done"))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def validate_base_learner(bl: BaseLearner) -> None:
+    """All structural checks for base learners (the circuits validated themselves)."""
+    def where(key: str) -> Loc | None:
+        return bl.locs.get(key, bl.loc)
+
+    if not bl.name:
+        raise error_at(bl.loc, "base learner has an empty name")
+    if not bl.inputs:
+        raise error_at(where("input"), f"base learner {bl.name!r} has no input bits")
+    if not bl.memory:
+        raise error_at(where("memory"), f"base learner {bl.name!r} has no memory bits "
+                       "(a learner without memory cannot learn)")
+    if len(bl.memory) > MAX_MEMORY:
+        raise error_at(where("memory"), f"base learner {bl.name!r} has {len(bl.memory)} memory bits "
+                       f"(at most {MAX_MEMORY})")
+    seen: dict[str, str] = {}
+    for group, names in (("input", bl.inputs), ("random", bl.random), ("label", (bl.label,)),
+                         ("memory", bl.memory)):
+        for nm in names:
+            if not isinstance(nm, str) or not nm:
+                raise error_at(where(group), f"{group} bit names must be non-empty strings")
+            if nm in seen:
+                raise error_at(bl.locs.get("port:" + nm, where(group)),
+                               f"bit {nm!r} is in the {group} group and already in the {seen[nm]} group"
+                               if seen[nm] != group else f"{group} bit {nm!r} is declared twice")
+            seen[nm] = group
+    if (bl.done is None) == (bl.samples is None):
+        raise error_at(bl.loc, f"base learner {bl.name!r} needs exactly one rule for when it is done "
+                       "learning (Theorem 4's A''): a 'done' circuit or a sample count T"
+                       + (", not both" if bl.done is not None else ""))
+    if bl.samples is not None and (isinstance(bl.samples, bool) or not isinstance(bl.samples, int)
+                                   or not 1 <= bl.samples <= MAX_SAMPLES):
+        raise error_at(where("samples"), f"the sample count T must be an integer in 1..{MAX_SAMPLES}, "
+                       f"got {bl.samples!r}")
+    for key, c, ports, outs in (("predict", bl.predict, bl.ports, 1), ("update", bl.update, bl.update_ports, bl.m),
+                                ("done", bl.done, bl.ports, 1)):
+        if c is None:
+            continue
+        if not isinstance(c, Circuit):
+            raise error_at(where(key), f"{key} must be a Circuit, got {type(c).__name__}")
+        if c.inputs != ports:
+            spell = "x ++ r ++ y ++ b" if key == "update" else "x ++ r ++ b"
+            notes = (f"{c.loc}: note: circuit {c.name!r} is defined here",) if c.loc else ()
+            raise error_at(where(key), f"the {key} circuit {c.name!r} must read the base learner's ports "
+                           f"in order {spell} ({len(ports)} bits): "
+                           + port_mismatch(c.inputs, ports, "the base learner has"), notes=notes)
+        if len(c.outputs) != outs:
+            what = (f"{outs} outputs (the next memory, one per memory bit)" if key == "update"
+                    else "one output")
+            raise error_at(where(key), f"{key} circuit {c.name!r} must have {what}, it has {len(c.outputs)}")
+    if len(bl.init) != len(bl.memory):
+        raise error_at(where("init"), f"initial memory has {len(bl.init)} bits, the memory has {len(bl.memory)}")
+    bad = [v for v in bl.init if v not in (0, 1)]
+    if bad:
+        raise error_at(where("init"), f"initial memory bits must be 0 or 1, got {bad[0]!r}")
+    object.__setattr__(bl, "init", tuple(int(v) for v in bl.init))

@@ -8,25 +8,31 @@ balanced tree).  AND/OR keep any fan-in.
 Signals are :class:`Bit` objects; ``&`` ``|`` ``^`` ``~`` make gates.  A :class:`Vec`
 is a tuple of bits (index 0 = least significant for the arithmetic helpers).
 
-Example -- a learner that memorises one label bit and predicts it::
+Example -- a learning algorithm (Theorem 4's ``A``: it remembers the last label it
+learned and predicts it, and is done after 3 learned samples), made into the Lemma 3
+learner the net emulates by :func:`tm2nn.learners.theorem4.theorem4`::
 
-    lb = LearnerBuilder("remember")
-    x = lb.input("x", 2)
-    rp = lb.coin("rp")
-    seen, lab = lb.memory("seen"), lb.memory("lab")
-    lb.update(seen, lb.one)             # after a wrong output: seen := 1
-    lb.update(lab, ~rp)                 #   and lab := the label (= NOT r')
-    learner = lb.build(h=mux(seen, lab, rp))
+    bb = BaseLearnerBuilder("remember")
+    bb.input("x", 2)
+    y = bb.label()
+    lab = bb.memory("lab")
+    bb.update(lab, y)                   # A(b, x, y): lab := y
+    learner = theorem4(bb.build(predict=lab, samples=3))
 
-Only the cone of each output is kept, so ``h`` and ``g`` share nothing but the ports.
+:class:`LearnerBuilder` writes a Lemma 3 learner (h, g) directly, for learners whose
+memory update does not follow Theorem 4's A'/A'' (tests, other schemes).
+
+Only the cone of each output is kept, so the circuits share nothing but the ports.
+:meth:`CircuitBuilder.inline` re-creates a whole circuit in a builder, and
+:meth:`CircuitBuilder.cofactor` simplifies bits under facts (constants for signals).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from tm2nn.ir.circuit import Circuit, Gate
-from tm2nn.ir.learner import Learner
+from tm2nn.ir.learner import BaseLearner, Learner
 
 _COMMUTATIVE = ("AND", "OR", "XOR")
 
@@ -249,15 +255,89 @@ class CircuitBuilder:
                 out_names.append(b.name)
                 need.append(b.name)
         keep: set[str] = set()
+        allowed = set(inputs)
         stack = list(need)
         while stack:
             s = stack.pop()
-            if s in keep or s not in self._gates:
+            if s in keep:
+                continue
+            if s not in self._gates:
+                if s not in allowed:
+                    raise ValueError(f"circuit {name!r}: an output depends on {s!r}, "
+                                     "which is not one of its inputs")
                 continue
             keep.add(s)
             stack.extend(self._gates[s].inputs)
         gates += [g for nm, g in self._gates.items() if nm in keep]  # creation order is topological
         return Circuit(name, tuple(inputs), tuple(out_names), tuple(gates))
+
+    # ------------------------------------------------------------ whole circuits
+
+    def inline(self, c: Circuit, ports: Mapping[str, Bit]) -> list[Bit]:
+        """Re-create circuit ``c``'s gates over the bits ``ports`` (one per input of
+        ``c``), folding and hashing as usual; returns ``c``'s outputs.  Inlining the
+        builder's own circuits again gives back the same gates (structural hashing)."""
+        sig: dict[str, Bit] = dict(zip(c.inputs, self._own(ports[p] for p in c.inputs)))
+        for gt in c.topo:
+            sig[gt.name] = self._make(gt.op, [sig[i] for i in gt.inputs])
+        return [sig[o] for o in c.outputs]
+
+    def _make(self, op: str, ins: list[Bit]) -> Bit:
+        if op in ("AND", "NAND"):
+            b = self.and_(*ins)
+        elif op in ("OR", "NOR"):
+            b = self.or_(*ins)
+        elif op in ("XOR", "XNOR"):
+            b = self.xor(*ins)
+        elif op in ("NOT", "BUF"):
+            b = ins[0]
+        elif op in ("CONST0", "CONST1"):
+            b = self.const(op == "CONST1")
+        else:  # pragma: no cover - validated circuits have no other ops
+            raise ValueError(f"unknown gate {op}")
+        return ~b if op in ("NAND", "NOR", "XNOR", "NOT") else b
+
+    def implied(self, s: Bit, value: int = 1) -> dict[str, int]:
+        """Signals whose values ``s == value`` forces, by unit propagation: through NOT,
+        an AND that is 1 (all inputs 1) and an OR that is 0 (all inputs 0).  Sound, not
+        complete: every listed signal has the listed value whenever ``s == value``."""
+        facts: dict[str, int] = {}
+        stack = [(s, int(value))]
+        while stack:
+            b, v = stack.pop()
+            if b.const is not None or b.name in facts:
+                continue
+            facts[b.name] = v
+            neg = self._neg.get(b.name)
+            if neg is not None:
+                stack.append((neg, 1 - v))
+            g = self._gates.get(b.name)
+            if g is not None and ((g.op == "AND" and v == 1) or (g.op == "OR" and v == 0)):
+                stack.extend((Bit(self, i), v) for i in g.inputs)
+        return facts
+
+    def cofactor(self, outs: Sequence[Bit], facts: Mapping[str, int]) -> list[Bit]:
+        """``outs`` with the signals in ``facts`` replaced by their constants: the gates
+        of their cones are made again (folding and hashing, so an unaffected gate is
+        itself).  With ``facts = implied(s, v)``, each result equals its ``out``
+        whenever ``s == v``."""
+        outs = self._own(outs)
+        cone: set[str] = set()
+        stack = [b.name for b in outs if b.const is None]
+        while stack:
+            nm = stack.pop()
+            if nm in cone or nm not in self._gates:
+                continue
+            cone.add(nm)
+            stack.extend(self._gates[nm].inputs)
+        new: dict[str, Bit] = {nm: self.const(v) for nm, v in facts.items()}
+        for nm in [g for g in self._gates if g in cone]:  # creation order is topological
+            if nm in new:
+                continue
+            g = self._gates[nm]
+            if any(i in new for i in g.inputs):
+                new[nm] = self._make(g.op, [new.get(i) or Bit(self, i) for i in g.inputs])
+        return [b if b.const is not None else new.get(b.name, b) for b in outs]
 
 
 def _flat(bits) -> list[Bit]:
@@ -370,18 +450,16 @@ def lowest_one(v: Sequence[Bit]) -> Vec:
 # ---------------------------------------------------------------- learners
 
 
-class LearnerBuilder(CircuitBuilder):
-    """Builds a :class:`~tm2nn.ir.Learner`: declare the groups, compute with bits,
-    set each memory bit's update with :meth:`update`, then :meth:`build` with ``h``.
+class _GroupBuilder(CircuitBuilder):
+    """What both learner builders share: named groups of port bits, memory bits with
+    their initial values, and one update per memory bit."""
 
-    Groups may be declared in any order and several times each (they concatenate);
-    the circuits' ports are always ``x ++ r ++ r' ++ b``.  A memory bit without an
-    :meth:`update` keeps its value (its ``g`` output is the bit itself)."""
+    GROUPS: tuple[str, ...] = ()
 
     def __init__(self, name: str, prefix: str = "n"):
         super().__init__(prefix)
         self.name = name
-        self._groups: dict[str, list[str]] = {"input": [], "random": [], "coin": [], "memory": []}
+        self._groups: dict[str, list[str]] = {g: [] for g in self.GROUPS}
         self._init: dict[str, int] = {}
         self._next: dict[str, Bit] = {}
         self._mem_bits: dict[str, Bit] = {}
@@ -400,12 +478,6 @@ class LearnerBuilder(CircuitBuilder):
         """The algorithm's random bits r (Theorem 4, Remark 10)."""
         return self._declare("random", name, width)
 
-    def coin(self, name: str = "rp") -> Bit:
-        """The learning-phase coin r' (Theorem 4's A'); at most one."""
-        if self._groups["coin"]:
-            raise ValueError("a learner has at most one coin bit")
-        return self._declare("coin", name, None)
-
     def memory(self, name: str, width: int | None = None, init: int | Sequence[int] = 0) -> Bit | Vec:
         """Memory bits b; ``init`` is one 0/1 for all of them or one per bit."""
         v = self._declare("memory", name, width)
@@ -419,7 +491,7 @@ class LearnerBuilder(CircuitBuilder):
         return v
 
     def update(self, mem: Bit | Sequence[Bit], new: Bit | Sequence[Bit]) -> None:
-        """After a wrong output, memory ``mem`` becomes ``new`` (Lemma 3's g_n)."""
+        """Memory ``mem`` becomes ``new`` when the memory is updated."""
         mems = [mem] if isinstance(mem, Bit) else list(mem)
         news = [new] if isinstance(new, Bit) else list(new)
         _same_width(mems, news)
@@ -430,19 +502,84 @@ class LearnerBuilder(CircuitBuilder):
                 raise ValueError(f"memory bit {m_.name!r} already has an update")
             self._next[m_.name] = n_
 
+    def _next_memory(self) -> list[Bit]:
+        return [self._next.get(b, self._mem_bits[b]) for b in self._groups["memory"]]
+
+    def _memory_init(self) -> tuple[int, ...]:
+        return tuple(self._init[b] for b in self._groups["memory"])
+
+
+class LearnerBuilder(_GroupBuilder):
+    """Builds a :class:`~tm2nn.ir.Learner`: declare the groups, compute with bits,
+    set each memory bit's update with :meth:`update` (Lemma 3's g_n: the memory after
+    a *wrong* output), then :meth:`build` with ``h``.
+
+    Groups may be declared in any order and several times each (they concatenate);
+    the circuits' ports are always ``x ++ r ++ r' ++ b``.  A memory bit without an
+    :meth:`update` keeps its value (its ``g`` output is the bit itself).  To write a
+    learning algorithm *without* Theorem 4's phases, use :class:`BaseLearnerBuilder`
+    and :func:`tm2nn.learners.theorem4.theorem4`."""
+
+    GROUPS = ("input", "random", "coin", "memory")
+
+    def coin(self, name: str = "rp") -> Bit:
+        """The learning-phase coin r' (Theorem 4's A'); at most one."""
+        if self._groups["coin"]:
+            raise ValueError("a learner has at most one coin bit")
+        return self._declare("coin", name, None)
+
     def build(self, h: Bit, h_name: str | None = None, g_name: str | None = None) -> Learner:
         """The learner with output ``h`` and the updates given so far."""
         gr = self._groups
         ports = gr["input"] + gr["random"] + gr["coin"] + gr["memory"]
         hc = self.circuit(h_name or f"{self.name}_h", ports, [h])
-        nxt = [self._next.get(b, self._mem_bits[b]) for b in gr["memory"]]
-        gc = self.circuit(g_name or f"{self.name}_g", ports, nxt)
+        gc = self.circuit(g_name or f"{self.name}_g", ports, self._next_memory())
         return Learner(self.name, tuple(gr["input"]), tuple(gr["memory"]), hc, gc,
-                       random=tuple(gr["random"]), coin=tuple(gr["coin"]),
-                       init=tuple(self._init[b] for b in gr["memory"]))
+                       random=tuple(gr["random"]), coin=tuple(gr["coin"]), init=self._memory_init())
+
+
+class BaseLearnerBuilder(_GroupBuilder):
+    """Builds a :class:`~tm2nn.ir.learner.BaseLearner` (Theorem 4's ``A``, no phases):
+    declare the groups and the label ``y`` (:meth:`label`), set each memory bit's
+    update with :meth:`update` (``A(b, x, y, r)``: it may read ``y``), then
+    :meth:`build` with the prediction ``A(b, x)`` and a ``done`` bit or a sample
+    count.  Only the updates may depend on the label.
+
+    Example -- memorise the last label and predict it, done after 3 learned samples::
+
+        bb = BaseLearnerBuilder("last")
+        bb.input("x", 2)
+        y = bb.label()
+        lab = bb.memory("lab")
+        bb.update(lab, y)
+        base = bb.build(predict=lab, samples=3)      # then theorem4(base)
+    """
+
+    GROUPS = ("input", "random", "label", "memory")
+
+    def label(self, name: str = "y") -> Bit:
+        """The sample's label y, an input of the update only; exactly one."""
+        if self._groups["label"]:
+            raise ValueError("a base learner has one label bit")
+        return self._declare("label", name, None)
+
+    def build(self, predict: Bit, done: Bit | None = None, samples: int | None = None) -> BaseLearner:
+        """The base learner with prediction ``predict``, the updates given so far and
+        either ``done`` (a bit over x, r, b) or ``samples`` (Theorem 4's counter)."""
+        gr = self._groups
+        if not gr["label"]:
+            self.label()
+        ports = gr["input"] + gr["random"] + gr["memory"]
+        uports = gr["input"] + gr["random"] + gr["label"] + gr["memory"]
+        pc = self.circuit(f"{self.name}_predict", ports, [predict])
+        dc = None if done is None else self.circuit(f"{self.name}_done", ports, [done])
+        uc = self.circuit(f"{self.name}_update", uports, self._next_memory())
+        return BaseLearner(self.name, tuple(gr["input"]), tuple(gr["memory"]), pc, uc, done=dc,
+                           samples=samples, random=tuple(gr["random"]), label=gr["label"][0],
+                           init=self._memory_init())
 
 
 __all__ = [
-    "Bit", "Vec", "CircuitBuilder", "LearnerBuilder", "mux", "mux_vec", "any_", "all_", "eq",
+    "Bit", "Vec", "CircuitBuilder", "LearnerBuilder", "BaseLearnerBuilder", "mux", "mux_vec", "any_", "all_", "eq",
     "eq_const", "ge_const", "increment", "add", "prefix_or", "lowest_one",
 ]

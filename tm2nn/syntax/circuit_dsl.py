@@ -95,6 +95,10 @@ _INFIX_OP = {"&": "AND", "^": "XOR", "|": "OR"}
 KEYWORDS = frozenset({"input", "output", "circuit", "learner", "noisy_learner"})
 #: The item words of a ``learner`` block, in the order :func:`dump_learner` writes them.
 LEARNER_WORDS = ("input", "random", "coin", "memory", "init", "output", "update")
+#: The item words of a ``learner`` block with ``phases theorem4``: a learning algorithm
+#: (Theorem 4's A) that :func:`tm2nn.learners.theorem4.theorem4` gives its phases.
+THEOREM4_WORDS = ("phases", "input", "random", "label", "memory", "init", "predict", "update", "done",
+                  "samples", "coin", "counter")
 #: The item words of a ``noisy_learner`` block (§4.2), in the order :func:`dump_noisy_learner` writes them.
 NOISY_WORDS = ("input", "samples", "output")
 #: Largest vector one declaration may expand to.
@@ -299,7 +303,7 @@ class _Builder:
         for c in rest:
             if isinstance(c, Token) and c.type in ("NAME", "INPUT", "OUTPUT"):
                 items.append(_LItem(c, []))
-            elif isinstance(c, _Sig):
+            elif isinstance(c, _Sig) or (isinstance(c, Token) and c.type == "NUMBER"):
                 items[-1].sigs.append(c)
         return _LearnerBlock(name, kw.line, kw.column, items)
 
@@ -493,9 +497,12 @@ def _expand(src: SourceText, s: _Sig) -> list[str]:
 
 def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circuit]):
     """A ``learner`` block: groups (vectors expand as in ``input``), the h and g
-    circuits by name, ``init`` listing the memory bits that start at 1."""
+    circuits by name, ``init`` listing the memory bits that start at 1.  With a
+    ``phases theorem4`` item, a learning algorithm instead (:func:`_build_theorem4`)."""
     from tm2nn.ir.learner import Learner
 
+    if any(it.word.value == "phases" for it in b.items):
+        return _build_theorem4(src, b, circuits)
     groups: dict[str, list[str]] = {"input": [], "random": [], "coin": [], "memory": []}
     locs: dict[str, Loc] = {}
     refs: dict[str, _Sig] = {}
@@ -506,8 +513,13 @@ def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circui
         if word not in LEARNER_WORDS:
             close = difflib.get_close_matches(word, LEARNER_WORDS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+            if word in THEOREM4_WORDS:
+                hint = f"; '{word}' is an item of a learning algorithm, which starts with 'phases theorem4'"
             raise src.error(f"unknown learner item {word!r} (known: {', '.join(LEARNER_WORDS)}){hint}",
                             it.word.line, it.word.column)
+        for a in it.sigs:
+            if isinstance(a, Token):
+                raise src.error(f"'{word}' takes names, not the number {a.value!r}", a.line, a.column)
         if word in ("output", "update"):
             key = "h" if word == "output" else "g"
             if key in refs:
@@ -550,6 +562,83 @@ def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circui
                    loc=src.loc(b.line, b.col), locs=locs)
 
 
+def _build_theorem4(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circuit]):
+    """A ``learner`` block with ``phases theorem4``: a learning algorithm (Abbe & Sandon
+    §4.1, Theorem 4's A, a :class:`~tm2nn.ir.learner.BaseLearner`) -- groups ``input``
+    ``random`` ``memory`` ``init`` as in the Lemma 3 form, ``label Y`` (default ``y``),
+    circuits ``predict P`` (over x ++ r ++ b), ``update U`` (over x ++ r ++ y ++ b) and
+    ``done D`` or ``samples T``; optional ``coin`` and ``counter`` name what the
+    transformation adds.  Returns ``theorem4(base)``, the Lemma 3 learner."""
+    from tm2nn.ir.learner import BaseLearner
+    from tm2nn.learners.theorem4 import Theorem4Options, theorem4
+
+    groups: dict[str, list[str]] = {"input": [], "random": [], "memory": []}
+    single: dict[str, object] = {}
+    locs: dict[str, Loc] = {}
+    ones: list[tuple[str, _Sig]] = []
+    for it in b.items:
+        word, w = it.word.value, it.word
+        if word not in THEOREM4_WORDS:
+            close = difflib.get_close_matches(word, THEOREM4_WORDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            extra = " ('output' is the Lemma 3 form's; here it is 'predict')" if word == "output" else ""
+            raise src.error(f"unknown item {word!r} of a 'phases theorem4' learner "
+                            f"(known: {', '.join(THEOREM4_WORDS)}){extra}{hint}", w.line, w.column)
+        for a in it.sigs:
+            if isinstance(a, Token) and word != "samples":
+                raise src.error(f"'{word}' takes names, not the number {a.value!r}", a.line, a.column)
+        if word in groups or word == "init":
+            locs.setdefault(word, src.loc(w.line, w.column))
+            for s in it.sigs:
+                for n in _expand(src, s):
+                    if word == "init":
+                        ones.append((n, s))
+                    else:
+                        locs.setdefault("port:" + n, src.loc(s.line, s.col))
+                        groups[word].append(n)
+            continue
+        if word in single:
+            raise src.error(f"the learner's '{word}' item is given twice", w.line, w.column,
+                            notes=(f"{locs[word]}: note: first given here",))
+        if len(it.sigs) != 1:
+            raise src.error(f"'{word}' takes exactly one argument, got {len(it.sigs)}", w.line, w.column)
+        (a,) = it.sigs
+        line, col = (a.line, a.column) if isinstance(a, Token) else (a.line, a.col)
+        locs[word] = src.loc(line, col)
+        if word == "samples":
+            if not isinstance(a, Token) or not a.value.isdigit() or len(a.value) > 18 or int(a.value) < 1:
+                raise src.error("'samples' takes the number T of learned samples after which the "
+                                "algorithm is done, an integer >= 1", line, col)
+            single[word] = int(a.value)  # the range is checked by the base learner's validation
+        elif word == "phases":
+            if a.name != "theorem4":
+                raise src.error(f"unknown phases {a.name!r} (known: theorem4, Abbe & Sandon's "
+                                "Theorem 4 learning phase)", line, col)
+            single[word] = a.name
+        elif word in ("predict", "update", "done"):
+            single[word] = _circuit_ref(src, a, circuits)
+        else:  # label, coin, counter: one name
+            if a.index is not None and word == "counter":
+                raise src.error("'counter' takes a plain name (the bits are NAME[0..w-1])", line, col)
+            single[word] = a.name
+    for word, what in (("predict", "its prediction circuit A(b, x)"),
+                       ("update", "its memory-update circuit A(b, x, y, r)")):
+        if word not in single:
+            raise src.error(f"learner {b.name.name!r} has no '{word}' item naming {what}",
+                            b.name.line, b.name.col)
+    mem = set(groups["memory"])
+    for n, s in ones:
+        if n not in mem:
+            raise src.error(f"'init' lists {n!r}, which is not a memory bit", s.line, s.col)
+    base = BaseLearner(b.name.name, tuple(groups["input"]), tuple(groups["memory"]), single["predict"],
+                       single["update"], done=single.get("done"), samples=single.get("samples"),
+                       random=tuple(groups["random"]), label=single.get("label", "y"),
+                       init=tuple(int(n in {o for o, _ in ones}) for n in groups["memory"]),
+                       loc=src.loc(b.line, b.col), locs=locs)
+    opts = Theorem4Options(coin=single.get("coin", "rp"), counter=single.get("counter", "seen"))
+    return theorem4(base, opts)
+
+
 def _circuit_ref(src: SourceText, s: _Sig, circuits: dict[str, Circuit]) -> Circuit:
     c = circuits.get(s.name)
     if c is None:
@@ -584,7 +673,7 @@ def _build_noisy_learner(src: SourceText, b: _NoisyBlock, circuits: dict[str, Ci
         line, col = (a.line, a.col) if isinstance(a, _Sig) else (a.line, a.column)
         locs[word] = src.loc(line, col)
         if word == "samples":
-            if not isinstance(a, Token) or not a.value.isdigit() or int(a.value) < 1:
+            if not isinstance(a, Token) or not a.value.isdigit() or len(a.value) > 18 or int(a.value) < 1:
                 raise src.error("'samples' takes the number of training samples t, an integer >= 1",
                                 line, col)
             got[word] = int(a.value)

@@ -116,7 +116,7 @@ class AbbeSandon(Backend):
             if opts.engine == "float64":
                 raise OptionError("{engine} float64 is for §4.1 learners; a noisy learner's net (Lemma 6) runs in "
                                   "mpmath only", "engine")
-            return Table("abbe-sandon (Lemma 6's noise-tolerant G_n, §4.2)", ["quantity", "this network", "paper"],
+            return Table("abbe-sandon (Lemma 6's G_n, §4.2, perturbed SGD)", ["quantity", "this network", "paper"],
                          [list(r) for r in size_report(build_noisy_net(ir))])
         if opts.engine == "float64":
             return None
@@ -228,7 +228,7 @@ def _stream(lr, opts: LearnOptions, data: dict):
 
 def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learned:
     """§4.2: Lemma 6's G_n trained by perturbed SGD (:func:`.noisy.train_noisy`)."""
-    from tm2nn.backends.abbe_sandon.noisy import train_noisy
+    from tm2nn.backends.abbe_sandon.noisy import lemma6_bound, noise_bound, train_noisy
     from tm2nn.learners.targets import parse_target, samples
 
     if opts.steps is not None and opts.steps != lr.t:
@@ -265,8 +265,10 @@ def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learne
     mism = len(rep.violations)
     import mpmath
 
+    bound, paper = float(noise_bound(lr.n, lr.t)), float(lemma6_bound(lr.n, lr.t))
     lines = [f"{lr.name}: Lemma 6's G_n, {lr.t} perturbed SGD steps (noise {mode}, max |delta| "
-             f"{mpmath.nstr(rep.noise_max, 4)}) in {rep.seconds:.2f} s"]
+             f"{mpmath.nstr(rep.noise_max, 4)} per weight per step; bound eps/t = {bound:.3g}, Lemma 6's "
+             f"1/(n^2 t) = {paper:.3g}) in {rep.seconds:.2f} s"]
     if mism:
         lines.append(f"[red]{mism} violation(s); first: step {rep.violations[0].step}: {rep.violations[0].what}[/]")
     else:
@@ -275,7 +277,8 @@ def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learne
     if n:
         lines.append(f"test accuracy on {n} inputs: {acc:.4f}; agreement with h on the stored samples: {agree:.4f}")
     return Learned({"steps": lr.t, "samples_used": lr.t, "test_accuracy": acc, "mismatches": mism,
-                    "test_inputs": n, "noise": mode, "agreement": agree}, not mism, lines)
+                    "test_inputs": n, "noise": mode, "agreement": agree, "noise_max": float(rep.noise_max),
+                    "noise_bound": bound, "lemma6_bound": paper}, not mism, lines)
 
 
 BACKEND = AbbeSandon()

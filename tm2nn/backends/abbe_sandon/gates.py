@@ -17,7 +17,9 @@ lowered to these by the net builder (not here).  Lemma 5's noise tolerance: a ve
 in-degree d (bias edge included) still saturates if every incoming weight moves by less
 than 1/12 in total, since its input moves by at most 2 d/12 and |z| >= 3/2 + d/6 holds
 for NOT (d = 1), AND/OR with k = 2 (d = 3) and input reads (d = 2);
-:func:`noise_margin` reports the slack.
+:func:`noise_margin` reports the slack.  Inside Lemma 6's net the constant vertex outputs 1,
+so a bias edge moves z by at most the noise itself: the budget is safe up to 1/10 there
+(:mod:`.lemma5` spends it adversarially in the net).
 """
 
 from __future__ import annotations

@@ -31,17 +31,31 @@ values are fixed points of ``fpl`` (±1 inputs, ±2 gates, 0/2 controls, ±2s**t
 values on the identity piece, where fpl' = 1), so a carry changes no value and
 passes gradients unchanged.  Each layer is::
 
-    L{d}.frozen = Affine(L{d-1}; gate/read/control/v0 edges, carries, const biases)
-    L{d}.train  = Affine(L{d-1}; the M_s edges into gadget vertices; trainable, sparse)
-    L{d}.z      = Concat(L{d}.frozen, L{d}.train)
-    L{d}        = Activation(L{d}.z, fn="abbe_sandon_fpl")
+    L{d}.carry = Affine(L{d-1}; the carries)                        fixed (not G_n edges)
+    L{d}.gates = Affine(L{d-1}; gate/read/control edges, const biases)  trainable
+    L{d}.const = Param(the const edge of each unit reading nothing else: v0, CONST0/1)
+    L{d}.train = Affine(L{d-1}; the M_s edges into gadget vertices)  trainable, no bias
+    L{d}.z     = Concat(L{d}.carry, L{d}.gates, L{d}.const, L{d}.train)   (those present)
+    L{d}       = Activation(L{d}.z, fn="abbe_sandon_fpl")
 
 Every dimension is labelled with :mod:`.net`'s vertex name (``mem[0].v3'``, ``gate:r12``,
-``out``).  The ``.train`` affines are ``Affine(trainable=True, train_bias=False)`` with a
-sparse weight: the emitters give them the ``scatter`` form, whose Parameter is the
-``[nnz]`` vector of M_s edges (an absent edge has no parameter, hence no update).  Every
-vertex's in-edges are all M_s edges (v1..v5, v3'..v5', out) or none (v0, vc, vc', gates),
-which is what lets each layer split in two.  The net's output is ``out``'s activation.
+``out``).  Every edge of G_n is a trainable weight, as in the paper, where SGD runs on all
+of them.  The ``.train`` affines (``train_bias=False``) hold the M_s edges: SGD flips them
+(Lemma 2).  The ``.gates`` affines (``train_bias=True``) and ``.const`` params hold every
+other edge of G_n (a ``Param`` for the units whose only in-edge is from the constant vertex,
+since a trainable affine without stored entries would train absent edges): they are
+**frozen by the construction, not by the IR** -- each of their units has input |z| >= 2
+(a gate, a read: Lemma 1) or 0 / 2 (vc, vc', v0 = f(2)), where fpl' = 0, so SGD's gradient is
+exactly 0 (:meth:`IRNet.frozen_ops`; ``tests/test_abbe_sandon_torch.py`` trains all
+parameters and checks them bitwise, and moves a gate into fpl's linear zone to see them
+move).  The carries stay fixed: a carried v1 (fpl' = 1, on an active path) would get a
+gradient.  A sparse trainable weight has the ``scatter`` form, whose Parameter is the
+``[nnz]`` vector of existing edges (an absent edge has no parameter, hence no update).
+**Departure (named):** a ``.gates`` unit without a constant edge in G_n (NOT, BUF) still has
+a trainable bias entry, 0 -- an edge of weight 0 from the constant vertex, frozen by the
+same argument.  Every vertex's in-edges are all M_s edges (v1..v5, v3'..v5', out) or none
+(v0, vc, vc', gates), which is what lets each layer split.  The net's output is ``out``'s
+activation.
 """
 
 from __future__ import annotations
@@ -52,7 +66,7 @@ from fractions import Fraction
 import numpy as np
 
 from tm2nn.ir.learner import Learner
-from tm2nn.nets import Activation, Affine, Concat, Net, Port, SparseMatrix
+from tm2nn.nets import Activation, Affine, Concat, Net, Param, Port, SparseMatrix
 from tm2nn.nets.space import Space
 
 from . import net as gn
@@ -76,8 +90,10 @@ class IRNet:
     w: list[float]
     part: list[str]
     depth: list[int]
-    #: edge -> (op name, index into the op's weight.vals); every edge has one
-    slot: list[tuple[str, int]] = field(default_factory=list)
+    #: edge -> (op name, "weight", index into the op's weight.vals) or, for an edge from
+    #: the constant vertex, (op name, "bias", row) or (``.const`` param, "value", row);
+    #: every edge has exactly one
+    slot: list[tuple[str, str, int]] = field(default_factory=list)
     #: per memory copy i: M_s edge -> expanded edge id
     mem_edges: list[dict] = field(default_factory=list)
     gadget: set[int] = field(default_factory=set)  # expanded edge ids of M_s edges
@@ -93,7 +109,20 @@ class IRNet:
         return self.dyadic.gamma
 
     def trainable_ops(self) -> list[str]:
+        """Every trainable affine (``.train`` and ``.gates``; the ``.const`` params are
+        trainable too, :meth:`frozen_ops`)."""
         return [op.name for op in self.net.nodes if isinstance(op, Affine) and op.trainable]
+
+    def gadget_ops(self) -> list[str]:
+        """The ``.train`` affines: the M_s edges (their weights flip, Lemma 2)."""
+        return [n for n in self.trainable_ops() if n.endswith(".train")]
+
+    def frozen_ops(self) -> list[str]:
+        """The ``.gates`` affines and ``.const`` params: trainable, but frozen by the
+        construction (module doc): every other edge of G_n, whose gradient is exactly 0
+        while Lemma 1 holds."""
+        return [op.name for op in self.net.nodes
+                if (isinstance(op, Affine) and op.trainable and op.name.endswith(".gates")) or isinstance(op, Param)]
 
     def size_report(self) -> list[tuple[str, str, str]]:
         """(quantity, this net, paper) rows for ``tm2nn info --engine float64``."""
@@ -109,12 +138,14 @@ class IRNet:
             ("gate units (r circuit)", f"{n_gates}", "<= gates of r (Lemma 1)"),
             ("vertices", f"{len(self.names)}", "n + 1 + gates + 10(m + m') + 2"),
             ("edges", f"{len(self.src)}", "-"),
-            ("  M_s edges (trainable)", f"{len(self.gadget)}", "12(m + m')"),
+            ("  M_s edges (trainable, SGD flips them)", f"{len(self.gadget)}", "12(m + m')"),
+            ("  other edges (trainable, frozen by construction)", f"{len(self.src) - len(self.gadget)}",
+             "gradient 0 (Lemma 1)"),
             ("distinct weights", f"{len(set(self.w))}", "-"),
             ("s", f"2^-{d.k}", "(2^-243 3^-1641/2 / m')^(1/364)"),
             ("gamma", f"{d.gamma:g} = 2^{4 * d.k - 2}", "2^-244 3^-1643/2 s^-362 (Lemma 2)"),
             ("P = 1/m' (per active copy)", f"2^{1 - 6 * d.k}", "2^243 3^1641/2 s^364"),
-            ("IR layers (affine pairs)", f"{self.layers}", "-"),
+            ("IR layers", f"{self.layers}", "-"),
             ("  carried (skip) units", f"{self.carries}", "- (ours: the IR's layering)"),
             ("IR max width", f"{info['max_width']}", "-"),
             ("IR stored weights", f"{info['params_nonzero']}", "-"),
@@ -219,7 +250,12 @@ def build_ir_net(lr: Learner, k: int | None = None) -> IRNet:
         parts = {e in gadget for e in in_edges[v]}
         if parts and parts != {trainable_v[v]}:  # pragma: no cover - the construction
             raise ValueError(f"vertex {names[v]} mixes M_s and other in-edges")
-    slot: list[tuple[str, int] | None] = [None] * len(src)
+    n_const = [0] * V
+    for e in range(len(src)):
+        if src[e] == const:
+            n_const[dst[e]] += 1
+    assert max(n_const) <= 1  # one bias entry per const edge
+    slot: list[tuple[str, str, int] | None] = [None] * len(src)
     prev = list(inputs)  # vertex ids of the previous layer's dimensions, in order
     port = Port("z", Space(tuple(names[v] for v in inputs)))
     nodes = []
@@ -229,57 +265,74 @@ def build_ir_net(lr: Learner, k: int | None = None) -> IRNet:
         if v != const and v not in inputs:
             by_depth.setdefault(depth[v], []).append(v)
     x = "z"
+    cites = {"carry": "ours: the IR's layering (skip units, not G_n edges; fixed)",
+             "gates": "Abbe & Sandon Lemma 1 / Lemma 3 (gates, reads, controls): trainable, frozen by "
+                      "construction (|z| >= 2 or z in {0, 2}: fpl' = 0)",
+             "const": "Abbe & Sandon Lemma 3 (v0 = f(2)) / net.py departure 2 (CONST0/1): trainable, frozen by "
+                      "construction (|z| = 2: fpl' = 0)",
+             "train": CITE}
     for dd in range(1, D + 1):
         pos = {v: i for i, v in enumerate(prev)}
         carried = [v for v in prev if last_use[v] > dd]
         new = by_depth.get(dd, [])
-        frozen_rows = carried + [v for v in new if not trainable_v[v]]
-        train_rows = [v for v in new if trainable_v[v]]
+        bias_only = {v for v in new if all(src[e] == const for e in in_edges[v])}
+        groups = (("carry", carried), ("gates", [v for v in new if not trainable_v[v] and v not in bias_only]),
+                  ("const", [v for v in new if v in bias_only]), ("train", [v for v in new if trainable_v[v]]))
         carries += len(carried)
         parts_out = []
-        for rows, trainable in ((frozen_rows, False), (train_rows, True)):
+        for role, rows in groups:
             if not rows:
                 continue
-            name = f"L{dd}.{'train' if trainable else 'frozen'}"
+            name = f"L{dd}.{role}"
+            out_space = Space(tuple(names[v] for v in rows))
+            if role == "const":
+                assert not any(trainable_v[v] for v in rows)
+                value = np.zeros(len(rows))
+                for i, v in enumerate(rows):
+                    for e in in_edges[v]:
+                        value[i] += w[e]
+                        slot[e] = (name, "value", i)
+                nodes.append(Param(name, (x,), value=value, out=out_space, cite=cites[role]))
+                parts_out.append(name)
+                continue
             ent, bias, eids = [], np.zeros(len(rows)), []
             for i, v in enumerate(rows):
-                if v in pos and depth[v] < dd:  # a carry
+                if role == "carry":
                     ent.append((i, pos[v], 1.0))
                     continue
                 for e in in_edges[v]:
                     if src[e] == const:
                         bias[i] += w[e]
+                        slot[e] = (name, "bias", i)
                     else:
                         ent.append((i, pos[src[e]], w[e]))
                         eids.append((e, i, pos[src[e]]))
             sm = SparseMatrix.from_entries((len(rows), len(prev)), ent)
+            if role != "carry" and sm.nnz == 0:  # pragma: no cover - every unit reads a vertex
+                raise ValueError(f"{name}: a trainable affine with no stored entry would train absent edges")
             where = {(int(r), int(c)): j for j, (r, c) in enumerate(zip(sm.rows, sm.cols))}
             for e, r, c in eids:
-                slot[e] = (name, where[(r, c)])
-            nodes.append(Affine(name, (x,), weight=sm, bias=bias, out=Space(tuple(names[v] for v in rows)),
-                                trainable=trainable, train_bias=False,
-                                cite=CITE if trainable else "Abbe & Sandon Lemma 1 / Lemma 3 (gates, controls, carries)"))
+                slot[e] = (name, "weight", where[(r, c)])
+            nodes.append(Affine(name, (x,), weight=sm, bias=bias, out=out_space,
+                                trainable=role != "carry", train_bias=role == "gates", cite=cites[role]))
             parts_out.append(name)
-        if len(parts_out) == 2:
+        if len(parts_out) > 1:
             nodes.append(Concat(f"L{dd}.z", tuple(parts_out)))
             zname = f"L{dd}.z"
         else:
             zname = parts_out[0]
         nodes.append(Activation(f"L{dd}", (zname,), fn=FN, cite=CITE))
         x = f"L{dd}"
-        prev = frozen_rows + train_rows
+        prev = [v for _, rows in groups for v in rows]
     assert prev == [out]
-    const_only = [e for e in range(len(src)) if slot[e] is None and src[e] != const]
-    assert not const_only, const_only[:3]
-    bias_edges = [e for e in range(len(src)) if src[e] == const]
-    assert not any(e in gadget for e in bias_edges)
-    slot_full = [s if s is not None else ("bias", -1) for s in slot]
+    assert all(sl is not None for sl in slot), [e for e, sl in enumerate(slot) if sl is None][:3]
+    assert not any(src[e] == const for e in gadget)
     meta = {"tm2nn.backend": "abbe-sandon", "tm2nn.abbe_sandon.engine": "float64",
             "tm2nn.abbe_sandon.learner": lr.name, "tm2nn.abbe_sandon.k": str(d.k),
             "tm2nn.abbe_sandon.m_prime": str(d.m_prime), "tm2nn.abbe_sandon.gamma": repr(d.gamma),
             "tm2nn.abbe_sandon.activation": FN, "tm2nn.abbe_sandon.cite": CITE}
     ir = Net(f"{lr.name}_G_n_float64", (port,), tuple(nodes), (x,), meta)
-    return IRNet(g, d, ir, names, kind, src, dst, w, part, depth, slot_full, mem_edges, gadget, D, carries)
+    return IRNet(g, d, ir, names, kind, src, dst, w, part, depth, slot, mem_edges, gadget, D, carries)
 
 
 def decode_memory(ir: IRNet, value) -> list[int]:

@@ -187,38 +187,6 @@ class Net:
 
 
 # ---------------------------------------------------------------- the circuit for r
-def _inline(cb, c: Circuit, ports: dict[str, Any]) -> list:
-    """Re-create circuit ``c``'s gates in the builder ``cb`` over the given port bits."""
-    sig = dict(ports)
-    for gt in c.topo:
-        ins = [sig[i] for i in gt.inputs]
-        op = gt.op
-        if op == "AND":
-            b = cb.and_(*ins)
-        elif op == "OR":
-            b = cb.or_(*ins)
-        elif op == "NAND":
-            b = ~cb.and_(*ins)
-        elif op == "NOR":
-            b = ~cb.or_(*ins)
-        elif op == "XOR":
-            b = cb.xor(*ins)
-        elif op == "XNOR":
-            b = ~cb.xor(*ins)
-        elif op == "NOT":
-            b = ~ins[0]
-        elif op == "BUF":
-            b = ins[0]
-        elif op == "CONST0":
-            b = cb.zero
-        elif op == "CONST1":
-            b = cb.one
-        else:  # pragma: no cover - validated circuits have no other ops
-            raise ValueError(f"unknown gate {op}")
-        sig[gt.name] = b
-    return [sig[o] for o in c.outputs]
-
-
 def _popcount(bits: list):
     """The number of 1s among ``bits`` as an unsigned vector (adder tree)."""
     from tm2nn.learners.builder import Vec, add
@@ -250,8 +218,8 @@ def r_circuit(lr: Learner) -> tuple[Circuit, list[str]]:
 
     cb = CircuitBuilder(prefix="r")
     ports = {p: cb.port(p) for p in lr.ports}
-    (h,) = _inline(cb, lr.h, ports)
-    gs = _inline(cb, lr.g, ports)
+    (h,) = cb.inline(lr.h, ports)
+    gs = cb.inline(lr.g, ports)
     m = lr.m
     d = [ports[b] ^ gi for b, gi in zip(lr.memory, gs)]
     outs, labels = [h], ["h"]

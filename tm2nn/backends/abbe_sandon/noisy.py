@@ -1,5 +1,6 @@
-"""Abbe & Sandon §4.2: the noise-tolerant emulation net G_n of Lemma 6, trained by
-perturbed SGD in mpmath (Lemma 4's gamma), checked at every step.
+"""Abbe & Sandon §4.2: the emulation net G_n of Lemma 6, trained by perturbed SGD in mpmath
+(Lemma 4's gamma), checked at every step.  Its noise goes up to Lemma 4's eps/t per weight
+per step (departure 2 below), not Lemma 6's 1/(n^2 t).
 
 Construction (Lemma 6's proof; every vertex has activation f*, §4.2):
 
@@ -29,26 +30,34 @@ asserts that invariant.  Controls: vc of M'[t0,i,z] is 2 iff it is not set and n
 oc[t0] = 2 iff cur[t0] (t0 < t); oc[t] = 4h - 2 if cur[t], else 0, with
 x*(t0)_i = set(t0,i,1), y*(t0) = OR_z (set(t0,0,z) and vr of M'[t0,0,z] reads 1).
 
-Numbers: every weight is an ``mpmath.mpf`` at :data:`DPS` = 50 digits (docs Finding 2:
-float64 breaks Lemma 4, >= 27 digits work).  f* is :func:`fstar_mp` (the paper's pieces in
-closed form; its smooth blends -- never reached in a correct run -- fall back to float64).
+Numbers: every weight is an ``mpmath.mpf`` at the net's precision ``NoisyNet.dps`` decimal
+digits (default :data:`DPS` = 100; docs Finding 2: float64 breaks Lemma 4, >= 27 digits work;
+:func:`check_dps` is the one place a precision is validated).  f* is :func:`fstar_mp` (the
+paper's pieces in closed form; its smooth blends -- never reached in a correct run -- fall
+back to float64).  Lemma 6's correction -2^-243 3^-29 n on oc[t0] -> out
+(:func:`oc_out_weight`) is ~1e-87: 50 digits round it away; the default 100 keeps it.
 
 Noise (**departure 2**, :func:`noise_bound`): Lemma 6 allows |delta| <= 1/(n^2 t) per weight
 per step, but its proof then needs the per-edge total (t steps) to be at most
 eps = min(2^-134 3^-11, ...), i.e. n > 2^67 3^6.  For the small n we can run, we use the bound
 Lemma 4 itself needs: |delta| <= eps / t, so the total per edge over the t SGD steps is <= eps
 (Lemma 4 hypothesis 6, and < 1/12 for Lemma 5).  :func:`lemma6_bound` gives the paper's value.
+Lemma 5's own budget (< 1/12 per edge into the computation component, in total) is exercised
+separately by a fixed per-step ``drift`` (:mod:`.lemma5`).
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import mpmath
+
+from tm2nn.errors import Tm2nnError
 
 from . import activation as act
 from .gadgets import MP_PATH, mprime_gadget
@@ -56,8 +65,22 @@ from .gates import gate as gate_unit
 from .noisy_learner import NoisyLearner
 
 Number = Any
-#: mpmath working precision (decimal digits) for G_n's weights and the training run.
-DPS = 50
+#: Default mpmath working precision (decimal digits) for G_n's weights and the training run.
+#: 100, not less: at 50 digits Lemma 6's correction on oc[t0] -> out (~1e-87 n, relative to
+#: ~0.4) and the noise on the read edges (eps/t ~ 1e-47 on weights ~6.9e5) are rounded away;
+#: pure-Python mpmath costs the same at 50, 100 or 150 digits (docs/abbe_sandon.md).
+DPS = 100
+#: Accepted precisions: Lemma 4 needs >= ~27 digits (docs Finding 2), 40 leaves room; above
+#: a few hundred digits nothing changes but the speed.
+MIN_DPS, MAX_DPS = 40, 1000
+
+
+def check_dps(dps) -> int:
+    """The one validation of a §4.2 working precision (decimal digits)."""
+    if isinstance(dps, bool) or not isinstance(dps, int) or not MIN_DPS <= dps <= MAX_DPS:
+        raise Tm2nnError(f"the precision of Lemma 6's net must be an integer number of decimal digits in "
+                         f"{MIN_DPS}..{MAX_DPS} (Lemma 4 needs about 27, docs/abbe_sandon.md Finding 2), got {dps!r}")
+    return dps
 
 
 def _mp(c, a, b) -> mpmath.mpf:
@@ -72,11 +95,12 @@ def fstar_mp(x):
     (closed forms, exact in mpmath); the smooth blends in float64 (never reached when the
     run follows Lemmas 4-6; reached only when noise breaks it)."""
     a = abs(x)
-    if a <= _A:
+    A, B, C = _zones()
+    if a <= A:
         return mpmath.mpf(0)
-    if _B <= a <= 1:
+    if B <= a <= 1:
         return x**3
-    if a >= _C:
+    if a >= C:
         return mpmath.mpf(2) if x > 0 else mpmath.mpf(-2)
     return mpmath.mpf(float(act.fstar(float(x))))
 
@@ -84,17 +108,30 @@ def fstar_mp(x):
 def dfstar_mp(x):
     """f*' on an mpf (exact 0 in the dead zone and beyond C; see :func:`fstar_mp`)."""
     a = abs(x)
-    if a <= _A or a >= _C:
+    A, B, C = _zones()
+    if a <= A or a >= C:
         return 0
-    if _B <= a <= 1:
+    if B <= a <= 1:
         return 3 * x**2
     return mpmath.mpf(float(act.dfstar(float(x))))
 
 
-with mpmath.workdps(DPS):
-    _A = mpmath.mpf(2) ** -121 * mpmath.mpf(3) ** -9
-    _B = mpmath.mpf(2) ** -120 * mpmath.mpf(3) ** -9
-    _C = mpmath.cbrt(2)
+_ZONES: dict[int, tuple] = {}
+
+
+def _zones() -> tuple:
+    """f*'s breakpoints (A = 2^-121 3^-9, B = 2A, C = cbrt 2) at the working precision."""
+    prec = mpmath.mp.prec
+    z = _ZONES.get(prec)
+    if z is None:
+        A = mpmath.mpf(2) ** -121 * mpmath.mpf(3) ** -9
+        z = _ZONES[prec] = (A, 2 * A, mpmath.cbrt(2))
+    return z
+
+
+def saturation() -> mpmath.mpf:
+    """Where our f* reaches ±2 (f*' = 0 beyond): cbrt 2 (the paper only fixes 3/2)."""
+    return _zones()[2]
 
 
 def eps42() -> mpmath.mpf:
@@ -122,6 +159,19 @@ def noise_bound(n: int, t: int) -> mpmath.mpf:
     return min(lemma6_bound(n, t), eps42() / t)
 
 
+def oc_out_weight(n: int) -> mpmath.mpf:
+    """Lemma 6's weight of oc[t0] -> out (t0 < t): cbrt(4)/4 - 2^-243 3^-29 n.  On step t0
+    oc[t0] outputs 2 and each of the n copies being set adds 2^-242 3^-29 (Lemma 4), so the
+    correction cancels them: the output vertex's input is exactly :func:`lemma6_center`."""
+    return mpmath.cbrt(4) / 4 - _mp(n, -243, -29)
+
+
+def lemma6_center() -> mpmath.mpf:
+    """cbrt(4)/2: the output vertex's input on every learning step without noise (f* of it
+    is 1/2, Lemma 6's claim 3); with noise Lemma 6's proof keeps it within eps'/3."""
+    return mpmath.cbrt(4) / 2
+
+
 # ---------------------------------------------------------------- the schedule circuit
 def schedule_circuit(lr: NoisyLearner):
     """Lemma 6's computation component as one Boolean circuit (module doc "Schedule").
@@ -131,7 +181,6 @@ def schedule_circuit(lr: NoisyLearner):
     from tm2nn.learners.builder import CircuitBuilder
     from tm2nn.passes.basis import to_basis
 
-    from .net import _inline
     from .noisy_learner import ports as h_ports
 
     n, t = lr.n, lr.t
@@ -152,7 +201,7 @@ def schedule_circuit(lr: NoisyLearner):
     for i in range(n):
         hp[f"x[{i}]"] = x[i]
     assert set(hp) == set(h_ports(n, t))
-    (h,) = _inline(cb, lr.h, hp)
+    (h,) = cb.inline(lr.h, hp)
     outs, labels = [], []
     for (t0, i, z) in keys:
         now = cur[t0] & (x[i] if z else ~x[i])
@@ -173,9 +222,12 @@ class NoisyNet:
 
     ``part`` of an edge: ``mprime`` (inside a copy of M'), ``control`` (into vc / vc'),
     ``oc`` (into an output control vertex), ``oc_out`` (output control -> out), ``read``,
-    ``gate``."""
+    ``gate``.  ``comp``: the computation component's vertices (Lemma 5's new vertices: the
+    reads and the gates, whose in-edges are the ``read`` and ``gate`` edges).  ``dps``: the
+    precision of the weights and of every pass (:func:`check_dps`)."""
 
     lr: NoisyLearner
+    dps: int = DPS
     names: list[str] = field(default_factory=list)
     src: list[int] = field(default_factory=list)
     dst: list[int] = field(default_factory=list)
@@ -186,6 +238,7 @@ class NoisyNet:
     copy_edges: dict[tuple[int, int, int], dict[tuple[str, str], int]] = field(default_factory=dict)
     oc_out: dict[int, int] = field(default_factory=dict)  # t0 -> edge oc[t0] -> out
     gates: int = 0
+    comp: list[int] = field(default_factory=list)
 
     def vertex(self, name: str) -> int:
         self.index[name] = len(self.names)
@@ -206,15 +259,16 @@ class NoisyNet:
                 "schedule_gates": self.gates, **{f"edges_{k}": v for k, v in Counter(self.part).items()}}
 
 
-def build_noisy_net(lr: NoisyLearner) -> NoisyNet:
-    """G_n for h_n = ``lr`` (Lemma 6's proof; module doc).  Weights are mpf at :data:`DPS`."""
-    with mpmath.workdps(DPS):
-        return _build(lr)
+def build_noisy_net(lr: NoisyLearner, dps: int = DPS) -> NoisyNet:
+    """G_n for h_n = ``lr`` (Lemma 6's proof; module doc).  Weights are mpf at ``dps``
+    decimal digits (:func:`check_dps`)."""
+    with mpmath.workdps(check_dps(dps)):
+        return _build(lr, dps)
 
 
-def _build(lr: NoisyLearner) -> NoisyNet:
+def _build(lr: NoisyLearner, dps: int) -> NoisyNet:
     n, t = lr.n, lr.t
-    net = NoisyNet(lr)
+    net = NoisyNet(lr, dps)
     const = net.vertex("const")
     for i in range(n):
         net.vertex(f"in[{i}]")
@@ -241,11 +295,13 @@ def _build(lr: NoisyLearner) -> NoisyNet:
             kind, key = nm[:2], tuple(int(s) for s in nm[3:-1].strip("()").split(","))
             u = net.copies[key][kind]
         v = net.vertex(f"read:{nm}")
+        net.comp.append(v)
         net.edge(u, v, rw, "read")
         net.edge(const, v, rb, "read")
         src_of[nm] = v
     for g in circ.topo:
         v = net.vertex(f"gate:{g.name}")
+        net.comp.append(v)
         if g.op in ("CONST0", "CONST1"):
             net.edge(const, v, mpmath.mpf(2 if g.op == "CONST1" else -2), "gate")
         else:
@@ -259,6 +315,7 @@ def _build(lr: NoisyLearner) -> NoisyNet:
     for lab, sig in zip(labels, circ.outputs):
         if sig not in src_of or sig in circ.inputs:  # an output that is a port: a BUF gate reads it
             v = net.vertex(f"gate:buf:{sig}")
+            net.comp.append(v)
             net.edge(src_of[sig], v, one, "gate")
             src_of[sig] = v
             net.gates += 1
@@ -288,7 +345,7 @@ def _build(lr: NoisyLearner) -> NoisyNet:
         net.copies[k]["v5"] = out
         net.copy_edges[k] = {e: net.edge(net.copies[k][e[0]], net.copies[k][e[1]], tmpl.weights[e], "mprime")
                              for e in tmpl.weights}
-    w_oc = mpmath.cbrt(4) / 4 - _mp(n, -243, -29)
+    w_oc = oc_out_weight(n)
     for t0 in range(t):
         net.oc_out[t0] = net.edge(ocs[t0], out, w_oc, "oc_out")
     net.oc_out[t] = net.edge(ocs[t], out, mpmath.mpf(49) / 100, "oc_out")
@@ -303,7 +360,8 @@ class NoisyEngine:
 
     def __init__(self, net: NoisyNet, gamma: Number | None = None):
         self.net = net
-        with mpmath.workdps(DPS):
+        self.dps = check_dps(net.dps)
+        with mpmath.workdps(self.dps):
             self.gamma = gamma42() if gamma is None else gamma
         V = len(net.names)
         self.ins = [[] for _ in range(V)]
@@ -316,7 +374,12 @@ class NoisyEngine:
         self.y: list[Number] = [mpmath.mpf(0)] * V
 
     def forward(self, x) -> Number:
-        """One forward pass on net input 2x - 1 (x bits); returns the output vertex's output."""
+        """One forward pass on net input 2x - 1 (x bits) at the net's precision; returns the
+        output vertex's output."""
+        with mpmath.workdps(self.dps):
+            return self._forward(x)
+
+    def _forward(self, x) -> Number:
         net, w, src, z, y = self.net, self.net.w, self.net.src, self.z, self.y
         y[0] = mpmath.mpf(1)
         for i in range(self.n_in):
@@ -333,6 +396,10 @@ class NoisyEngine:
 
     def backward(self, label: int) -> dict[int, Number]:
         """dL/dw for every edge with a nonzero gradient (after :meth:`forward`)."""
+        with mpmath.workdps(self.dps):
+            return self._backward(label)
+
+    def _backward(self, label: int) -> dict[int, Number]:
         net, w, dst, z, y = self.net, self.net.w, self.net.dst, self.z, self.y
         V = len(net.names)
         delta: list[Number] = [0] * V
@@ -370,18 +437,44 @@ class NoisyReport:
     outputs: list[Number]           # the net's output on each training step (Lemma 6 claim 3)
     final: Number                   # the output on the test input
     expected: int                   # h(x(0), y(0), ..., x) in {0,1}
-    noise_max: Number               # max |delta| actually injected
+    noise_max: Number               # max |delta| actually injected into one edge in one step
     steps: int
     seconds: float
     violations: list[Violation]
     #: the net's output on each of ``tests`` (after training, weights as left), and h there
     test_outputs: list[Number] = field(default_factory=list)
     test_expected: list[int] = field(default_factory=list)
+    #: the output vertex's input on each training step (:func:`lemma6_center` without noise)
+    z_out: list[Number] = field(default_factory=list)
+    #: Lemma 5's hypothesis on each pass (t training steps, then the test input): the
+    #: smallest |input| - 3/2 over the computation component's vertices, and that vertex
+    slack: list[tuple[Number, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """Lemma 6's conclusion (|final - (2h - 1)| < 1/2) and every per-step check."""
         return not self.violations and abs(self.final - (2 * self.expected - 1)) < mpmath.mpf(1) / 2
+
+
+def comp_slack(eng: NoisyEngine) -> tuple[Number, str]:
+    """Lemma 5 on the last pass: min over the computation component's vertices (reads and
+    gates) of |input| - 3/2, and where.  >= 0 is the lemma's requirement (f* = ±2 and
+    f*' = 0 there for any f* the paper allows); ours saturates from cbrt 2 < 3/2."""
+    net, z = eng.net, eng.z
+    with mpmath.workdps(eng.dps):
+        v = min(net.comp, key=lambda u: abs(z[u]))
+        return abs(z[v]) - mpmath.mpf(3) / 2, net.names[v]
+
+
+def _check_gates(eng: NoisyEngine, step: int) -> list[Violation]:
+    """Every vertex of the computation component outputs ±2 with f*' = 0 (Lemma 5, claim 1:
+    nothing backpropagates through it): its input is at least :func:`saturation` in size."""
+    net, z = eng.net, eng.z
+    with mpmath.workdps(eng.dps):
+        c = saturation()
+        return [Violation(step, f"Lemma 5: {net.names[v]} has input {mpmath.nstr(z[v], 8)}, inside "
+                                f"(-cbrt 2, cbrt 2): not saturated, f*' != 0")
+                for v in net.comp if abs(z[v]) < c]
 
 
 def decode(eng: NoisyEngine) -> tuple[dict, list[str]]:
@@ -421,41 +514,51 @@ def _check_memory(eng: NoisyEngine, step: int, xs, ys) -> list[Violation]:
 
 def train_noisy(lr: NoisyLearner, xs, ys, x_test, *, noise: float | Number = 1.0, seed: int = 0,
                 bound: Number | None = None, net: NoisyNet | None = None, check: bool = True,
-                mode: str = "uniform", tests=(), progress=None) -> NoisyReport:
+                mode: str = "uniform", tests=(), progress=None, dps: int | None = None,
+                drift: Mapping[int, Number] | None = None) -> NoisyReport:
     """Lemma 6: perturbed SGD on G_n over (2x(k) - 1, 2y(k) - 1), k < t, then run on 2x - 1.
 
     Noise: every edge, every step, delta = noise * bound * u with u uniform in [-1, 1]
     (``mode="uniform"``) or u = ±1 (``mode="max"``: the bound attained); ``bound`` defaults to
     :func:`noise_bound`.  ``noise = 0`` is plain SGD; ``noise > 1`` leaves Lemma 6.
+    ``drift``: edge -> a fixed change added at every step on top of that (Lemma 5's
+    adversary, :func:`.lemma5.adversarial_drift`).
     Checks (``check``): before each step and at the test input, the memory decoded from v2 / vr
     and from the read vertices equals the stream so far; the output on step k is within eps'
-    of 1/2; every edge outside the copies of M' (except oc[k] -> out on step k, which Lemma 6's
-    proof lets move) has gradient exactly 0 and, after each step, weight = initial + the sum
-    of the noise injected into it (up to 10^(10 - DPS) relative rounding).
+    of 1/2; every vertex of the computation component is saturated (Lemma 5); every edge
+    outside the copies of M' (except oc[k] -> out on step k, which Lemma 6's proof lets move)
+    has gradient exactly 0 and, after each step, weight = initial + the sum of the noise
+    injected into it (up to 10^(10 - dps) relative rounding).
 
-    ``tests``: more inputs to run the trained net on (no training on them; the memory is
-    checked after each, and Lemma 6's |output - (2h - 1)| < 1/2 is a violation when it fails);
-    ``progress(k)`` is called after each of the t steps and each test (k = 1, 2, ...)."""
-    with mpmath.workdps(DPS):
-        return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests, progress)
+    ``dps``: the precision of a net built here (default :data:`DPS`); a given ``net`` runs at
+    its own.  ``tests``: more inputs to run the trained net on (no training on them; the
+    memory is checked after each, and Lemma 6's |output - (2h - 1)| < 1/2 is a violation when
+    it fails); ``progress(k)`` is called after each of the t steps and each test (k = 1, 2, ...)."""
+    if net is None:
+        net = build_noisy_net(lr, DPS if dps is None else dps)
+    elif dps is not None and dps != net.dps:
+        raise Tm2nnError(f"dps {dps} given for a net built at {net.dps} digits")
+    with mpmath.workdps(net.dps):
+        return _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests, progress, drift or {})
 
 
-def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests=(), progress=None) -> NoisyReport:
+def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests, progress, drift) -> NoisyReport:
     n, t = lr.n, lr.t
-    net = build_noisy_net(lr) if net is None else net
     eng = NoisyEngine(net)
     rng = random.Random(seed)
     scale = mpmath.mpf(noise) * (noise_bound(n, t) if bound is None else bound)
     half, epsp = mpmath.mpf(1) / 2, eps_prime42()
-    outputs, viol, nmax = [], [], mpmath.mpf(0)
+    outputs, z_out, slack, viol, nmax = [], [], [], [], mpmath.mpf(0)
     w0, nsum, moved = list(net.w), [mpmath.mpf(0)] * len(net.w), set()
-    tol = mpmath.mpf(10) ** (10 - DPS)
+    tol = mpmath.mpf(10) ** (10 - net.dps)
     t_start = time.perf_counter()
     for k in range(t):
         yk = eng.forward(xs[k])
         outputs.append(yk)
+        z_out.append(eng.z[-1])
+        slack.append(comp_slack(eng))
         if check:
-            viol += _check_memory(eng, k, xs, ys)
+            viol += _check_memory(eng, k, xs, ys) + _check_gates(eng, k)
             if abs(yk - half) > epsp:
                 viol.append(Violation(k, f"output {mpmath.nstr(yk, 8)} not within eps' of 1/2"))
         grads = eng.backward(2 * int(ys[k]) - 1)
@@ -467,10 +570,12 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests=(), p
         for e, g in grads.items():
             net.w[e] -= eng.gamma * g
         moved.add(net.oc_out[k])
-        if scale:
+        if scale or drift:
             for e in range(len(net.w)):
-                u = rng.choice((-1, 1)) if mode == "max" else rng.uniform(-1.0, 1.0)
-                d = scale * u
+                d = 0
+                if scale:
+                    d = scale * (rng.choice((-1, 1)) if mode == "max" else rng.uniform(-1.0, 1.0))
+                d += drift.get(e, 0)
                 net.w[e] += d
                 nsum[e] += d
                 nmax = max(nmax, abs(d))
@@ -483,8 +588,9 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests=(), p
         if progress is not None:
             progress(k + 1)
     final = eng.forward(x_test)
+    slack.append(comp_slack(eng))
     if check:
-        viol += _check_memory(eng, t, xs, ys)
+        viol += _check_memory(eng, t, xs, ys) + _check_gates(eng, t)
     secs = time.perf_counter() - t_start
     expected = lr(xs, ys, x_test)
     touts, texp = [], []
@@ -492,13 +598,13 @@ def _train(lr, xs, ys, x_test, noise, seed, bound, net, check, mode, tests=(), p
         touts.append(eng.forward(x))
         texp.append(lr(xs, ys, x))
         if check:
-            viol += _check_memory(eng, t, xs, ys)
+            viol += _check_memory(eng, t, xs, ys) + _check_gates(eng, t)
             if abs(touts[-1] - (2 * texp[-1] - 1)) >= half:
                 viol.append(Violation(t, f"test input {j}: output {mpmath.nstr(touts[-1], 8)}, "
                                          f"h = {texp[-1]} (Lemma 6: within 1/2 of {2 * texp[-1] - 1})"))
         if progress is not None:
             progress(t + j + 1)
-    return NoisyReport(outputs, final, expected, nmax, t, secs, viol, touts, texp)
+    return NoisyReport(outputs, final, expected, nmax, t, secs, viol, touts, texp, z_out, slack)
 
 
 def size_report(net: NoisyNet) -> list[tuple[str, str, str]]:
@@ -506,8 +612,8 @@ def size_report(net: NoisyNet) -> list[tuple[str, str, str]]:
     learner (Lemma 6's G_n)."""
     lr = net.lr
     sz = net.sizes()
-    with mpmath.workdps(DPS):
-        distinct = len({mpmath.nstr(w, DPS) for w in net.w})
+    with mpmath.workdps(net.dps):
+        distinct = len({mpmath.nstr(w, net.dps) for w in net.w})
         gamma, nb = mpmath.nstr(gamma42(), 8), mpmath.nstr(noise_bound(lr.n, lr.t), 6)
         l6 = mpmath.nstr(lemma6_bound(lr.n, lr.t), 6)
     return [
@@ -524,6 +630,7 @@ def size_report(net: NoisyNet) -> list[tuple[str, str, str]]:
     ]
 
 
-__all__ = ["DPS", "MP_PATH", "NoisyEngine", "NoisyNet", "NoisyReport", "build_noisy_net", "decode",
-           "eps42", "eps_prime42", "fstar_mp", "dfstar_mp", "gamma42", "lemma6_bound", "noise_bound",
-           "schedule_circuit", "size_report", "train_noisy"]
+__all__ = ["DPS", "MAX_DPS", "MIN_DPS", "MP_PATH", "NoisyEngine", "NoisyNet", "NoisyReport", "build_noisy_net",
+           "check_dps", "comp_slack", "decode", "dfstar_mp", "eps42", "eps_prime42", "fstar_mp", "gamma42",
+           "lemma6_bound", "lemma6_center", "noise_bound", "oc_out_weight", "saturation", "schedule_circuit",
+           "size_report", "train_noisy"]

@@ -27,7 +27,12 @@ decided by the generic rule (f'(z_v) from the actual z_v).
 
 Numbers are exact: :class:`.exact.Mono` (c 2^a 3^b s^k, s symbolic) for the copies'
 weights and values, ints/Fractions elsewhere; a Mono whose value is rational is
-turned back into a Fraction, so the gate section runs on small rationals.
+turned back into a Fraction (:func:`.values.norm`), so the gate section runs on small
+rationals.
+
+:class:`Engine` does this vertex by vertex and is the *reference*.  :func:`train`,
+:func:`predict` and :func:`learn` use :class:`.levels.LevelEngine`, which computes the
+same numbers level by level over arrays (tests compare the two at every step).
 
 Checks after each step (:func:`train`): the net's output sign equals the learner's
 ``y*_t`` (:func:`tm2nn.interp.learner.run_learner`), the memory decoded from the first m
@@ -39,60 +44,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Callable
 
 import numpy as np
 
-from .activation import df_scalar, f_scalar
-from .exact import Mono
 from .net import Net
+from .values import df_exact as _df
+from .values import f_exact as _f
+from .values import norm as _norm
 
 Number = Any
-
-
-def _norm(x):
-    """A Mono with a rational value becomes an int/Fraction (exactly the same number)."""
-    if isinstance(x, Mono):
-        q = x.rational()
-        if q is not None:
-            return int(q) if q.denominator == 1 else q
-    elif isinstance(x, Fraction) and x.denominator == 1:
-        return int(x)
-    return x
 
 
 def _is_zero(x) -> bool:
     return not x  # ints, Fractions and Mono (Mono.__bool__: c != 0)
 
 
-
-def _f(x, cache: dict):
-    """f (:func:`.activation.f_scalar`), with a fast path for integers (|x| >= 2 > C
-    gives ±2, |x| <= 1 gives x**3) and a memo for other exact numbers."""
-    if type(x) is int:
-        return x**3 if -1 <= x <= 1 else (2 if x > 0 else -2)
-    hit = cache.get(x)
-    if hit is None:
-        hit = cache[x] = _norm(f_scalar(x))
-    return hit
-
-
-def _df(x, cache: dict):
-    """f' (:func:`.activation.df_scalar`), likewise."""
-    if type(x) is int:
-        return 3 * x * x if -1 <= x <= 1 else 0
-    hit = cache.get(x)
-    if hit is None:
-        hit = cache[x] = _norm(df_scalar(x))
-    return hit
-
-
 class Engine:
-    """Forward / backward / SGD over a :class:`Net` (module doc)."""
+    """Forward / backward / SGD over a :class:`Net` (module doc), vertex by vertex: the
+    reference for :class:`.levels.LevelEngine` (which computes the same numbers by levels
+    over arrays, and is what :func:`train`, :func:`predict` and :func:`learn` use)."""
 
     def __init__(self, net: Net, gamma: Number | None = None):
         self.net = net
+        self._gadget = net.gadget_edges()
+        self._frozen = [(e, w) for e, w in enumerate(net.w) if e not in self._gadget]
+        self._grads: dict[int, Number] = {}
         self.gamma = net.sec.gamma if gamma is None else gamma
         V = len(net.names)
         self.clamped = [k in ("const", "input") for k in net.kind]
@@ -178,12 +155,37 @@ class Engine:
         w = self.net.w
         for e, g in grads.items():
             w[e] = _norm(w[e] - self.gamma * g)
+        self._grads = grads
         return out, grads
 
     def predict(self, inputs) -> int:
         """The net's answer (0/1) for one input vector, without training."""
         out = self.forward(inputs)
         return 1 if out > 0 else 0
+
+    # the training loop's interface (shared with :class:`.levels.LevelEngine`)
+    def stream(self, rows, labels):
+        """SGD on the samples in order, lazily: yields each step's output."""
+        for z, label in zip(rows, labels):
+            yield self.step(z, label)[0]
+
+    def last_grads(self) -> dict[int, Number]:
+        return self._grads
+
+    def predict_rows(self, rows) -> list[int]:
+        return [self.predict(z) for z in rows]
+
+    def memory_bits(self) -> list[int]:
+        return self.net.memory_bits()
+
+    def changed_outside_gadgets(self) -> list[int]:
+        """Edges outside the copies of M_s with a nonzero gradient in the last step, or
+        whose weight differs from its value when the engine was made."""
+        bad = {e for e in self._grads if e not in self._gadget}
+        return sorted(bad | {e for e, w0 in self._frozen if self.net.w[e] != w0})
+
+    def sync(self) -> None:
+        """Nothing to do: this engine updates ``net.w`` in place."""
 
 
 # ---------------------------------------------------------------- training with checks
@@ -271,7 +273,7 @@ class StepChecker:
                                     f"y* is {int(self.ref.outputs[t])}")
             return False
         new = memory()
-        want = [int(b) for b in self.ref.memories[t]]
+        want = self.ref.memories[t].astype(int).tolist()
         if new != want:
             diff = [lr.memory[i] for i in range(lr.m) if new[i] != want[i]]
             rep.mismatch = Mismatch(t + 1, "memory", f"decoded memory differs from the learner's at "
@@ -300,42 +302,45 @@ class StepChecker:
 
 
 def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
-          progress: Callable[[int, float], None] | None = None, engine: Engine | None = None) -> TrainReport:
+          progress: Callable[[int, float], None] | None = None, engine=None) -> TrainReport:
     """Train ``net`` by SGD on the samples ``((2x-1, 2r-1, 2r'-1), 2y-1)`` (bits in), one
     step per sample, comparing with :func:`run_learner` after every step (module doc).
 
+    ``engine``: a :class:`.levels.LevelEngine` (the default, made here) or the reference
+    :class:`Engine`; the net's weights are up to date (``engine.sync()``) on return.
     ``rs``/``r2s`` may be ``None`` when the learner has no such bits.  ``progress(t, acc)``
     is called after each step with the running accuracy (output = label, last 100 steps)."""
+    from .levels import LevelEngine
+
     ref, Z, ys = prepare_stream(net.learner, xs, ys, rs, r2s)
-    eng = engine or Engine(net)
-    gadget_edges = net.gadget_edges()
-    frozen = [e for e in range(len(net.src)) if e not in gadget_edges]
-    frozen_w = [net.w[e] for e in frozen]
-    chk = StepChecker(net.learner, ref, ys, net.memory_bits(), progress)
-    for t in range(len(Z)):
-        label = 1 if ys[t] else -1
-        out, grads = eng.step(Z[t], label)
-        if not chk.step(t, out, net.memory_bits):
-            break
-        if check_weights:
-            bad = [e for e in grads if e not in gadget_edges]
-            bad += [e for e, w0 in zip(frozen, frozen_w) if net.w[e] != w0]
-            if not chk.weights(t, [f"{net.names[net.src[e]]} -> {net.names[net.dst[e]]}" for e in bad]):
+    eng = engine or LevelEngine(net)
+    chk = StepChecker(net.learner, ref, ys, eng.memory_bits(), progress)
+    try:
+        for t, out in enumerate(eng.stream(Z, [1 if y else -1 for y in ys])):
+            if not chk.step(t, out, eng.memory_bits):
                 break
-        chk.tick(t)
+            if check_weights:
+                bad = eng.changed_outside_gadgets()
+                if not chk.weights(t, [f"{net.names[net.src[e]]} -> {net.names[net.dst[e]]}" for e in bad]):
+                    break
+            chk.tick(t)
+    finally:
+        eng.sync()
     return chk.finish()
 
 
-def predict(net: Net, xs, rs=None, r2s=None, engine: Engine | None = None) -> np.ndarray:
+def predict(net: Net, xs, rs=None, r2s=None, engine=None) -> np.ndarray:
     """The trained net's answers (bool [N]) on inputs ``xs`` [N, n] (random bits default 0)."""
+    from .levels import LevelEngine
+
     lr = net.learner
     xs = np.asarray(xs, dtype=bool)
     N = xs.shape[0]
     rs = np.zeros((N, len(lr.random)), bool) if rs is None else np.asarray(rs, bool).reshape(N, -1)
     r2s = np.zeros((N, len(lr.coin)), bool) if r2s is None else np.asarray(r2s, bool).reshape(N, -1)
     Z = net_inputs(xs, rs, r2s)
-    eng = engine or Engine(net)
-    return np.array([eng.predict(z) == 1 for z in Z], dtype=bool)
+    eng = engine or LevelEngine(net)
+    return np.asarray(eng.predict_rows(Z), dtype=np.int64).reshape(N) == 1
 
 
 # ---------------------------------------------------------------- the `learn` verb
@@ -348,10 +353,11 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
     training stops at the first), ``test_inputs``, and for the human report
     ``memory_changes``, ``train_accuracy``, ``steps_per_second``, ``mismatch`` (text) and
     ``size`` (the rows of :meth:`.net.Net.size_report`)."""
+    from .levels import LevelEngine
     from .net import build_net
 
     net = build_net(lr)
-    eng = Engine(net)
+    eng = LevelEngine(net)
     T = len(xs)
 
     def on_step(t, acc):
@@ -359,8 +365,8 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
             progress(t, f"training (running accuracy {acc:.2f})")
 
     rep = train(net, xs, ys, rs, r2s, progress=on_step, engine=eng)
-    acc = held_out_accuracy(lr, rep, lambda Z: [eng.predict(z) for z in Z], test_xs, test_ys, test_rs, test_r2s,
-                        progress=None if progress is None else (lambda i, msg: progress(T + i, msg)))
+    acc = held_out_accuracy(lr, rep, eng.predict_rows, test_xs, test_ys, test_rs, test_r2s, chunk=100,
+                            progress=None if progress is None else (lambda i, msg: progress(T + i, msg)))
     return learn_summary(rep, acc, len(test_xs), net.size_report())
 
 

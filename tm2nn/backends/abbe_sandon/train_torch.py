@@ -5,16 +5,18 @@ One step on a sample ``(z, y)`` (Theorem 4's ``z = (2x - 1, 2r - 1, 2r' - 1)``,
 ``y = ±1``): ``opt.zero_grad()``, ``out = module(z)``, ``loss = (out - y)**2`` (the exact
 engine's loss, :mod:`.train`), ``loss.backward()``, ``opt.step()`` with
 ``torch.optim.SGD(module.parameters(), lr=gamma)`` (``gamma = Dyadic.gamma``, no momentum,
-no weight decay, batch 1).  The parameters are exactly the M_s edges (the ``[nnz]``
-weights of the sparse trainable affines); gate, read, control, v0 and carry weights and
-all biases are buffers.
+no weight decay, batch 1).  The trainable parameters are every edge of G_n: the M_s edges
+(the ``[nnz]`` weights of the ``.train`` affines) and every other edge and bias (the
+``.gates`` affines, frozen by the construction: their units sit where fpl' = 0,
+:mod:`.ir_net`); only the carries (not G_n edges) are fixed tensors.
 
 Checks after each step (:class:`.train.StepChecker`, shared with the exact engine): the
 output is ±1 and equals the learner's ``y*_t``; the memory decoded from the first m
 copies (w(v0, v1) against its bit-0 sign, :func:`.gadgets.ms_bit`'s rule) equals
 ``b_t``; every M_s weight is bitwise ± its initial value (Lemma 2's invariant: a flip
-is exact); and (``check_weights``) every buffer is bitwise unchanged.  The first
-mismatch stops training.
+is exact); and (``check_weights``) every other weight -- the frozen-by-construction
+parameters SGD was given, and the fixed carries -- is bitwise unchanged (Lemma 1: SGD
+leaves the gates alone).  The first mismatch stops training.
 
 Export: :func:`learn` hands the net before and after training (the module's weights
 written back, :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) to its caller, which
@@ -47,20 +49,29 @@ class TorchEngine:
         self.torch = torch
         self.threads = threads
         self.module = to_torch(ir.net, torch.float64)
-        self.params = {name: self.module.op(name).weight for name in ir.trainable_ops()}
-        # position of the IR entry j of each trainable op in its flattened parameter: the
-        # ``scatter`` form holds the [nnz] entries in IR order; an op whose matrix stores
-        # every entry is ``dense`` (row-major [n_out, n_in])
+        #: the M_s edges' parameters (one per ``.train`` op)
+        self.params = {name: self.module.op(name).weight for name in ir.gadget_ops()}
+        #: the frozen-by-construction parameters: (op, "weight" | "bias" | "value") -> Parameter
+        self.frozen = {(name, t): p for name in ir.frozen_ops()
+                       for t, p in self.module.op(name).named_parameters(recurse=False)}
+        # position of the IR entry j of each trainable op's weight in its flattened
+        # parameter: the ``scatter`` form holds the [nnz] entries in IR order; an op whose
+        # matrix stores every entry is ``dense`` (row-major [n_out, n_in])
         self.flat = {}
-        for name in self.params:
+        for name in ir.trainable_ops():  # the affines
             mod, w = self.module.op(name), ir.net.node(name).weight
             self.flat[name] = (np.arange(w.nnz) if mod.form == "scatter"
                                else w.rows * w.shape[1] + w.cols)
         self.opt = torch.optim.SGD(self.module.parameters(), lr=ir.gamma)
         pnames = {n for n, p in self.module.named_parameters() if p.requires_grad}
-        assert pnames == {f"{self.module.op_attrs[n]}.weight" for n in self.params}, pnames
+        want = {f"{self.module.op_attrs[n]}.weight" for n in self.params}
+        want |= {f"{self.module.op_attrs[n]}.{t}" for n, t in self.frozen}
+        assert pnames == want, pnames ^ want
         self.buffers0 = {n: b.detach().clone() for n, b in self._frozen()}
+        self.frozen0 = {k: p.detach().clone() for k, p in self.frozen.items()}
+        self.all0 = self._all_fixed()
         self.abs0 = {n: p.detach().abs().clone() for n, p in self.params.items()}
+        self.edge_of = {sl: e for e, sl in enumerate(ir.slot)}
         # memory decoding: each memory copy's w(v0, v1) slot and its bit-0 sign (+)
         lr = ir.learner
         self.mem_slots = [ir.slot[edges[("v0", "v1")]] for edges in ir.mem_edges]
@@ -70,10 +81,11 @@ class TorchEngine:
 
     def value(self, e: int) -> float:
         """The current weight of expanded edge ``e`` of G_n."""
-        name, j = self.ir.slot[e]
-        if name not in self.params:  # a buffer (bias or frozen op): checked by changed_buffers
-            return self.ir.w[e]
-        return float(self.params[name].detach().reshape(-1)[int(self.flat[name][j])])
+        name, tensor, j = self.ir.slot[e]
+        if tensor in ("bias", "value"):
+            return float(self.frozen[(name, tensor)].detach()[j])
+        p = self.params[name] if name in self.params else self.frozen[(name, "weight")]
+        return float(p.detach().reshape(-1)[int(self.flat[name][j])])
 
     def weights(self) -> list[float]:
         """Every edge's current weight (expanded G_n order)."""
@@ -82,7 +94,7 @@ class TorchEngine:
     def memory(self) -> list[int]:
         vals = {n: p.detach().reshape(-1).tolist() for n, p in self.params.items()}
         return [0 if (vals[name][self.flat[name][j]] > 0) == s0 else 1
-                for (name, j), s0 in zip(self.mem_slots, self.mem_sign0)]
+                for (name, _, j), s0 in zip(self.mem_slots, self.mem_sign0)]
 
     def step(self, z, label: float) -> float:
         torch = self.torch
@@ -110,12 +122,42 @@ class TorchEngine:
         return None
 
     def _frozen(self) -> list:
-        """The fixed tensors (frozen parameters, buffers): they must never change."""
-        return [*((n, p) for n, p in self.module.named_parameters() if not p.requires_grad),
-                *self.module.named_buffers()]
+        """The fixed weights (Parameters with ``requires_grad=False``: the carries), which
+        SGD is not given; they must never change.  (Buffers are index structure, not
+        weights.)"""
+        return [(n, p) for n, p in self.module.named_parameters() if not p.requires_grad]
+
+    def _all_fixed(self):
+        """The bits of every weight outside the M_s copies, as one int64 tensor (one
+        comparison; float64 viewed as int64, so -0.0 != 0.0)."""
+        return self.torch.cat([_bits(p) for p in self.frozen.values()] + [_bits(b) for _, b in self._frozen()])
 
     def changed_buffers(self) -> list[str]:
-        return [n for n, b in self._frozen() if n in self.buffers0 and not self.torch.equal(b, self.buffers0[n])]
+        """Every weight outside the M_s copies that is not bitwise its initial value: a
+        frozen-by-construction entry as its edge ``u -> v`` (``const -> v`` for a bias), a
+        fixed tensor (the carries) by name."""
+        if self.torch.equal(self._all_fixed(), self.all0):
+            return []
+        bad = []
+        for (name, tensor), p in self.frozen.items():
+            now, was = p.detach().reshape(-1), self.frozen0[(name, tensor)].reshape(-1)
+            if self.torch.equal(_bits(now), _bits(was)):
+                continue
+            flat = self.flat[name] if tensor == "weight" else np.arange(len(was))  # bias, value: dense
+            pos = {int(f): j for j, f in enumerate(flat)}
+            for f in (_bits(now) != _bits(was)).nonzero()[:, 0].tolist():
+                e = self.edge_of.get((name, tensor, pos.get(f, -1)))
+                where = (f"{self.ir.names[self.ir.src[e]]} -> {self.ir.names[self.ir.dst[e]]}" if e is not None
+                         else f"{name}.{tensor}[{f}] (an absent bias edge)")
+                bad.append(f"{where}: {float(was[f])!r} -> {float(now[f])!r}")
+        return bad + [n for n, b in self._frozen() if not self.torch.equal(_bits(b), _bits(self.buffers0[n]))]
+
+
+def _bits(t):
+    """A float64 tensor's bit patterns (int64), flattened: equality of these is bitwise."""
+    import torch
+
+    return t.detach().reshape(-1).view(torch.int64)
 
 
 def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,

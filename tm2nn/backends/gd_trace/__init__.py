@@ -7,8 +7,10 @@ loss traces a Turing machine step by step.
 * §4.4: :mod:`.tape_simplex` (tape and head variables, Cor. 2.3) on machines in §4.1 form
   (:mod:`tm2nn.passes.welper_form`), :mod:`.machine_mode` (``compile``, ``run_gd``);
 * (3)/(14)/(22): :mod:`.optimizer`;
-* §5: :mod:`.extended` (the extended network and its training), :mod:`.sign_sum` (the
-  worked example).
+* §5: :mod:`.extended` (the extended network and its training), :mod:`.layout` (the data
+  layout and the primary networks), :mod:`.fixed_point` (App. B's quantisation),
+  :mod:`.sign_sum` (the worked example), :mod:`.perceptron` (a learning algorithm over
+  fixed-point data as a machine).
 """
 
 _LAZY = {
@@ -20,11 +22,18 @@ _LAZY = {
     "inputs_up_to": "config_simplex",
     "step": "config_simplex",
     "trace": "config_simplex",
+    "BoundViolation": "extended",
     "Constants": "extended",
     "Extended": "extended",
-    "Layout": "extended",
+    "Layout": "layout",
+    "PRIMARIES": "layout",
+    "FixedPoint": "fixed_point",
+    "check_step": "extended",
+    "perceptron_layout": "extended",
     "sign_sum_layout": "extended",
     "train": "extended",
+    "Perceptron": "perceptron",
+    "perceptron_machine": "perceptron",
     "corner_hyperplane": "lagrange",
     "corner_vertex": "lagrange",
     "ell_pair_all": "lagrange",
@@ -61,7 +70,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "compile", "run_gd",
-    "Constants", "Extended", "Layout", "sign_sum_layout", "train", "sign_sum_machine",
+    "BoundViolation", "Constants", "Extended", "FixedPoint", "Layout", "PRIMARIES", "Perceptron", "check_step",
+    "perceptron_layout", "perceptron_machine", "sign_sum_layout", "train", "sign_sum_machine",
     "Config", "ConfigSimplex", "TraceStep", "build", "corner_hyperplane", "corner_vertex",
     "ell_pair_all", "ell_v", "ell_v_all", "ell_vw", "estimate_vertices", "inputs_up_to",
     "pair_hyperplane", "step", "trace", "vertex",

@@ -1,9 +1,10 @@
 """The gd-trace backend (Welper) behind the common interface.
 
 * compile (§4.4, :mod:`.machine_mode`): a machine's loss (21) as a network-IR net; running
-  the model means running the optimizer (22), optimizer step k = machine step k;
+  the model means running the optimizer (22), optimizer step k = step k of the machine
+  lowered to §4.1's form;
 * compile with ``extended`` (§5, :mod:`.extended`): the extended network for a data
-  layout; ``learn`` trains it by least squares (2)/(3) until criterion (4) and checks
+  layout (:class:`~.layout.Layout`: App. B number formats, the primary network); ``learn`` trains it by least squares (2)/(3) until criterion (4) and checks
   Prop. 2.1 against the interpreters (:func:`tm2nn.verify.gd.learn_report`).
 """
 
@@ -41,8 +42,9 @@ class Options:
 
 @dataclass(frozen=True)
 class LearnOptions:
-    train: str = option(help="the training set: a CSV of n samples, M features then the label, each +1 or -1, "
-                        "as the machine's '# gd-trace:' header lays out", metavar="CSV", data="csv")
+    train: str = option(help="the training set: a CSV of n samples, M features then the label, numbers of the "
+                        "formats the machine's '# gd-trace:' header declares (default ±1)", metavar="CSV",
+                        data="csv-reals")
     test: int = option(20, "fresh random datasets on which F = f_theta is checked", low=0)
     seed: int = option(0, "seed of the fresh datasets", low=0, high=SEED_MAX)
 
@@ -52,7 +54,12 @@ class LearnOptions:
 
 def _extended_bounds(ext) -> list:
     k = ext.k
-    return [["simplex dimension |V| (§4.4, tripled)", f"{len(ext.ts.verts):,}", ""],
+    lay = ext.layout
+    return [["primary network f_theta", f"{lay.primary}: {lay.shape.doc}", "docs/gd_trace.md, §5 layouts"],
+            ["App. B format of the features x", lay.x.describe(), "App. B, fixed exponent"],
+            ["App. B format of the labels y", lay.y.describe(), ""],
+            ["App. B format of the weights theta", lay.w.describe(), ""],
+            ["simplex dimension |V| (§4.4, tripled)", f"{len(ext.ts.verts):,}", ""],
             ["tape cells τ (2 tapes)", f"{ext.tau:,}", ""],
             ["b, γ, c (§5.4 option 2)", f"{k.b:g}, {k.gamma:.4g}, {k.c:.6g}", "docs/gd_trace.md, Part 4"],
             ["B_stop = B_lo < B_hi", f"{k.B_stop:g} < {k.B_hi:.6g}", "(4), §5.3"]]
@@ -96,15 +103,18 @@ class GDTrace(Backend):
         return compile_gd(ir, steps=opts.steps, max_input=opts.max_input, b=opts.b, gamma=opts.gamma, c=opts.c,
                           max_dim=opts.max_dim)
 
-    def _extended(self, m, header: dict, net=None) -> Compiled:
+    def _extended(self, m, header: dict, net=None, ext=None) -> Compiled:
         """§5's extended network (trained when ``net`` is given): input the dataset's
-        ``n x M`` feature signs, output ``F(x)``, one value per sample."""
+        ``n x M`` features (signs, or numbers for a fixed-point layout), output ``F(x)``,
+        one value per sample.  ``ext``: the :class:`Extended` already built for ``m``."""
         from tm2nn.backends.gd_trace.extended import Extended, Layout
 
-        ext = Extended(m, Layout.from_header(header))
+        ext = ext if ext is not None else Extended(m, Layout.from_header(header))
+        lay = ext.layout
         net = net if net is not None else ext.net
         info = net.info()
-        return Compiled(self.name, net, m, {"kind": "signs", "names": list(net.inputs[0].space.labels)},
+        kind = "signs" if lay.x.bits == 0 else "reals"   # features as + / -, or as numbers
+        return Compiled(self.name, net, m, {"kind": kind, "names": list(net.inputs[0].space.labels)},
                         {"kind": "values", "names": list(net.spaces[net.outputs[0]].labels)},
                         _extended_bounds(ext), {"dtype": "float64", "mode": "extended",
                                                 "params": info["params_nonzero"]},
@@ -167,27 +177,37 @@ class GDTrace(Backend):
         from tm2nn.syntax import gd_layout
         from tm2nn.verify.gd import learn_report
 
-        header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path))
+        header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path),
+                                 validate=Layout.from_header)
         X, Y = data["train"]
         layout = Layout.from_header(header)
         if X.shape != (layout.n, layout.M):
             raise OptionError(f"{source_path} is laid out for {layout.n} samples of {layout.M} features; "
                               f"{{train}} has {X.shape[0]} samples of {X.shape[1]}", "train")
+        try:
+            layout.check_data(X, Y)
+        except Tm2nnError as e:
+            raise OptionError(f"{{train}}: {e.message}", "train") from None
         ext = Extended(ir, layout)
-        before = self._extended(ir, header)
+        before = self._extended(ir, header, ext=ext)
         total = ext.low.lowered_steps(layout.steps, ext.text_len) + 1
         rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed,
                            progress=(lambda k, n=total, what=None: progress(k, n, what)) if progress else None)
         r = rep.pop("result")
-        after = self._extended(ir, header, r.module.to_net())
-        ok = (rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"] and rep["theta_matches"]
-              and rep["z_equals_y"] and rep["F_equals_f_theta_on_train"] and rep["test_agreement"] == 1.0)
-        lines = [f"{rep['samples']} samples of {rep['features']} features: stopping criterion (4) after "
-                 f"{rep['optimizer_steps']} optimizer steps = {rep['machine_steps']} machine steps + 1 "
-                 f"({rep['source_steps']} source steps)",
+        after = self._extended(ir, header, r.net, ext) if r is not None else None
+        ok = (rep["bounds_23_29_33"] and rep["stopped_at_machine_steps_plus_1"] and rep["trace_matches"]
+              and rep["theta_matches"] and rep["z_equals_y"] and rep["F_equals_f_theta_on_train"]
+              and rep["test_agreement"] == 1.0)
+        if rep["bound_violation"]:
+            return Learned(rep, False, [f"the construction broke: {rep['bound_violation']}"], {"before": before})
+        lines = [f"{rep['samples']} samples of {rep['features']} feature{'s' if rep['features'] > 1 else ''}: "
+                 f"stopping criterion (4) after "
+                 f"{rep['optimizer_steps']} optimizer steps = {rep['machine_steps']} steps of the §4.1 machine + 1 "
+                 f"({rep['source_steps']} steps of {ir.name})",
+                 f"  (23), (29), (33) at every step: {'yes' if rep['bounds_23_29_33'] else 'NO'}",
                  f"  every iterate = the §4.1 machine's configuration: {'yes' if rep['trace_matches'] else 'NO'}",
                  f"  theta = {rep['theta']} (interpreter: {rep['theta_interpreter']})",
-                 f"  F = f_theta on the training set and on {opts.test} fresh datasets: "
+                 f"  F = f_theta ({layout.primary}) on the training set and on {opts.test} fresh datasets: "
                  f"{rep['F_equals_f_theta_on_train']} / {rep['test_agreement']:.4f}"]
         return Learned(rep, ok, lines, {"before": before, "after": after})
 

@@ -18,7 +18,9 @@ conditional-gradient (Frank-Wolfe) step (14) that traces the machine.
   minimising ``<grad l(x_k), e_u>`` (§4.3: the two forms are equivalent); the gradient
   comes from torch autograd.  ``x_{k+1} = x_k + alpha_k (y_k - x_k)`` with ``alpha_k = 1``
   (the paper prints ``x_k - alpha_k d_k``; with ``d_k = y_k - x_k`` that is a sign typo,
-  see the proof of Prop. 4.2, which arrives at ``e_w``).
+  see the proof of Prop. 4.2, which arrives at ``e_w``).  ``line_search=True`` takes
+  Prop. 4.2's other learning rate, an exact line search along ``y_k - x_k``
+  (:meth:`ConfigSimplex.line_search`); with (15) it lands on ``e_w`` too.
 """
 
 from __future__ import annotations
@@ -199,8 +201,10 @@ class ConfigSimplex:
         x = np.asarray(x, dtype=np.float64)
         return float(self.gradient(x) @ (np.asarray(y, dtype=np.float64) - x))
 
-    def fw_step(self, x, alpha: float = 1.0) -> tuple[np.ndarray, int]:
-        """One step of (14): ``u = argmin_u <grad l(x), e_u>``, ``x + alpha (e_u - x)``."""
+    def fw_step(self, x, alpha: float = 1.0, line_search: bool = False) -> tuple[np.ndarray, int]:
+        """One step of (14): ``u = argmin_u <grad l(x), e_u>``, ``x + alpha (e_u - x)``;
+        with ``line_search``, ``alpha`` is :meth:`line_search`'s (Prop. 4.2's second
+        learning rate, which needs (15))."""
         g = self.gradient(x)
         u = int(np.argmin(g))
         gs = np.sort(g)
@@ -209,7 +213,36 @@ class ConfigSimplex:
         y = np.zeros(self.m)
         y[u] = 1.0
         x = np.asarray(x, dtype=np.float64)
+        if line_search:
+            alpha = self.line_search(x, y)
         return x + alpha * (y - x), u
+
+    def _pre(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pre-activations of every Lemma A.1 unit (``mu = 1/2``) and Lemma A.2 unit
+        (``m x m``) at ``x``: both affine in ``x``."""
+        m, mu = self.m, 0.5
+        s = x.sum()
+        d_mu = ((1.0 - mu) * m - 1.0) / (mu * m)
+        return (m * x - s) / (mu * m) - d_mu, 2.0 * (x[:, None] + x[None, :]) - 4.0 * s / m - (1.0 - 4.0 / m)
+
+    def line_search(self, x, y) -> float:
+        """Exact line search for (14): the ``alpha in [0, 1]`` minimising ``l(x + alpha (y -
+        x))``.  On the segment every unit of loss (13) is ``relu`` of an affine function of
+        ``alpha``, so ``l`` is piecewise affine there with kinks where a pre-activation
+        changes sign; the minimum is at 0, 1 or a kink, and all of them are evaluated.  On a
+        tie the largest ``alpha`` wins (Prop. 4.2: "follows this direction as far as
+        possible")."""
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        cand = {0.0, 1.0}
+        for a, b in zip(self._pre(x), self._pre(y)):
+            a, b = a.ravel(), b.ravel()
+            cross = (a * b < 0)
+            cand.update(np.round(a[cross] / (a[cross] - b[cross]), 12).tolist())
+        alphas = sorted(cand)
+        vals = [float(self.loss(x + t * (y - x))) for t in alphas]
+        best = min(vals)
+        return max(t for t, v in zip(alphas, vals) if v <= best + 1e-12 * max(1.0, abs(best)))
 
     def vertex(self, v: int) -> np.ndarray:
         e = np.zeros(self.m)
@@ -312,9 +345,12 @@ def window_for(m: Machine, input: str, steps: int) -> tuple[int, int]:
 
 
 def trace(m: Machine, input: str, steps: int, tau: int | None = None, left: int | None = None,
-          max_vertices: int = DEFAULT_MAX_VERTICES) -> list[TraceStep]:
+          max_vertices: int = DEFAULT_MAX_VERTICES, line_search: bool = False) -> list[TraceStep]:
     """Run (14) for ``steps`` iterations from ``x_0 = e_{v_0}`` (Prop. 4.2) and decode
-    every iterate.  ``steps`` is also the step bound of the simplex construction."""
+    every iterate.  ``steps`` is also the step bound of the simplex construction.  The
+    learning rate is the paper's constant ``alpha_k = 1``, or with ``line_search`` the
+    exact line search (:meth:`ConfigSimplex.line_search`), which Prop. 4.2 allows when
+    (15) holds (our weights satisfy it)."""
     if tau is None or left is None:
         t, lft = window_for(m, input, steps)
         tau = t if tau is None else tau
@@ -323,6 +359,6 @@ def trace(m: Machine, input: str, steps: int, tau: int | None = None, left: int 
     x = cs.vertex(cs.starts[input])
     out = [TraceStep(0, cs.decode(x), float(cs.loss(x)))]
     for k in range(1, steps + 1):
-        x, _ = cs.fw_step(x)
+        x, _ = cs.fw_step(x, line_search=line_search)
         out.append(TraceStep(k, cs.decode(x), float(cs.loss(x))))
     return out

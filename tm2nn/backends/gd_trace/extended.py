@@ -8,21 +8,25 @@ features, one row of the batch; labels ``y`` are ``n`` numbers, ``m = 1``):
 
 * ``z`` (Param, ``n``, starts at 0): §5.2, receives the labels in the first step;
 * ``ro`` — the read-only tape: App. B's quantisation of ``x`` and of ``\\z\\``
-  (stop-gradient), then the machine's input encoding (an affine map, derived from the
-  lowering and checked, :meth:`Extended.build`);
+  (stop-gradient; :func:`.fixed_point.quantise_ops`, any :class:`~.fixed_point.FixedPoint`
+  format), then the machine's input encoding (an affine map of the bits, derived from the
+  lowering and checked, :meth:`Extended._ro_map`);
 * ``s``, ``T``, ``H`` (Params) and ``l_TM`` — the §4.4 loss (21) of the machine in §4.1 form
   (:meth:`TapeSimplex.loss_ops`);
 * ``f_TM = sqrt(2 l_TM) f_perp(\\z\\)`` (§5.4) with App. C's orthogonal unit vector;
-* ``theta`` — App. B's de-quantisation of the output tape ``\\T\\``; ``f_theta(x)`` — the
-  primary network, a linear classifier ``theta^T x_i`` per sample;
+* ``theta`` — App. B's de-quantisation of the output tape ``\\T\\``
+  (:func:`.fixed_point.dequantise_ops`); ``f_theta(x)`` — the primary network the layout
+  names (:data:`.layout.PRIMARIES`: ``theta^T x_i``, or ``theta^T x_i + b``) per sample;
 * ``s_net(f, u) = (1 - phi(|u|^2)) f + phi(|u|^2) u`` (§5.3) and ``s_init(u, z) = (1 -
-  psi(|z|^2)) u + psi(|z|^2) z`` (§5.2), ``phi``, ``psi`` ReLU cutoffs;
+  psi(|z|^2)) u + psi(|z|^2) z`` (§5.2), ``phi``, ``psi`` ReLU cutoffs (nested, so they
+  are exactly 0 or 1 off their ramps: :func:`_switch`);
 * output ``out = s_init(s_net(f_theta, f_TM), z)``.
 
 Constants (§5.4, option 2, derived in docs/gd_trace.md "§5"): ``B_stop`` bounds the
 primary net's training error, ``b = 2 choose_b(d)``, ``gamma = B_stop / (2 (8 b^2 d + 3
 d))``, ``c`` in the middle of ``(B_stop, B_stop + (b^3 - 8 b^2 d - 3 d) gamma)``, ``B_lo =
-B_stop < B_hi = (B_stop + c) / 2 <= c``; :class:`Constants` checks every inequality.
+B_stop < B_hi = (B_stop + c) / 2 <= c``; :class:`Constants` checks every inequality, and
+:func:`train` checks (23), (29) and (33) at every step (:func:`check_step`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from tm2nn.nets import (
     StopGradient,
 )
 
+from .fixed_point import dequantise_ops, quantise_ops
+from .layout import Layout
 from .optimizer import ConditionalGradient
 from .tape_simplex import TapeSimplex, choose_b
 
@@ -99,29 +105,6 @@ class Constants:
         return 2 * self.B_lo + delta, 2 * self.B_hi - delta
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How a dataset meets the machine: ``text(x, y)`` is the source input for ±1
-    features ``x`` (``n x M``) and labels ``y``; the weights ``theta_j`` are read from
-    source cells ``theta_cells[j]``, symbol ``a`` meaning ``theta_value[a]``."""
-
-    n: int
-    M: int
-    text: object
-    theta_cells: tuple[int, ...]
-    theta_value: dict = field(default_factory=dict)
-    steps: int = 1000  # a bound on the machine's source steps (sizes the tape window)
-
-    @classmethod
-    def from_header(cls, h: dict) -> "Layout":
-        """The layout a ``# gd-trace:`` header declares (:func:`tm2nn.syntax.gd_layout.parse`):
-        every sample's label then its features over ``+``/``-`` (:func:`.sign_sum.dataset_text`),
-        ``theta_j`` read from source cell ``theta[j]`` (``+`` = +1, ``-`` = -1)."""
-        from .sign_sum import dataset_text
-
-        return cls(h["samples"], h["features"], dataset_text, tuple(h["theta"]), {"+": 1.0, "-": -1.0}, h["steps"])
-
-
 def _aff(name, inp, w: np.ndarray, out: Space, bias=None, cite: str = "") -> Affine:
     return Affine(name, (inp,), weight=SparseMatrix.from_dense(np.atleast_2d(w)),
                   bias=None if bias is None else np.asarray(bias, dtype=np.float64), out=out, cite=cite)
@@ -132,31 +115,36 @@ def _sp(g: str, k: int) -> Space:
 
 
 class Extended:
-    """The extended network of §5 for a source machine, its §4.1 lowering and a layout."""
+    """The extended network of §5 for a source machine, its §4.1 lowering and a layout.
+    ``constants`` replaces the §5.4 constants (unchecked: the mutation tests break them
+    on purpose); by default they are :meth:`Constants.choose`'s for the layout's
+    ``B_stop`` and ``eps``."""
 
-    def __init__(self, m: Machine, layout: Layout, B_stop: float | None = None):
+    def __init__(self, m: Machine, layout: Layout, B_stop: float | None = None,
+                 constants: Constants | None = None):
         from tm2nn.passes.welper_form import to_welper_form
 
-        if layout.n < 2:
-            raise Tm2nnError("the extended network needs n >= 2 samples (App. C's f_perp uses two "
-                             "orthonormal vectors of R^n)")
         self.m, self.layout = m, layout
+        bad = [d for d in layout.digits if d not in m.symbol_index]
+        if bad:
+            raise Tm2nnError(f"the layout's bit symbols (digits) {''.join(layout.digits)!r} must be symbols of "
+                             f"{m.name!r} ({' '.join(m.alphabet)}); {bad[0]!r} is not")
         self.low = to_welper_form(m)
         n, M = layout.n, layout.M
-        text_len = len(layout.text(np.ones((n, M), dtype=int), np.ones(n, dtype=int)))
+        text_len = len(layout.text_of_bits(np.zeros((n, M, layout.x.width)), np.zeros((n, layout.y.width))))
         # within T source steps the head and every written cell stay in [-T, len + T]
         left, tau = self.low.window(-layout.steps, text_len + layout.steps, text_len)
         self.left, self.tau, self.text_len = left, tau, text_len
-        # (2): |f_theta(x) - y|^2 / 2 <= n (M + 1)^2 / 2 for ±1 data and ±1 weights
-        self.k = Constants.choose(B_stop if B_stop is not None else n * (M + 1) ** 2 / 2,
-                                  self.low.machine.tapes, eps=float(n))
+        # (4): B_stop bounds |f_theta(x) - y|^2 / 2 over the layout's formats (Layout.B_stop)
+        self.k = constants if constants is not None else Constants.choose(
+            B_stop if B_stop is not None else layout.B_stop, self.low.machine.tapes, eps=layout.eps)
         self.ts = TapeSimplex(self.low.machine, tau, left, b=self.k.b, gamma=self.k.gamma, c=self.k.c)
         self.ro_map = self._ro_map()
         self.net = self.build()
 
     # -- the read-only tape as an affine function of the quantised bits ----------------------
-    def _ro_vec(self, x, y) -> np.ndarray:
-        cells = self.low.lower_input(self.layout.text(x, y))[0]
+    def _ro_vec(self, text: str) -> np.ndarray:
+        cells = self.low.lower_input(text)[0]
         v = np.full(self.tau, -1.0)
         for c in cells:
             if not self.left <= c < self.left + self.tau:
@@ -164,48 +152,51 @@ class Extended:
             v[c - self.left] = 1.0
         return v
 
+    @property
+    def n_bits(self) -> int:
+        """App. B bits of one dataset: every feature's, then every label's."""
+        lay = self.layout
+        return lay.n * lay.M * lay.x.width + lay.n * lay.y.width
+
     def _ro_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(A, a)`` with ``ro = a + A q`` for the quantised bits ``q = [x (n*M), y (n)]``;
-        derived by flipping one bit at a time, then checked on random bits (the encoding
-        of a ±1 datum must be local and affine)."""
-        n, M = self.layout.n, self.layout.M
-        nb = n * M + n
+        """``(A, a)`` with ``ro = a + A q`` for the App. B bits ``q`` (0/1) of the features
+        then the labels (:func:`.fixed_point.quantise_ops`' order); derived by setting one
+        bit at a time, then checked on random bits (the machine's input encoding of a bit
+        must be local and affine)."""
+        lay = self.layout
+        nx = lay.n * lay.M * lay.x.width
 
         def ro(q):
-            return self._ro_vec(q[: n * M].reshape(n, M), q[n * M:])
-        base = np.ones(nb)
-        r0 = ro(base)
+            return self._ro_vec(lay.text_of_bits(q[:nx], q[nx:]))
+        nb = self.n_bits
+        a = ro(np.zeros(nb, dtype=np.int64))
         A = np.zeros((self.tau, nb))
         for i in range(nb):
-            q = base.copy()
-            q[i] = -1.0
-            A[:, i] = (r0 - ro(q)) / 2
-        a = r0 - A.sum(axis=1)
+            q = np.zeros(nb, dtype=np.int64)
+            q[i] = 1
+            A[:, i] = ro(q) - a
         rng = np.random.default_rng(0)
         for _ in range(8):
-            q = rng.choice([-1.0, 1.0], nb)
+            q = rng.integers(0, 2, nb)
             if not np.array_equal(a + A @ q, ro(q)):
                 raise Tm2nnError("the machine's input encoding is not an affine function of the data bits")
         return A, a
 
     # -- the net ----------------------------------------------------------------------------
     def build(self) -> Net:
-        n, M = self.layout.n, self.layout.M
+        lay = self.layout
+        n, M = lay.n, lay.M
         k, ts = self.k, self.ts
         x = Port("x", Space(tuple(f"x:{i}.{j}" for i in range(n) for j in range(M))))
         ops: list = [Param("z", ("x",), value=np.zeros(n), out=_sp("z", n), cite="Welper §5.2 z (copy of the labels)"),
                      StopGradient("zg", ("z",))]
-        # App. B quantisation (sign bit): q(u) = 2 psi_e(u) - 1, psi_e(u) = relu(u/e) - relu(u/e - 1)
-        e = 0.5
+        # App. B quantisation of the features and of \z\, then the machine's input encoding
         ops.append(Concat("xz", ("x", "zg")))
-        nb = n * M + n
-        ops.append(_aff("q_pre", "xz", np.vstack([np.eye(nb) / e, np.eye(nb) / e]), _sp("qpre", 2 * nb),
-                        bias=np.r_[np.zeros(nb), -np.ones(nb)], cite="Welper App. B quantisation (sign bit)"))
-        ops.append(ReLU("q_relu", ("q_pre",)))
-        ops.append(_aff("q", "q_relu", np.hstack([2 * np.eye(nb), -2 * np.eye(nb)]), _sp("q", nb),
-                        bias=-np.ones(nb)))
+        qops, bits = quantise_ops("q/", "xz", [lay.x] * (n * M) + [lay.y] * n,
+                                  [f"x{i}.{j}" for i in range(n) for j in range(M)] + [f"y{i}" for i in range(n)])
+        ops += qops
         A, a = self.ro_map
-        ops.append(_aff("ro", "q", A, ts.labels()["ro"], bias=a, cite="the machine's input encoding (welper_form)"))
+        ops.append(_aff("ro", bits, A, ts.labels()["ro"], bias=a, cite="the machine's input encoding (welper_form)"))
         ops += ts.state_ops("x", "ro")
         ops, loss = ts.loss_ops(ops, "s", "tape", "H", "tm/")
         # f_TM = sqrt(2 l_TM) f_perp(z)  (§5.4, App. C)
@@ -214,46 +205,42 @@ class Extended:
         ops += self._f_perp()
         ops.append(_aff("sqrt_rep", "sqrt2l", np.ones((n, 1)), _sp("sqrtrep", n)))
         ops.append(Mul("f_TM", ("sqrt_rep", "f_perp"), out=_sp("fTM", n)))
-        # theta = App. B: quantise the output tape \T\ to its sign bits, then de-quantise
-        # (the tape entries are ±1 up to rounding of the gradient steps); f_theta = theta^T x_i
+        # theta = App. B de-quantisation of the output tape \T\; then the primary network
         ops.append(StopGradient("Tg", ("T",)))
-        D = np.zeros((M, self.tau))
-        cells, bits = self._theta_cells()
-        for j, cell in enumerate(cells):
-            D[j, cell - self.left] = 1.0
-        ops.append(_aff("tq_pre", "Tg", np.vstack([D / e, D / e]), _sp("tqpre", 2 * M),
-                        bias=np.r_[np.zeros(M), -np.ones(M)], cite="Welper App. B quantisation of the output tape"))
-        ops.append(ReLU("tq_relu", ("tq_pre",)))
-        sg = np.array([sign for sign, _off in bits])
-        ops.append(_aff("theta", "tq_relu", np.hstack([2 * np.diag(sg), -2 * np.diag(sg)]), _sp("theta", M),
-                        bias=[off - sign for sign, off in bits], cite="Welper App. B de-quantisation"))
-        rep = np.zeros((n * M, M))
-        for i in range(n):
-            rep[i * M:(i + 1) * M] = np.eye(M)
-        ops.append(_aff("theta_rep", "theta", rep, _sp("threp", n * M)))
-        ops.append(Mul("thx", ("theta_rep", "x"), out=_sp("thx", n * M)))
-        ops.append(_aff("f_theta", "thx", np.kron(np.eye(n), np.ones((1, M))), _sp("f", n),
-                        cite="primary network f_theta(x) = theta^T x"))
+        dops, _ = dequantise_ops("theta/", "Tg", self.tau, self._theta_bits(),
+                                 [f"theta:{p}" for p in lay.shape.param_names(M)], out="theta")
+        ops += dops
+        pops, f = lay.shape.ops("x", "theta", n, M)
+        ops += pops
         # s_net(f, u): phi ramp on |u|^2 (§5.3)
         lo, hi = k.phi_ramp
-        ops += _switch("net", "f_theta", "f_TM", n, lo, hi, rising=True)
+        ops += _switch("net", f, "f_TM", n, lo, hi, rising=True)
         # s_init(u, z): psi = 1 below eps/3, 0 above 2 eps/3 (§5.2), z live
         ops += _switch("init", "net_out", "z", n, k.eps / 3, 2 * k.eps / 3, rising=False)
         return Net("welper_extended", (x,), tuple(ops), ("init_out",),
-                   {"construction": "Welper §5 extended network (Figure 1)"})
+                   {"construction": "Welper §5 extended network (Figure 1)",
+                    "primary": f"{lay.primary}: {lay.shape.doc}"})
 
-    def _theta_cells(self):
-        """Per weight: the lowered work-tape cell and ``(sign, offset)`` with ``theta_j =
-        sign * T[cell] + offset`` (the cell where the two output symbols' codes differ)."""
+    def _theta_bits(self) -> list:
+        """Per weight: its format and, per bit, ``(index into T, orientation)``: the lowered
+        work-tape cell where the codes of the two digit symbols differ, orientation ``+1``
+        when bit 1's code has ``+`` there."""
         lay = self.layout
         code = self.low.binary.code
-        (sa, va), (sb, vb) = list(lay.theta_value.items())
-        ca, cb = code[sa], code[sb]
-        k = next(i for i in range(len(ca)) if ca[i] != cb[i])
+        c0, c1 = code[lay.digits[0]], code[lay.digits[1]]
+        k = next(i for i in range(len(c0)) if c0[i] != c1[i])
         w = self.low.width
-        # the cell is +1 for the symbol whose code letter k is '+'
-        vp, vm = (va, vb) if ca[k] == "+" else (vb, va)
-        return [c * w + k for c in lay.theta_cells], [((vp - vm) / 2, (vp + vm) / 2)] * len(lay.theta_cells)
+        orient = 1.0 if c1[k] == "+" else -1.0
+        out = []
+        for c in lay.theta_cells:
+            cells = []
+            for i in range(lay.w.width):
+                cell = (c + i) * w + k
+                if not self.left <= cell < self.left + self.tau:
+                    raise Tm2nnError(f"weight cell {c + i} is outside the tape window")
+                cells.append((cell - self.left, orient))
+            out.append((lay.w, cells))
+        return out
 
     def _f_perp(self) -> list:
         """App. C: ``ybar = v - (z^T v / z^T z) z`` with ``v = e_0``, or with ``w = e_1`` when
@@ -293,35 +280,77 @@ class Extended:
 
 
 def _switch(tag: str, a: str, b: str, n: int, lo: float, hi: float, rising: bool) -> list:
-    """``out = a + r(|w|^2) (b - a)`` with the ReLU ramp ``r`` from 0 at ``lo`` to 1 at ``hi``
-    (``rising``) or from 1 to 0 (``not rising``), ``w = b`` for s_net (the norm of ``u``)
-    and ``w = b`` for s_init (the norm of ``z``): both switches read their second input's
-    norm."""
+    """``out = (1 - r) a + r b`` with the cutoff ``r(|b|^2)`` from 0 at ``lo`` to 1 at
+    ``hi`` (``rising``, §5.3's ``phi``: ``s_net(f, u)`` reads ``|u|^2``) or from 1 to 0
+    (``not rising``, §5.2's ``psi``: ``s_init(u, z)`` reads ``|z|^2``).
+
+    The ramp is two ReLU units in sequence, ``r = 1 - relu(1 - relu(p))`` with ``p = (t -
+    lo) / (hi - lo)`` (= ``min(max(p, 0), 1)``): outside ``[lo, hi]`` it is exactly 0 or 1
+    in floating point (``relu(p) - relu(p - 1)``, the paper's two parallel units, can be
+    off by one rounding), and with the mix ``(1 - r) a + r b`` the switch passes ``a`` or
+    ``b`` bit for bit, so ``F = f_theta`` holds exactly in float64, not up to rounding."""
     t = tag
     ops = [Mul(f"{t}_b2", (b, b), out=_sp(f"{t}b2", n)),
            _aff(f"{t}_nrm", f"{t}_b2", np.ones((1, n)), Space((f"{t}nrm:0",))),
-           _aff(f"{t}_pre", f"{t}_nrm", np.ones((2, 1)) / (hi - lo), _sp(f"{t}pre", 2),
-                bias=[-lo / (hi - lo), -hi / (hi - lo)]),
-           ReLU(f"{t}_relu", (f"{t}_pre",))]
-    # rising: r = relu(pre0) - relu(pre1);  falling: r = 1 - relu(pre0) + relu(pre1)
-    sgn = 1.0 if rising else -1.0
-    ops.append(_aff(f"{t}_rep", f"{t}_relu", np.tile([[sgn, -sgn]], (n, 1)), _sp(f"{t}rep", n),
-                    bias=np.zeros(n) if rising else np.ones(n),
+           _aff(f"{t}_pre", f"{t}_nrm", [[1.0 / (hi - lo)]], Space((f"{t}pre:0",)), bias=[-lo / (hi - lo)]),
+           ReLU(f"{t}_relu", (f"{t}_pre",)),
+           _aff(f"{t}_pre2", f"{t}_relu", [[-1.0]], Space((f"{t}pre2:0",)), bias=[1.0]),
+           ReLU(f"{t}_o", (f"{t}_pre2",))]   # o = 1 - r
+    # the weights [on a; on b]: rising (phi = r): [o; 1 - o]; falling (psi = 1 - r): [1 - o; o]
+    sgn = np.r_[np.ones(n), -np.ones(n)] if rising else np.r_[-np.ones(n), np.ones(n)]
+    ops.append(_aff(f"{t}_rep", f"{t}_o", sgn[:, None], _sp(f"{t}rep", 2 * n),
+                    bias=np.r_[np.zeros(n), np.ones(n)] if rising else np.r_[np.ones(n), np.zeros(n)],
                     cite="Welper §5.3 phi" if rising else "Welper §5.2 psi"))
     ops.append(Concat(f"{t}_ab", (a, b)))
-    ops.append(_aff(f"{t}_diff", f"{t}_ab", np.hstack([-np.eye(n), np.eye(n)]), _sp(f"{t}diff", n)))
-    ops.append(Mul(f"{t}_mix", (f"{t}_rep", f"{t}_diff"), out=_sp(f"{t}mix", n)))
-    ops.append(Concat(f"{t}_am", (a, f"{t}_mix")))
-    ops.append(_aff(f"{t}_out", f"{t}_am", np.hstack([np.eye(n), np.eye(n)]), _sp(f"{t}out", n),
+    ops.append(Mul(f"{t}_mix", (f"{t}_rep", f"{t}_ab"), out=_sp(f"{t}mix", 2 * n)))
+    ops.append(_aff(f"{t}_out", f"{t}_mix", np.hstack([np.eye(n), np.eye(n)]), _sp(f"{t}out", n),
                     cite="Welper §5.3 s_net" if rising else "Welper §5.2 s_init"))
     return ops
 
 
+class BoundViolation(AssertionError):
+    """A quantity the paper proves was violated at an optimizer step of §5 training (a
+    broken construction, never bad user input): ``step``, the equation, the bound and
+    the value."""
+
+    def __init__(self, step: int, eq: str, want: str, got: float):
+        self.step, self.eq, self.want, self.got = step, eq, want, got
+        super().__init__(f"{eq} fails at optimizer step {step}: expected {want}, got {got!r}")
+
+
+#: relative tolerance of (33) (float64 rounding of sqrt and the unit vector f_perp)
+TOL33 = 1e-9
+
+
+def check_step(ext: Extended, k: int, ell: float, f2: float, halted: bool) -> None:
+    """Welper's bounds at iterate ``k`` of §5 training (``ell = l_TM``, ``f2 = |f_TM|^2``):
+
+    * (33) ``|f_TM|^2 = 2 l_TM``;
+    * (23) ``c <= l_TM <= c + (8b^2 d + 3d) gamma`` before halting, and
+      ``c - b^3 gamma <= l_TM <= c + (8b^2 d + 3d - b^3) gamma`` at a halting vertex;
+    * (29) for ``k >= 1``: ``|f_TM|^2 > 2 B_hi`` before halting, ``< 2 B_lo`` at the halting
+      vertex (so ``s_net`` passes ``f_TM``, then ``f_theta``).
+
+    Raises :class:`BoundViolation` at the first that fails."""
+    if abs(f2 - 2 * ell) > TOL33 * max(1.0, 2 * abs(ell)):
+        raise BoundViolation(k, "(33) |f_TM|^2 = 2 l_TM", f"{2 * ell!r}", f2)
+    lo, hi = ext.ts.bounds23(halted)
+    if not lo - 1e-9 <= ell <= hi + 1e-9:
+        raise BoundViolation(k, "(23)", f"l_TM in [{lo:.9g}, {hi:.9g}]" + (" (halting)" if halted else ""), ell)
+    if k >= 1:
+        K = ext.k
+        if not halted and not f2 > 2 * K.B_hi:
+            raise BoundViolation(k, "(29)", f"|f_TM|^2 > 2 B_hi = {2 * K.B_hi:.9g} before halting", f2)
+        if halted and not f2 < 2 * K.B_lo:
+            raise BoundViolation(k, "(29)", f"|f_TM|^2 < 2 B_lo = {2 * K.B_lo:.9g} at the halting vertex", f2)
+
+
 @dataclass
 class TrainResult:
-    """One training run of (2)/(3): the optimizer steps until (4) held, the loss (2) at
-    every iterate, the decoded §4.1 configuration at iterates 1..K, the weights ``theta``
-    read from the trained net and the module itself."""
+    """One training run of (2)/(3): the optimizer steps until (4) held, the loss (2), the
+    loss ``l_TM`` and ``|f_TM|^2`` at every iterate, the decoded §4.1 configuration at
+    iterates 1..K, the weights ``theta`` read from the trained net, the trained net and a
+    torch module of it."""
 
     steps: int
     losses: list[float]
@@ -330,22 +359,27 @@ class TrainResult:
     theta: np.ndarray
     module: object
     z: np.ndarray
+    ell: list[float] = field(default_factory=list)
+    f_tm2: list[float] = field(default_factory=list)
+    net: Net | None = None   # the trained net (the Params' final values)
 
 
 def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000, progress=None) -> TrainResult:
     """Least squares (2), update (3) (``s``: Frank–Wolfe; ``T``, ``H``: rate ``1/gamma``;
     ``z``: rate 1), stopping criterion (4) checked from the first step on (at iterate 0
     the loss is ``|y|^2 / 2``, which may already be below ``B_stop``: the paper's count
-    ``k_t + 1`` starts with the step that reads the labels)."""
+    ``k_t + 1`` starts with the step that reads the labels).  (23), (29) and (33) are
+    checked at every iterate (:func:`check_step`; a violation raises
+    :class:`BoundViolation` at once)."""
     from tm2nn.emit import to_torch
 
-    n, M = ext.layout.n, ext.layout.M
-    x = np.asarray(x, dtype=np.float64).reshape(n, M)
-    y = np.asarray(y, dtype=np.float64).reshape(n)
+    x, y = ext.layout.check_data(x, y)
     if float(y @ y) < ext.k.eps:
         raise Tm2nnError(f"(5): |y|^2 = {float(y @ y):g} is below eps = {ext.k.eps:g}")
-    mod = to_torch(ext.net, torch.float64)
-    st = ext.ts.start(ext.low.lower_input(ext.layout.text(x.astype(int), y.astype(int))))
+    # the training module reads the values the checks need as extra outputs (one pass)
+    watched = ("init_out", "tm/loss", "f_TM", "ro", "theta")
+    mod = to_torch(Net(ext.net.name, ext.net.inputs, ext.net.nodes, watched, dict(ext.net.metadata)), torch.float64)
+    st = ext.ts.start(ext.low.lower_input(ext.layout.text(x, y)))
     with torch.no_grad():
         for name in ("s", "T", "H"):
             mod.op(name).value.copy_(torch.from_numpy(st[name]))
@@ -357,40 +391,59 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
     ])
     X = torch.from_numpy(x.reshape(1, -1))
     Y = torch.from_numpy(y)
-    losses, configs, halted = [], [], []
+    losses, configs, halted, ells, f2s = [], [], [], [], []
     steps = 0
     for k in range(max_steps + 1):
         opt.zero_grad()
-        out = mod(X)[0]
-        loss = 0.5 * ((out - Y) ** 2).sum()
+        out, ell_t, f_tm, ro, theta_t = mod(X)
+        loss = 0.5 * ((out[0] - Y) ** 2).sum()
         losses.append(float(loss.detach()))
+        ell = float(ell_t[0, 0].detach())
+        f2 = float((f_tm[0].detach() ** 2).sum())
+        ells.append(ell)
+        f2s.append(f2)
+        h = False
         if k >= 1:
-            vals = {name: mod.op(name).value.detach().numpy() for name in ("s", "T", "H")}
-            if k == 1:  # z = y from here on, so the read-only tape no longer changes
-                with torch.no_grad():
-                    ro = mod.trace(X)["ro"][0].numpy()
-            cfg, h = ext.ts.decode(vals["s"], vals["T"], vals["H"], ro)
+            v = {name: mod.op(name).value.detach().numpy() for name in ("s", "T", "H")}
+            try:
+                cfg, h = ext.ts.decode(v["s"], v["T"], v["H"], ro[0].detach().numpy())
+            except ValueError as e:   # Prop. 4.3: every iterate is a vertex with ±1 tapes
+                raise BoundViolation(k, "Prop. 4.3 (the iterate is a configuration)", "a vertex", str(e)) from None
             configs.append(cfg)
             halted.append(h)
-            if losses[-1] <= ext.k.B_stop:  # (4)
-                break
+        check_step(ext, k, ell, f2, h)
+        if k >= 1 and losses[-1] <= ext.k.B_stop:  # (4)
+            break
         if k == max_steps:
-            raise Tm2nnError(f"the stopping criterion (4) did not hold within {max_steps} steps")
+            raise Tm2nnError(f"the stopping criterion (4) did not hold within {max_steps} optimizer steps "
+                             f"(does the machine halt within the layout's steps={ext.layout.steps}?)")
         loss.backward()
         opt.step()
         steps = k + 1
         if progress:
             progress(steps)
-    with torch.no_grad():
-        theta = mod.trace(X)["theta"][0].numpy().copy()
-    return TrainResult(steps, losses, configs, halted, theta, mod, mod.op("z").value.detach().numpy().copy())
+    theta = theta_t[0].detach().numpy() + 0.0   # App. B's sigma = 1 on 0 gives -0: report 0
+    t = mod.to_net()
+    net = Net(t.name, t.inputs, t.nodes, ext.net.outputs, dict(t.metadata))
+    return TrainResult(steps, losses, configs, halted, theta, to_torch(net, torch.float64),
+                       mod.op("z").value.detach().numpy().copy(), ells, f2s, net)
 
 
 def sign_sum_layout(n: int, M: int) -> Layout:
-    """The layout of :mod:`.sign_sum`'s machine."""
-    from .sign_sum import dataset_text, output_cells, step_bound
+    """The layout of :mod:`.sign_sum`'s machine (±1 data and weights, ``linear``)."""
+    from .sign_sum import output_cells, step_bound
 
-    return Layout(n, M, dataset_text, tuple(output_cells(n, M)), {"+": 1.0, "-": -1.0}, step_bound(n, M))
+    return Layout(n, M, tuple(output_cells(n, M)), step_bound(n, M))
 
 
-__all__ = ["Constants", "Extended", "Layout", "TrainResult", "train", "sign_sum_layout"]
+def perceptron_layout(p) -> Layout:
+    """The layout of a :class:`.perceptron.Perceptron` machine."""
+    from .fixed_point import FixedPoint
+    from .perceptron import output_cells, step_bound
+
+    return Layout(p.n, p.M, tuple(output_cells(p)), step_bound(p), "affine" if p.bias else "linear",
+                  p.x_format, FixedPoint(), p.w_format, ("0", "1"))
+
+
+__all__ = ["BoundViolation", "Constants", "Extended", "Layout", "TrainResult", "check_step", "perceptron_layout",
+           "sign_sum_layout", "train"]

@@ -4,7 +4,8 @@ tape over ``{-1, 1}``), its §4.4 loss (21) is compiled to a network-IR net
 (:class:`~.tape_simplex.TapeSimplex`), and *running* the compiled model means running the
 optimizer (22): every iterate is decoded to (state, heads, tapes), mapped back through the
 lowering, and reported as the source machine's run (Prop. 4.3: optimizer step k is
-machine step k).
+step k of the §4.1 machine; a source step takes up to ``3w - 2`` of them, after a copy
+phase, docs/gd_trace.md "Optimizer steps and machine steps").
 
 ``compile(m, steps=T, max_input=n)`` fixes the tape window from the source's step bound
 ``T`` and the longest input ``n`` (the head stays within ``[-T - 1, n + T + 1]``: the
