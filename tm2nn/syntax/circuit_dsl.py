@@ -597,19 +597,11 @@ def _build_theorem4(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circu
                         locs.setdefault("port:" + n, src.loc(s.line, s.col))
                         groups[word].append(n)
             continue
-        if word in single:
-            raise src.error(f"the learner's '{word}' item is given twice", w.line, w.column,
-                            notes=(f"{locs[word]}: note: first given here",))
-        if len(it.sigs) != 1:
-            raise src.error(f"'{word}' takes exactly one argument, got {len(it.sigs)}", w.line, w.column)
-        (a,) = it.sigs
-        line, col = (a.line, a.column) if isinstance(a, Token) else (a.line, a.col)
-        locs[word] = src.loc(line, col)
+        a, line, col = _single_arg(src, it, single, locs, "the learner's")
         if word == "samples":
-            if not isinstance(a, Token) or not a.value.isdigit() or len(a.value) > 18 or int(a.value) < 1:
-                raise src.error("'samples' takes the number T of learned samples after which the "
-                                "algorithm is done, an integer >= 1", line, col)
-            single[word] = int(a.value)  # the range is checked by the base learner's validation
+            # the range is checked by the base learner's validation
+            single[word] = _count_arg(src, a, line, col, "the number T of learned samples after which "
+                                      "the algorithm is done")
         elif word == "phases":
             if a.name != "theorem4":
                 raise src.error(f"unknown phases {a.name!r} (known: theorem4, Abbe & Sandon's "
@@ -639,6 +631,29 @@ def _build_theorem4(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circu
     return theorem4(base, opts)
 
 
+def _single_arg(src: SourceText, it, seen: dict, locs: dict[str, Loc], whose: str):
+    """``(argument, line, col)`` of a block item given at most once and with exactly one
+    argument (``seen``: the items already given; ``whose``: "the learner's", ...);
+    records where it was given in ``locs``."""
+    word, w = it.word.value, it.word
+    if word in seen:
+        raise src.error(f"{whose} '{word}' item is given twice", w.line, w.column,
+                        notes=(f"{locs[word]}: note: first given here",))
+    if len(it.sigs) != 1:
+        raise src.error(f"'{word}' takes exactly one argument, got {len(it.sigs)}", w.line, w.column)
+    (a,) = it.sigs
+    line, col = (a.line, a.column) if isinstance(a, Token) else (a.line, a.col)
+    locs[word] = src.loc(line, col)
+    return a, line, col
+
+
+def _count_arg(src: SourceText, a, line: int, col: int, meaning: str) -> int:
+    """A ``samples`` argument: a positive integer of at most 18 digits."""
+    if not isinstance(a, Token) or not a.value.isdigit() or len(a.value) > 18 or int(a.value) < 1:
+        raise src.error(f"'samples' takes {meaning}, an integer >= 1", line, col)
+    return int(a.value)
+
+
 def _circuit_ref(src: SourceText, s: _Sig, circuits: dict[str, Circuit]) -> Circuit:
     c = circuits.get(s.name)
     if c is None:
@@ -664,19 +679,9 @@ def _build_noisy_learner(src: SourceText, b: _NoisyBlock, circuits: dict[str, Ci
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise src.error(f"unknown noisy_learner item {word!r} (known: {', '.join(NOISY_WORDS)}){hint}",
                             w.line, w.column)
-        if word in got:
-            raise src.error(f"the noisy learner's '{word}' item is given twice", w.line, w.column,
-                            notes=(f"{locs[word]}: note: first given here",))
-        if len(it.sigs) != 1:
-            raise src.error(f"'{word}' takes exactly one argument, got {len(it.sigs)}", w.line, w.column)
-        (a,) = it.sigs
-        line, col = (a.line, a.col) if isinstance(a, _Sig) else (a.line, a.column)
-        locs[word] = src.loc(line, col)
+        a, line, col = _single_arg(src, it, got, locs, "the noisy learner's")
         if word == "samples":
-            if not isinstance(a, Token) or not a.value.isdigit() or len(a.value) > 18 or int(a.value) < 1:
-                raise src.error("'samples' takes the number of training samples t, an integer >= 1",
-                                line, col)
-            got[word] = int(a.value)
+            got[word] = _count_arg(src, a, line, col, "the number of training samples t")
         elif isinstance(a, Token):
             raise src.error(f"'{word}' takes a name, not the number {a.value!r}", line, col)
         elif word == "input":
