@@ -37,14 +37,12 @@ TEST = 1000
 
 def _setup(n: int, seed: int):
     """(secret, learner, target, training stream) for parity at n."""
-    import numpy as np
+    from mlp_baseline import parity_secret, secret_string
 
     from tm2nn.learners.examples import parity_learner
     from tm2nn.learners.targets import parse_target, samples
 
-    rng = np.random.default_rng(seed)
-    chosen = set(rng.choice(n, size=(n + 1) // 2, replace=False).tolist())
-    secret = "".join("1" if i in chosen else "0" for i in range(n))
+    secret = secret_string(parity_secret(n, seed))
     lr = parity_learner(n)
     tg = parse_target(f"parity:{secret}", n)
     return secret, lr, tg, samples(tg, 12 * n, seed, random_bits=len(lr.random))

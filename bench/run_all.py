@@ -17,6 +17,7 @@ import bench_parse  # noqa: E402
 import bench_rcnn  # noqa: E402
 import bench_rcnn_learner  # noqa: E402
 import bench_relu_circuit  # noqa: E402
+import bench_separation  # noqa: E402
 import bench_transformer  # noqa: E402
 
 
@@ -27,7 +28,9 @@ def main() -> int:
     rows = (bench_interp.main(sys.argv[1:]) + bench_relu_circuit.main(sys.argv[1:])
             + bench_transformer.main(sys.argv[1:]) + bench_rcnn.main(sys.argv[1:])
             + bench_rcnn_learner.main(sys.argv[1:])
-            + bench_abbe_sandon.main(sys.argv[1:]) + bench_gd_trace.main(sys.argv[1:])
+            + bench_abbe_sandon.main(sys.argv[1:])
+            + bench_separation.main(["--quick"])  # the full table: docs/benchmarks.md, "Separation"
+            + bench_gd_trace.main(sys.argv[1:])
             + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
             + bench_margin_study.main(sys.argv[1:]))
     out = Path(__file__).resolve().parent / "results"
