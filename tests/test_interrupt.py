@@ -4,10 +4,10 @@ steps, and ``tm2nn run`` prints it and exits 130 (tm2nn.interrupt)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,9 +39,17 @@ def loop() -> Machine:
     return parse_text(LOOP, "tm", "loop.tm")[0]
 
 
+def _sigint() -> None:
+    """SIGINT to the main thread.  ``os.kill(getpid())`` lets the kernel pick any thread
+    that does not block it (torch's and onnxruntime's pools included); then the main
+    thread's sleep is not interrupted and Python runs the handler late, possibly in a
+    later test.  ``pthread_kill`` on the main thread makes the delivery deterministic."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
 def _ctrl_c() -> None:
     """Press Ctrl-C now (inside interrupt.graceful: only the flag is set)."""
-    os.kill(os.getpid(), signal.SIGINT)
+    _sigint()
     time.sleep(0.01)  # let Python run the handler
 
 
@@ -52,7 +60,7 @@ def _expected(m, steps: int) -> dict:
 def test_outside_graceful_ctrl_c_is_keyboard_interrupt():
     assert not interrupt.active() and not interrupt.requested()
     with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
+        _sigint()
         time.sleep(1)
 
 
@@ -104,12 +112,14 @@ def test_second_ctrl_c_stops_at_once():
 def test_onnxruntime_run_is_cancelled(loop):
     c = tm2nn.compile(loop, "transformer", steps=3000)
     c.runner("onnxruntime")  # build the session first
-    import threading
-
-    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    timer = threading.Timer(0.5, _sigint)
+    timer.start()
     t0 = time.perf_counter()
-    with interrupt.graceful(), pytest.raises(interrupt.Interrupted) as e:
-        c.run(["", "", "", ""] * 8, engine="onnxruntime")
+    try:
+        with interrupt.graceful(), pytest.raises(interrupt.Interrupted) as e:
+            c.run(["", "", "", ""] * 8, engine="onnxruntime")
+    finally:
+        timer.cancel()  # never a Ctrl-C after the test
     assert e.value.note and "torch" in e.value.note
     assert time.perf_counter() - t0 < 30
 
