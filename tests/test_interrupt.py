@@ -40,17 +40,16 @@ def loop() -> Machine:
 
 
 def _sigint() -> None:
-    """SIGINT to the main thread.  ``os.kill(getpid())`` lets the kernel pick any thread
-    that does not block it (torch's and onnxruntime's pools included); then the main
-    thread's sleep is not interrupted and Python runs the handler late, possibly in a
-    later test.  ``pthread_kill`` on the main thread makes the delivery deterministic."""
+    """SIGINT to the main thread, from another thread (a timer).  ``os.kill(getpid())``
+    lets the kernel pick any thread that does not block it (torch's and onnxruntime's
+    pools included), and then Python may run the handler late, in a later test."""
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
 def _ctrl_c() -> None:
-    """Press Ctrl-C now (inside interrupt.graceful: only the flag is set)."""
-    _sigint()
-    time.sleep(0.01)  # let Python run the handler
+    """Press Ctrl-C now, from the main thread: ``raise_signal`` runs the handler before
+    it returns (inside interrupt.graceful: only the flag is set)."""
+    signal.raise_signal(signal.SIGINT)
 
 
 def _expected(m, steps: int) -> dict:
@@ -59,9 +58,10 @@ def _expected(m, steps: int) -> dict:
 
 def test_outside_graceful_ctrl_c_is_keyboard_interrupt():
     assert not interrupt.active() and not interrupt.requested()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # nothing left a handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # nor blocked it
     with pytest.raises(KeyboardInterrupt):
-        _sigint()
-        time.sleep(1)
+        signal.raise_signal(signal.SIGINT)
 
 
 def test_interpreter_stops_at_a_chunk_boundary_with_the_exact_configuration(loop):
