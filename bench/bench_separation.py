@@ -134,7 +134,6 @@ def emulation_perturbed(n: int, seed: int, perturb: Perturb, threads: int = 1) -
     exactness checks -- every M_s weight bitwise ± its start, every other edge unchanged --
     fail at the first noisy step by definition, so they are not the criterion here.)"""
     import numpy as np
-    import torch
 
     from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
     from tm2nn.backends.abbe_sandon.train import StepChecker, held_out_inputs, prepare_stream
@@ -149,19 +148,15 @@ def emulation_perturbed(n: int, seed: int, perturb: Perturb, threads: int = 1) -
     ref, Z, ys = prepare_stream(lr, stream.xs, stream.ys, stream.rs, stream.r2s if lr.coin else None)
     chk = StepChecker(lr, ref, ys, eng.memory())
     checking = True
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # as train_torch.train: small layers, threads only add overhead
-    try:
+    with eng.pinned_threads():  # as train_torch.train: small layers, threads only add overhead
         for t in range(len(Z)):
             out = eng.step(Z[t], 1.0 if ys[t] else -1.0)
             if checking:
                 near = 1 if abs(out - 1) < 0.5 else (-1 if abs(out + 1) < 0.5 else out)
                 checking = chk.step(t, near, eng.memory)
-        rep = chk.finish()
-        test = samples(tg, TEST, seed + 1, random_bits=len(lr.random))
-        got = np.concatenate([eng.predict_rows(c) for c in np.array_split(held_out_inputs(lr, test.xs), 4)])
-    finally:
-        torch.set_num_threads(before)
+    rep = chk.finish()
+    test = samples(tg, TEST, seed + 1, random_bits=len(lr.random))
+    got = np.concatenate([eng.predict_rows(c) for c in np.array_split(held_out_inputs(lr, test.xs), 4)])
     acc = float(np.mean(got == test.ys.astype(int)))
     bad = rep.mismatch
     return {"net": "emulation (float64)", "status": "reached" if acc >= 0.99 else "failed",
