@@ -12,6 +12,7 @@ import bench_abbe_sandon  # noqa: E402
 import bench_api  # noqa: E402
 import bench_gd_trace  # noqa: E402
 import bench_interp  # noqa: E402
+import bench_long_run  # noqa: E402
 import bench_margin_study  # noqa: E402
 import bench_parse  # noqa: E402
 import bench_rcnn  # noqa: E402
@@ -26,7 +27,8 @@ def main() -> int:
     from rich.table import Table
 
     rows = (bench_interp.main(sys.argv[1:]) + bench_relu_circuit.main(sys.argv[1:])
-            + bench_transformer.main(sys.argv[1:]) + bench_rcnn.main(sys.argv[1:])
+            + bench_transformer.main(sys.argv[1:]) + bench_long_run.main(sys.argv[1:])
+            + bench_rcnn.main(sys.argv[1:])
             + bench_rcnn_learner.main(sys.argv[1:])
             + bench_abbe_sandon.main(sys.argv[1:])
             + bench_separation.main(["--quick"])  # the full table: docs/benchmarks.md, "Separation"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
-from tm2nn.flags import Parser, add_source, flag_of, limit_flags
+from tm2nn.flags import Parser, add_source, engine_list, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
                    f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
                    "not halting by then exits 1")
-    p.add_argument("--engine", choices=["torch", "onnxruntime"], default="torch",
-                   help="a backend: run the torch module or the ONNX model (default torch)")
+    engines = backends.engine_names()
+    p.add_argument("--engine", choices=engines, default="torch", help="a backend: the torch module (default), "
+                   "the ONNX model, or a fused engine (transformer: index, the long-run decoder)")
     p.add_argument("--json", **js, help="print the run report as one JSON line")
     p.add_argument("--trace", **js, help="interp: also print every step")
     _add_backend_options(p, "run")
@@ -76,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", help="an input: bits (circuits) or an initial tape (machines); "
                    "repeatable (default: one empty input)")
     p.add_argument("--inputs", metavar="FILE", help="a file of inputs, one per line")
-    p.add_argument("--engine", choices=["torch", "onnxruntime"],
-                   help="the engine (default: onnxruntime for .onnx, torch for .pt)")
+    p.add_argument("--engine", choices=engines,
+                   help="the engine (default: onnxruntime for .onnx, torch for .pt; transformer: also index)")
     p.add_argument("--json", **js, help="print one JSON report per input, one per line")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
@@ -92,10 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: every input when few enough, else random inputs")
     p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=None, metavar="SECONDS",
                    help="random inputs: check for this long (default: 60 s); an exhaustive check stops there too")
-    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: as many as the "
-                   "budget allows)")
+    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: the budget's)")
     p.add_argument("--seed", type=flag_int(0, SEED_MAX), help="seed for random inputs (printed when chosen)")
     p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
+    p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="check on these engines, "
+                   f"comma-separated ({', '.join(engines)}); default: torch and onnxruntime (torch with --no-onnx)")
     p.add_argument("--find-beta", action="store_true",
                    help="transformer: search the smallest softmax beta with 0 mismatches (torch)")
     p.add_argument("--json", **js, help="print the verification report as JSON")
@@ -373,7 +375,7 @@ def cmd_verify(args) -> int:
     compiled = _compile(args, "verify")
     with verify_progress(quiet=args.json) as bar:
         rep = compiled.verify(args.input, budget=args.budget or DEFAULT_BUDGET, samples=args.samples,
-                              seed=args.seed, onnx=not args.no_onnx, progress=bar)
+                              seed=args.seed, onnx=not args.no_onnx, progress=bar, engines=args.engines)
     if args.json:
         _dump(rep.to_json())
     else:

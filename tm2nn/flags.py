@@ -154,3 +154,15 @@ def statistics_values(args) -> dict | None:
             raise Tm2nnError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only with --statistics")
         return None
     return {"eps": 0.1 if args.eps is None else args.eps, "delta": 0.01 if args.delta is None else args.delta}
+
+
+def engine_list(known: list[str]):
+    """An argparse type: ``"torch,index"`` -> ``["torch", "index"]``, each a known engine."""
+    def parse(text: str) -> list[str]:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [n for n in names if n not in known]
+        if not names or bad:
+            raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not an engine (choose from "
+                                             f"{', '.join(known)})")
+        return names
+    return parse

@@ -45,6 +45,15 @@ def all() -> list:  # noqa: A001 - the registry's own vocabulary
     return [get(n) for n in names()]
 
 
+def engine_names() -> list[str]:
+    """Every engine some backend runs on, in the backends' order (``--engine`` choices;
+    each backend refuses an engine it lacks)."""
+    out: list[str] = []
+    for b in all():
+        out += [e for e in b.engines if e not in out]
+    return out
+
+
 def register(backend) -> None:
     """Add (or replace) a backend under ``backend.name``."""
     from tm2nn.backends.base import Backend

@@ -333,6 +333,9 @@ class Compiled:
         if engine not in self.spec.engines:
             raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
                               f"not {{engine}} {engine!r}", "engine")
+        if engine not in ENGINES:  # a fused engine: the backend drives it (Backend.run)
+            raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
+                              f"engine={engine!r})", "engine")
         if engine not in self._cache:
             if engine == "torch":
                 from tm2nn.emit.torch_emit import run_torch
@@ -411,16 +414,16 @@ class Compiled:
             raise Tm2nnError(f"{doing} failed: {_one_line(e)}", file=self.path) from None
 
     def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
-               seed: int | None = None, onnx: bool = True, progress=None):
+               seed: int | None = None, onnx: bool = True, progress=None, engines=None):
         """Check the network against the reference interpreter (:func:`tm2nn.verify.verify_compiled`):
         the given ``inputs``, else every input when few enough, else random inputs for
-        ``budget`` seconds (at most ``samples``).  Returns a
-        :class:`~tm2nn.verify.VerifyReport`."""
+        ``budget`` seconds (at most ``samples``), on ``engines`` (default: torch and,
+        unless ``onnx=False``, onnxruntime).  Returns a :class:`~tm2nn.verify.VerifyReport`."""
         from tm2nn.verify import DEFAULT_BUDGET, verify_compiled
 
         with self.failures(None):
             return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
-                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress)
+                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
 
     def info(self) -> dict:
         """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)

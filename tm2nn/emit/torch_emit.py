@@ -105,6 +105,10 @@ from tm2nn.nets import (
 
 #: Refuse a dense weight bigger than this (it would not be a construction of this project).
 DENSE_MAX_BYTES = 4 << 30
+#: The torch module materialises a decoder's positional tables (``[steps, w]``, and the
+#: encoder's ``[max_len, w]``); it refuses beyond this many entries.  The ONNX model
+#: computes positions from the loop counter, and the index engine needs no table.
+MAX_POSITION_ENTRIES = 50_000_000
 
 
 # -- layouts and hooks ---------------------------------------------------------------------
@@ -807,7 +811,16 @@ class AttentionModule(OpModule):
 
 
 def _add_positions(mod: OpModule, positions, dtype: torch.dtype) -> None:
-    """The Parameter ``positions``: a table, or a computed code's placement (module doc)."""
+    """The Parameter ``positions``: a table, or a computed code's placement (module doc).
+    A table over :data:`MAX_POSITION_ENTRIES` entries is refused with its size."""
+    n = int(positions.shape[0]) * int(positions.shape[1])
+    if n > MAX_POSITION_ENTRIES:
+        from tm2nn.options import OptionError
+
+        raise OptionError(f"the torch module of {mod.op_name!r} would materialise a positional table of {n:,} "
+                          f"entries ({positions.shape[0]:,} x {positions.shape[1]}, about {n * 4 / 2**20:,.0f} MiB "
+                          f"in float32; limit {MAX_POSITION_ENTRIES:,}): lower {{steps}}, or run the model with the "
+                          "index engine (--engine index), which needs no table", "steps")
     if isinstance(positions, BinaryPositions):
         mod._add_tensor("positions", positions.placement(), dtype)
         n = np.arange(positions.length, dtype=np.int64) + positions.offset

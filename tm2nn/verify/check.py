@@ -158,8 +158,9 @@ class Checker(abc.ABC):
 
 def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float = DEFAULT_BUDGET,
                     samples: int | None = None, seed: int | None = None, use_onnx: bool = True,
-                    progress=None) -> VerifyReport:
-    """Check ``compiled`` against its reference (see the module doc).  ``progress(done,
+                    progress=None, engines=None) -> VerifyReport:
+    """Check ``compiled`` against its reference (see the module doc) on ``engines``
+    (default: torch, and onnxruntime unless ``use_onnx`` is False).  ``progress(done,
     total, elapsed, budget)`` is called after every chunk (``total`` None for a random
     run bounded by the budget alone)."""
     from tm2nn.limits import check_float, check_int, check_seed
@@ -169,7 +170,16 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     seed = check_seed("seed", seed)
     budget = check_float("budget", budget, 0.0, open_low=True)
     checker = compiled.spec.checker(compiled)
-    engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
+    if engines:
+        engines = list(dict.fromkeys(engines))
+        for eng in engines:
+            if eng not in compiled.spec.engines:
+                from tm2nn.options import OptionError
+
+                raise OptionError(f"the {compiled.backend} backend runs on {', '.join(compiled.spec.engines)}, "
+                                  f"not {{engine}} {eng!r}", "engine")
+    else:
+        engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
     checker.engines = tuple(engines)
     space = None if inputs is not None else checker.space()
     if inputs is not None:

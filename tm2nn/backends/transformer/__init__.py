@@ -20,10 +20,14 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine, Machine
 from tm2nn.options import OptionError
 
-__all__ = ["compile", "MAX_POSITION_ENTRIES"]
+__all__ = ["compile", "estimate"]
 
-#: Refuse a model whose positional tables (2T+1 rows of width w) exceed this many entries.
-MAX_POSITION_ENTRIES = 50_000_000
+
+#: Binary positions of at most this many bits: the index engine keeps Claim C.6's key,
+#: Bin(l_{t-1}) and Bin(t), in 64 bits (T' < 2^31).  The model itself is O(log T) in size:
+#: positions are computed, so compiling does not refuse a long run; an engine that would
+#: materialise per-step tables refuses when it is built (torch: ``MAX_POSITION_ENTRIES``).
+MAX_POSITION_BITS = 32
 
 
 def estimate(m: Machine, steps: int) -> dict:
@@ -57,12 +61,10 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
                            shared_history=shared_history, correction_placement=correction_placement,
                            cls_readout=cls_readout)  # validated in one place
     est = estimate(m, steps)
-    if est["position_entries"] > MAX_POSITION_ENTRIES:
-        raise OptionError(
-            f"refusing to compile: T = {steps} needs {est['decoder_steps']} decoder steps of width "
-            f"{est['width']}, positional tables of {est['position_entries']:,} entries "
-            f"(about {est['position_entries'] * 4 / 2**20:,.0f} MiB in float32; limit "
-            f"{MAX_POSITION_ENTRIES:,}); lower {{steps}}", "steps")
+    if est["w_pos"] > MAX_POSITION_BITS:
+        raise OptionError(f"refusing to compile: T = {steps:,} needs {est['decoder_steps']:,} decoder steps, "
+                          f"positions of {est['w_pos']} bits (the most is {MAX_POSITION_BITS}); lower {{steps}}",
+                          "steps")
     low = remove_stays(m)
     t = est["decoder_steps"]
     lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)

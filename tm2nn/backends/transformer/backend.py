@@ -42,6 +42,8 @@ class Transformer(Backend):
     takes_what = "line machines"
     run_steps = "steps"
     run_default_steps = 1000
+    #: torch, onnxruntime, and the long-run decoder (:mod:`tm2nn.engines.index_engine`)
+    engines = ("torch", "onnxruntime", "index")
     #: what a model file must hold: rebuild's step bound, the token and tap encodings
     #: decoding (:mod:`.decoding`) reads
     model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",
@@ -77,7 +79,8 @@ class Transformer(Backend):
 
         dec = TraceDecoder(compiled.output_encoding)
         with partial_reports(texts, lambda t, text: Report(dec.decode(t, text).report)):
-            taps = run_taps(compiled, texts, engine, progress)
+            # the index engine stops once the taps decide every report (T source steps or a halt)
+            taps = run_taps(compiled, texts, engine, progress, horizon=dec.horizon if engine == "index" else None)
         return [Report(dec.decode(t, text).report) for t, text in zip(taps, texts)]
 
     def configurations(self, compiled: Compiled, text: str, engine: str = "torch") -> list:

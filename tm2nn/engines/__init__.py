@@ -1,0 +1,12 @@
+"""Fused engines: exact evaluators of compiled networks that are faster than the torch
+and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
+
+* :mod:`.index_engine` (``--engine index``): the transformer's decoder for long runs.
+  Every decoder step runs in one numba kernel (:mod:`.decode_kernel`) over a flat program
+  of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
+  branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
+  step costs O(log T)-deep walks instead of O(T) scans.
+
+Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
+call compiles them (a few seconds, then cached on disk).
+"""
