@@ -1,4 +1,4 @@
-"""transformer backend: decode time against T (issue 4).
+"""transformer backend: decode time against T (issue 4; issue 19 for the ONNX loop).
 
 One machine (examples/binary_counter.tm on a 12-digit counter, which does not halt
 within these T), compiled for T = 500, 1000, 2000, 4000.  For each T: compile time,
@@ -8,11 +8,20 @@ time for the same run as the baseline.  The growth ratio time(4000)/time(1000) s
 the cost per step: 4 means constant, 16 a full recompute of the prefix per step
 (target <= 5: the key/value cache makes step i cost O(i) attention on top of a
 constant layer stack).
+
+torch runs on one thread (``torch_runner``), onnxruntime on one (``onnxruntime``:
+``intra_op_num_threads = 1``) and on its default, one per core (``onnxruntime_mt``): a
+decode step is a chain of small ops that extra threads only synchronise, but the
+attention's O(i) matrix-vector products split over the cores when they are idle; on a
+loaded machine the default is much slower.  Each time is the best of ``REPEATS``
+(``ORT_REPEATS`` for onnxruntime) runs; each row records the 1-minute load average when
+it started, since the machine may be shared.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,9 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = (500, 1000, 2000, 4000)
 INPUT = "0" * 12
 REPEATS = 2
+ORT_REPEATS = 3
+#: onnxruntime's intra-op threads per engine column (None: its default)
+ORT_THREADS = {"onnxruntime": 1, "onnxruntime_mt": None}
+ENGINES = ("torch", "onnxruntime", "onnxruntime_mt")
 
 
-def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
+def bench_one(m, steps: int, engines=ENGINES) -> dict:
     from tm2nn.backends.transformer import compile as compile_tf
     from tm2nn.backends.transformer.decoding import TraceDecoder
     from tm2nn.emit.onnx_emit import onnx_session, run_onnx
@@ -31,23 +44,24 @@ def bench_one(m, steps: int, engines=("torch", "onnxruntime")) -> dict:
     from tm2nn.model_io import onnx_model
     from tm2nn.verify.trace import encode_tokens, torch_runner
 
+    load = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
     c = compile_tf(m, steps=steps)
     t_compile = time.perf_counter() - t0
     blob = onnx_model(c).SerializeToString()
     tokens = encode_tokens(c.input_encoding, [INPUT])
     row = {"bench": f"transformer T={steps}", "decoder_steps": c.options["decoder_steps"],
-           "compile_s": round(t_compile, 3), "onnx_bytes": len(blob)}
+           "compile_s": round(t_compile, 3), "onnx_bytes": len(blob), "load": load}
     want = run_machine(m, INPUT, steps).report()
     t0 = time.perf_counter()
     run_machine(m, INPUT, steps, trace=True)
     row["interp_s"] = round(time.perf_counter() - t0, 5)
     dec = TraceDecoder(c.output_encoding)
     for eng in engines:
-        sess = onnx_session(blob) if eng == "onnxruntime" else None
+        sess = onnx_session(blob, threads=ORT_THREADS[eng]) if eng in ORT_THREADS else None
         run = torch_runner(c.net) if eng == "torch" else (lambda tok, sess=sess: run_onnx(sess, tok)[0])
         best = float("inf")
-        for _ in range(REPEATS):  # the best of REPEATS runs: the machine is shared
+        for _ in range(ORT_REPEATS if sess else REPEATS):  # the best run: the machine is shared
             t0 = time.perf_counter()
             taps = run(tokens)
             best = min(best, time.perf_counter() - t0)
@@ -68,7 +82,7 @@ def main(argv: list[str]) -> list[dict]:
         print(json.dumps(rows[-1]), file=sys.stderr)
     by = {r["bench"]: r for r in rows}
     if "transformer T=4000" in by:
-        for eng in ("torch", "onnxruntime"):
+        for eng in ENGINES:
             g = by["transformer T=4000"][f"{eng}_s"] / by["transformer T=1000"][f"{eng}_s"]
             rows.append({"bench": f"transformer growth {eng}", "time4000_over_time1000": round(g, 2),
                          "target": "<= 5"})

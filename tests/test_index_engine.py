@@ -320,3 +320,18 @@ def test_lookup_equals_brute_force(d, data):
     win = live & (score == best)
     assert (top, count) == (best, win.sum())
     assert np.array_equal(vs, vals[win].sum(0))
+
+
+def test_ctrl_c_in_run_reports_the_configuration_reached(monkeypatch):
+    """``run`` on the index engine, interrupted: the run report of the steps decoded so
+    far, the interpreter's configuration after that many steps."""
+    from tm2nn import interrupt
+
+    m = load(EXAMPLES / "binary_counter.tm")
+    c = compile_tf(m, steps=3000)
+    monkeypatch.setattr(interrupt, "requested", lambda: True)
+    with pytest.raises(interrupt.Interrupted) as e:
+        c.run("0000000000", engine="index")
+    rep = e.value.reports[0]
+    assert rep is not None and 0 < rep["steps"] < 3000
+    assert rep == run_machine(m, "0000000000", rep["steps"]).report()

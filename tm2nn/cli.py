@@ -53,9 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
                    f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
                    "not halting by then exits 1")
-    engines = backends.engine_names()
-    p.add_argument("--engine", choices=engines, default="torch", help="a backend: the torch module (default), "
-                   "the ONNX model, or a fused engine (transformer: index, the long-run decoder)")
+    p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: the "
+                   "torch module (default), the ONNX model, or a fused engine (transformer: index, the long-run decoder)")
     p.add_argument("--json", **js, help="print the run report as one JSON line")
     p.add_argument("--trace", **js, help="interp: also print every step")
     _add_backend_options(p, "run")
@@ -93,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: every input when few enough, else random inputs")
     p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=None, metavar="SECONDS",
                    help="random inputs: check for this long (default: 60 s); an exhaustive check stops there too")
-    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: the budget's)")
+    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: as many as the "
+                   "budget allows)")
     p.add_argument("--seed", type=flag_int(0, SEED_MAX), help="seed for random inputs (printed when chosen)")
     p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
     p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="check on these engines, "

@@ -41,15 +41,26 @@ averaged by dividing by the count), ``softmax`` a ``Softmax`` over axis 0 of
 when the rows are all of ``h``), so the output costs ``O(width)``.
 
 ``Attention`` ``X`` (self, over the history of ``src``: its own input or ``inputs[1]``):
-no keys or values are stored.  The history ``H`` ``[B, c, n]`` holds the coordinates
-``cols`` of ``src`` that K and V read (``Decode.histories()``: one history per ``src``,
-shared by every op over it); the first op over ``src`` in a step appends ``src[cols]``
-(``X/history``, a ``Concat`` on axis 2).  Scores are ``MatMul((W_k[:, cols]ᵀ q)ᵀ, H)``
-(``X.wk_t``), plus ``b_k·q`` (``X.bk``) which only matters against the null's score.
-Hard-max: the items with the top score win when it is at least the null's, the null wins
-when its score is at least theirs, and the output needs only the winners' count and, when
-V reads the history (``X.wv`` ``[dv, c]``), ``MatMul(H, weights)``.  Outside a decoder body
-the history is the current ``src`` alone.
+no keys or values are stored.  The history holds the coordinates ``cols`` of ``src``
+that K and V read (``Decode.histories()``: one history per ``src``, shared by every op
+over it), at every step so far, in one or two parts ``H_p`` ``[B, c_p, n]``
+(:func:`_history_parts`): the columns some op's keys read, then (where that saves at
+least :data:`SPLIT_MIN_READS` reads per column and step) those only values read.  The
+first op over ``src`` in a step appends ``src[cols_p]`` to each part (``X/history``,
+``X/history.v``: a ``Concat`` on axis 2, initializers ``X.cols``, ``X.cols.v``); every op
+of the step reads those values directly.  Scores are ``MatMul((W_k[:, cols_0]ᵀ q)ᵀ, H_0)``
+(``X.wk_t``: the keys read the first part only), plus ``b_k·q`` (``X.bk``), which only
+matters against the null's score.  Hard-max: the items with the top score win
+when it is at least the null's, the null wins when its score is at least theirs.  When V
+reads the history (``X.wv`` ``[dv, c_p]`` per part it reads) the winners' mask ``[B, n]``
+is counted and ``MatMul(H_p, mask)`` is scaled by the items' share.  Otherwise only the
+items' share is needed: it is ``live`` (0 or 1) unless the null's score equals the best
+item's in some batch row, and only then does an ``If`` (``X/n_items``) count the ties
+(``Equal``, ``Cast``, ``ReduceSum``: the one O(n) step it skips), as the torch emitter
+does.  Per step and op the O(n) work is the scores ``MatMul`` and ``ReduceMax``; per step
+and history, one ``Concat`` (onnxruntime writes no loop-carried buffer in place: a
+``ScatterND`` into a preallocated ``[B, c, steps]`` history copies all of it every step,
+which measured slower).  Outside a decoder body the history is the current ``src`` alone.
 
 ``Embed`` ``X``: ``Slice`` the tokens to ``max_len``, ``Gather`` rows of ``X.table``, add
 the first ``L`` rows of ``X.positions`` and transpose to ``[L, w, B]``.
@@ -59,8 +70,8 @@ the first ``L`` rows of ``X.positions`` and transpose to ``[L, w, B]``.
 runs the body net.  ``β`` is a table row (``Gather`` on ``X.positions``) or, for a
 :class:`~tm2nn.nets.BinaryPositions`, computed from the iteration number: ``Div`` by
 powers of two, ``Mod 2``, and a ``[w, bits]`` placement matrix (the same for ``Embed``).
-The loop carries ``o`` and one history per attended value, starting empty
-(``ConstantOfShape`` ``[B, c, 0]``).  The taps are the loop's scan output, with ``tap_0``
+The loop carries ``o`` and each part of each attended history, starting empty
+(``ConstantOfShape`` ``[B, c_p, 0]``).  The taps are the loop's scan output, with ``tap_0``
 concatenated in front: ``[steps + 1, tap_w, B]``.  The keys and values of the body's
 cross-attention over the decoder memory are computed once, before the loop.  With binary
 positions nothing in the model depends on ``steps`` but the trip count.
@@ -176,16 +187,58 @@ def _value_map(op: Attention) -> tuple[np.ndarray, SparseMatrix, np.ndarray, np.
     return rows, wv, op.bv[rows], op.null_value[rows]
 
 
+#: Name suffixes of a history's parts (:func:`_history_parts`): the columns some key reads,
+#: then those only values read.
+_PART_TAGS = ("", ".v")
+
+
+def _part_tag(p: int) -> str:
+    return _PART_TAGS[p]
+
+
+#: Split a history into parts (:func:`_history_parts`) where that saves at least this many
+#: float reads per history column and step: a part costs four small nodes per step
+#: (gather, transpose, unsqueeze, append), about 2 µs in onnxruntime, which this many
+#: reads per column pay for at about a thousand past steps.
+SPLIT_MIN_READS = 32
+
+
+def _history_parts(decode: Decode) -> dict[str, list[np.ndarray]]:
+    """Each attended history's columns (``Decode.histories()``) in parts, each carried as
+    its own ``[B, c_p, n]`` value: the columns some op's keys read, then those only values
+    read, so that scoring reads no value-only column and values that read only those read
+    no key column.  One part where there is nothing to split or the split saves fewer than
+    :data:`SPLIT_MIN_READS` reads per history column and step.  Depends on the weights
+    only (not on ``steps``)."""
+    out: dict[str, list[np.ndarray]] = {}
+    for src, cols in decode.histories().items():
+        ops = [op for op in decode.body.nodes if isinstance(op, Attention) and op.is_self and op.source == src]
+        keyed = {int(c) for op in ops for c in op.wk.cols[op.wk.vals != 0]}
+        k = np.array([c for c in cols if c in keyed], dtype=np.int64)
+        v = np.array([c for c in cols if c not in keyed], dtype=np.int64)
+        saved = 0
+        for op in ops:
+            if not op.value_rows().size:  # an identity: reads nothing
+                continue
+            saved += v.size  # its scores read the key part only
+            vcols = {int(c) for c in op.wv.cols[op.wv.vals != 0]}
+            if vcols and not vcols & keyed:
+                saved += k.size  # its values read the value part only
+        out[src] = [k, v] if k.size and v.size and saved >= SPLIT_MIN_READS else [cols]
+    return out
+
+
 @dataclass
 class _DecodeCtx:
-    """What a decoder body's attention ops see: each attended history's input value
-    (``histories[src]``, ``[B, c, n]``) and its columns (``cols[src]``), the extended
-    histories the step produces (``new_histories``, set by the first op over ``src``) and
-    the precomputed keys/values of cross-attention ops (``cross[name] = (K, V)``)."""
+    """What a decoder body's attention ops see: each attended history's parts
+    (``parts[src]``, the source columns each holds) and their input values
+    (``histories[src]``, ``[B, c_p, n]`` each), the extended parts the step produces
+    (``new_histories``, set by the first op over ``src``) and the precomputed keys/values
+    of cross-attention ops (``cross[name] = (K, V)``)."""
 
-    histories: dict[str, str] = field(default_factory=dict)
-    cols: dict[str, np.ndarray] = field(default_factory=dict)
-    new_histories: dict[str, str] = field(default_factory=dict)
+    histories: dict[str, list[str]] = field(default_factory=dict)
+    parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    new_histories: dict[str, list[str]] = field(default_factory=dict)
     cross: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
@@ -233,17 +286,20 @@ class _Emitter:
         return self._consts[key]
 
     def steps(self, out: list, base: str, final: str | None, steps: list, doc: str = "",
-              bare: bool = True) -> dict[str, str]:
+              bare: bool = True, known: dict[str, str] | None = None) -> dict[str, str]:
         """Append ``steps`` ``(step, op_type, inputs, attrs)`` as nodes; ``inputs`` may name
-        an earlier step as ``"@step"``.  The last step writes ``final`` (unless None); the
-        others write ``<base>/<step>``.  Nodes are named ``<base>/<step>``, or ``<base>``
-        for a single step when ``bare``.  Returns the value of each step."""
+        an earlier step as ``"@step"`` (of this call, or of ``known``: the values an earlier
+        call returned).  The last step writes ``final`` (unless None); the others write
+        ``<base>/<step>``.  Nodes are named ``<base>/<step>``, or ``<base>`` for a single
+        step when ``bare``.  Returns the value of each step."""
         produced: dict[str, str] = {}
+        known = known or {}
         for i, (step, op_type, inputs, attrs) in enumerate(steps):
             last = i == len(steps) - 1
             value = final if last and final is not None else self.values.fresh(f"{base}/{step}")
             node_name = self.nodes.fresh(base if len(steps) == 1 and bare else f"{base}/{step}")
-            ins = [produced[x[1:]] if x.startswith("@") else x for x in inputs]
+            ins = [(produced[x[1:]] if x[1:] in produced else known[x[1:]]) if x.startswith("@") else x
+                   for x in inputs]
             node = helper.make_node(op_type, ins, [value], name=node_name, **attrs)
             if doc:
                 node.doc_string = doc
@@ -442,52 +498,63 @@ class _Emitter:
 
     def history_attention(self, op: Attention, out: list, env: dict[str, str], base: str, final: str,
                           ctx: _DecodeCtx | None) -> None:
-        """Self-attention over a history ``X`` ``[B, c, n]`` of the source's coordinates
-        ``cols`` (see the module docstring)."""
+        """Self-attention over the history of ``op.source`` (see the module docstring): the
+        history is one or more parts ``[B, c_p, n]``; the keys read the parts their
+        columns are in, the values theirs."""
         h, src = env[op.inputs[0]], env[op.source]
         width = op.wv.shape[0]
         rows, _wv, _bv, nv = _value_map(op)
         bv = op.bv[rows]
-        cached = ctx is not None and op.source in ctx.histories
-        cols = ctx.cols[op.source] if cached else op.memory_columns()
-        s: list = []
-        if cached and op.source in ctx.new_histories:
-            x = ctx.new_histories[op.source]
-        else:  # this step's coordinates, appended to the history (once per step and source)
-            two = self.ints(base, 2)
-            s += [("x.gather", "Gather", [src, self.init(f"{base}.cols", cols.astype(np.int64))], {"axis": 0}),
-                  ("x.transpose", "Transpose", ["@x.gather"], {"perm": [1, 0]}),
-                  ("x.new", "Unsqueeze", ["@x.transpose", two], {})]                               # [B, c, 1]
-            if cached:
-                s.append(("history", "Concat", [ctx.histories[op.source], "@x.new"], {"axis": 2}))
-            x = "@history" if cached else "@x.new"
-        if rows.size == 0:
-            s.append(("identity", "Identity", [h], {}))
-            got = self.steps(out, base, final, s, op.cite, bare=False)
-            if cached and op.source not in ctx.new_histories and "history" in got:
-                ctx.new_histories[op.source] = got["history"]
-            return
-        wk = op.wk.dense()[:, cols]
         has_v = bool(op.wv.nnz and np.any(op.wv.vals != 0))
+        cached = ctx is not None and op.source in ctx.histories
+        parts = ctx.parts[op.source] if cached else [op.memory_columns()]
+        got: dict[str, str] = {}
+
+        def emit(steps: list, value: str | None = None) -> None:
+            got.update(self.steps(out, base, value, steps, op.cite, bare=False, known=got))
+
+        if not (has_v or np.any(bv != 0) or np.any(nv != 0)):  # no value can change anything
+            if cached and op.source not in ctx.new_histories:
+                ctx.new_histories[op.source] = self.append_history(op.source, parts, src, base, emit, got, ctx)
+            emit([("identity", "Identity", [h], {})], final)
+            return
+        if cached and op.source in ctx.new_histories:
+            hist = ctx.new_histories[op.source]
+        else:
+            hist = self.append_history(op.source if cached else None, parts, src, base, emit, got, ctx)
+            if cached:
+                ctx.new_histories[op.source] = hist
+        wk = op.wk.dense()
         # Constants are made where a step reads them: an initializer no node reads is
         # dead weight that onnxruntime warns about (tests/test_onnx_clean.py).
         one = self.ints(base, 1)
-        s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+        s = self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]                                                                        # [dk, B]
-        s += [("qc", "MatMul", [self.init(f"{base}.wk_t", self.floats(wk.T)), q], {}),                 # [c, B]
-              ("qc.t", "Transpose", ["@qc"], {"perm": [1, 0]}),
-              ("qc.b", "Unsqueeze", ["@qc.t", one], {}),                                        # [B, 1, c]
-              ("scores", "MatMul", ["@qc.b", x], {}),                                           # [B, 1, n]
-              ("null_score", "MatMul", [self.init(f"{base}.null_key", self.floats(op.null_key[None, :])), q], {}),
+        # scores s'_j = x_j · (W_kᵀq) over the parts the keys read (a part no key reads is skipped)
+        kparts = [p for p, cols in enumerate(parts) if np.any(wk[:, cols] != 0)] or [0]
+        scores = ""
+        for p in kparts:
+            t = _part_tag(p)
+            s += [(f"qc{t}", "MatMul", [self.init(f"{base}.wk_t{t}", self.floats(wk[:, parts[p]].T)), q], {}),  # [c_p, B]
+                  (f"qc{t}.t", "Transpose", [f"@qc{t}"], {"perm": [1, 0]}),
+                  (f"qc{t}.b", "Unsqueeze", [f"@qc{t}.t", one], {}),                           # [B, 1, c_p]
+                  (f"scores{t}", "MatMul", [f"@qc{t}.b", hist[p]], {})]                        # [B, 1, n]
+            if scores:
+                s.append((f"scores{t}.sum", "Add", [scores, f"@scores{t}"], {}))
+                scores = f"@scores{t}.sum"
+            else:
+                scores = f"@scores{t}"
+        s += [("null_score", "MatMul", [self.init(f"{base}.null_key", self.floats(op.null_key[None, :])), q], {}),
               ("null_score.b", "Reshape", ["@null_score", self.ints(base, -1, 1, 1)], {})]      # [B, 1, 1]
         shift = None
         if np.any(op.bk != 0):
             s += [("key_bias", "MatMul", [self.init(f"{base}.bk", self.floats(op.bk[None, :])), q], {}),
                   ("key_bias.b", "Reshape", ["@key_bias", self.ints(base, -1, 1, 1)], {})]
             shift = "@key_bias.b"
+        need_items, need_null = bool(np.any(bv != 0)), bool(np.any(nv != 0))
         if op.mode == "hardmax":
             # max s' + b_k·q against τ_0: items win where s' = max s' (see the torch emitter)
-            s.append(self.reduce("top", "ReduceMax", "@scores", base, 2, 1))
+            s.append(self.reduce("top", "ReduceMax", scores, base, 2, 1))
             best = "@top"
             if shift:
                 s.append(("best", "Add", ["@top", shift], {}))
@@ -495,57 +562,122 @@ class _Emitter:
             s += [("null_wins", "GreaterOrEqual", ["@null_score.b", best], {}),
                   ("items_live", "GreaterOrEqual", [best, "@null_score.b"], {}),
                   ("a0", "Cast", ["@null_wins"], {"to": self.elem}),
-                  ("live", "Cast", ["@items_live"], {"to": self.elem}),
-                  ("argmax", "Equal", ["@scores", "@top"], {}),
-                  ("mask", "Cast", ["@argmax"], {"to": self.elem}),
-                  self.reduce("ties", "ReduceSum", "@mask", base, 2, 1),
-                  ("n_items", "Mul", ["@ties", "@live"], {}),                                  # [B, 1, 1]
-                  ("count", "Add", ["@n_items", "@a0"], {}),
-                  ("inv", "Reciprocal", ["@count"], {}),
-                  ("items", "Mul", ["@n_items", "@inv"], {}),
-                  ("null_weight", "Mul", ["@a0", "@inv"], {})]
-            if has_v:
-                s += [("item_share", "Mul", ["@live", "@inv"], {}),
-                      ("item_weights", "Mul", ["@mask", "@item_share"], {})]                   # [B, 1, n]
+                  ("live", "Cast", ["@items_live"], {"to": self.elem})]
+            if has_v:  # the winners' weights: every tie counts
+                s += [("argmax", "Equal", [scores, "@top"], {}),
+                      ("mask", "Cast", ["@argmax"], {"to": self.elem}),
+                      self.reduce("ties", "ReduceSum", "@mask", base, 2, 1),
+                      ("n_items", "Mul", ["@ties", "@live"], {})]                             # [B, 1, 1]
+            else:
+                # Only the items' share matters.  It is `live` (0 or 1) unless the null key
+                # ties with the best items somewhere in the batch: then count the ties, O(n).
+                s += [("tie", "Mul", ["@a0", "@live"], {}),
+                      ("tie.any", "ReduceMax", ["@tie"], {"keepdims": 0}),                   # over every axis
+                      ("tie.cond", "Cast", ["@tie.any"], {"to": TensorProto.BOOL})]
+                emit(s)
+                s = [("n_items", "If", [got["tie.cond"]], self.tie_branches(base, got[scores[1:]], got["top"],
+                                                                              got["live"]))]
+            s += [("count", "Add", ["@n_items", "@a0"], {}),
+                  ("inv", "Reciprocal", ["@count"], {})]
+            if need_items:
+                s.append(("items", "Mul", ["@n_items", "@inv"], {}))
+            if need_null:
+                s.append(("null_weight", "Mul", ["@a0", "@inv"], {}))
+            if has_v:  # the winners' weights are mask · share: the share is applied after Σ_j
+                s.append(("item_share", "Mul", ["@live", "@inv"], {}))                         # [B, 1, 1]
         else:
-            logits = "@scores"
+            logits = scores
             if shift:
-                s.append(("logits", "Add", ["@scores", shift], {}))
+                s.append(("logits", "Add", [scores, shift], {}))
                 logits = "@logits"
             two = self.ints(base, 2)
             s += [("all", "Concat", ["@null_score.b", logits], {"axis": 2}),
                   ("scaled", "Mul", ["@all", self.init(f"{base}.beta", self.scalar(op.beta))], {}),
-                  ("weights", "Softmax", ["@scaled"], {"axis": 2}),
-                  ("null_weight", "Slice", ["@weights", self.ints(base, 0), one, two], {}),
-                  ("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), two], {}),
-                  self.reduce("items", "ReduceSum", "@item_weights", base, 2, 1)]
-        parts = []
+                  ("weights", "Softmax", ["@scaled"], {"axis": 2})]
+            if need_null:
+                s.append(("null_weight", "Slice", ["@weights", self.ints(base, 0), one, two], {}))
+            if has_v or need_items:
+                s.append(("item_weights", "Slice", ["@weights", one, self.ints(base, _INT64_MAX), two], {}))
+            if need_items:
+                s.append(self.reduce("items", "ReduceSum", "@item_weights", base, 2, 1))
+        terms = []
         if has_v:
-            s += [("item_weights.t", "Transpose", ["@item_weights"], {"perm": [0, 2, 1]}),          # [B, n, 1]
-                  ("mix", "MatMul", [x, "@item_weights.t"], {}),                                  # [B, c, 1]
-                  ("mix.fm", "Transpose", ["@mix"], {"perm": [1, 0, 2]}),                          # [c, B, 1]
-                  ("mix.2d", "Reshape", ["@mix.fm", self.ints(base, len(cols), -1)], {}),         # [c, B]
-                  ("values", "MatMul", [self.init(f"{base}.wv", self.floats(op.wv.dense()[rows][:, cols])), "@mix.2d"], {})]
-            parts.append("@values")
-        if np.any(bv != 0):
+            # Σ_j a_j x_j as a matrix-vector product per part the values read: [B, c_p, n]·[B, n, 1]
+            # (the weights turned into a column by Squeeze/Unsqueeze: no copy, no transposed
+            # MatMul); hard-max multiplies the winners' sum by their share afterwards
+            wv = op.wv.dense()[rows]
+            vparts = [p for p, cols in enumerate(parts) if np.any(wv[:, cols] != 0)]
+            w = "@mask" if op.mode == "hardmax" else "@item_weights"
+            s += [("item_weights.row", "Squeeze", [w, one], {}),                                # [B, n]
+                  ("item_weights.col", "Unsqueeze", ["@item_weights.row", self.ints(base, 2)], {})]  # [B, n, 1]
+            for p in vparts:
+                t = _part_tag(p)
+                s.append((f"mix{t}", "MatMul", [hist[p], "@item_weights.col"], {}))            # [B, c_p, 1]
+                mix = f"@mix{t}"
+                if op.mode == "hardmax":
+                    s.append((f"mix{t}.share", "Mul", [mix, "@item_share"], {}))
+                    mix = f"@mix{t}.share"
+                s += [(f"mix{t}.fm", "Transpose", [mix], {"perm": [1, 0, 2]}),                 # [c_p, B, 1]
+                      (f"mix{t}.2d", "Reshape", [f"@mix{t}.fm", self.ints(base, len(parts[p]), -1)], {}),  # [c_p, B]
+                      (f"values{t}", "MatMul", [self.init(f"{base}.wv{t}", self.floats(wv[:, parts[p]])),
+                                                f"@mix{t}.2d"], {})]
+                terms.append(f"@values{t}")
+        if need_items:
             s += [("items.row", "Reshape", ["@items", self.ints(base, 1, -1)], {}),                 # [1, B]
                   ("value_bias", "Mul", [self.init(f"{base}.bv", self.floats(bv[:, None])), "@items.row"], {})]
-            parts.append("@value_bias")
-        if np.any(nv != 0):
+            terms.append("@value_bias")
+        if need_null:
             s += [("null_weight.row", "Reshape", ["@null_weight", self.ints(base, 1, -1)], {}),
                   ("null_mix", "Mul", [self.init(f"{base}.null_value", self.floats(nv[:, None])), "@null_weight.row"], {})]
-            parts.append("@null_mix")
-        if not parts:
+            terms.append("@null_mix")
+        if not terms:  # pragma: no cover - a value row with all-zero weights
             s.append(("identity", "Identity", [h], {}))
         else:
-            delta = parts[0]
-            for j, p in enumerate(parts[1:]):
-                s.append((f"delta.{j}", "Add", [delta, p], {}))
+            delta = terms[0]
+            for j, term in enumerate(terms[1:]):
+                s.append((f"delta.{j}", "Add", [delta, term], {}))
                 delta = f"@delta.{j}"
             s += self.residual(h, delta, rows, width, base)
-        got = self.steps(out, base, final, s, op.cite, bare=False)
-        if cached and op.source not in ctx.new_histories:
-            ctx.new_histories[op.source] = got["history"]
+        emit(s, final)
+
+    def append_history(self, source: str | None, parts: list[np.ndarray], src: str, base: str, emit,
+                       got: dict[str, str], ctx: _DecodeCtx | None) -> list[str]:
+        """This step's coordinates of ``src``, one ``[B, c_p, 1]`` column per part,
+        appended to the carried history of ``source`` (``X/history``, ``X/history.v``: a
+        ``Concat`` on axis 2); without ``source`` (outside a decoder body) the history is
+        the column alone.  Returns the parts' values."""
+        two = self.ints(base, 2)
+        hist = []
+        for p, cols in enumerate(parts):
+            t = _part_tag(p)
+            s = [(f"x{t}.gather", "Gather", [src, self.init(f"{base}.cols{t}", cols.astype(np.int64))], {"axis": 0}),
+                 (f"x{t}.transpose", "Transpose", [f"@x{t}.gather"], {"perm": [1, 0]}),
+                 (f"x{t}.new", "Unsqueeze", [f"@x{t}.transpose", two], {})]                            # [B, c_p, 1]
+            if source is not None:
+                s.append((f"history{t}", "Concat", [ctx.histories[source][p], f"@x{t}.new"], {"axis": 2}))
+            emit(s)
+            hist.append(got[s[-1][0]])
+        return hist
+
+    def tie_branches(self, base: str, scores: str, top: str, live: str) -> dict:
+        """The ``If`` branches giving the items' count ``n_items`` ``[B, 1, 1]`` of a
+        hard-max self-attention without values: where the null key ties with the best
+        items (``then``), the number of items with the top score times ``live``; else
+        ``live`` itself (the count cancels in the items' share)."""
+        then: list = []
+        got = self.steps(then, base, None, [
+            ("ties.argmax", "Equal", [scores, top], {}),
+            ("ties.mask", "Cast", ["@ties.argmax"], {"to": self.elem}),
+            self.reduce("ties.count", "ReduceSum", "@ties.mask", base, 2, 1),
+            ("ties.items", "Mul", ["@ties.count", live], {}),
+        ], bare=False)
+        other: list = []
+        alone = self.steps(other, base, None, [("ties.live", "Identity", [live], {})], bare=False)
+        shape = [BATCH, 1, 1]
+        return {"then_branch": helper.make_graph(then, f"{base}/ties.then", [], [
+                    helper.make_tensor_value_info(got["ties.items"], self.elem, shape)]),
+                "else_branch": helper.make_graph(other, f"{base}/ties.else", [], [
+                    helper.make_tensor_value_info(alone["ties.live"], self.elem, shape)])}
 
     def embed(self, op: Embed, out: list, tokens: str, base: str, final: str) -> None:
         zero, one = self.ints(base, 0), self.ints(base, 1)
@@ -620,24 +752,26 @@ class _Emitter:
             if isinstance(a, Attention) and not a.is_self and a.inputs[1] == body.inputs[1].name \
                     and a.value_rows().size:
                 ctx.cross[a.name] = self.memory_kv(a, out, mem, bprefix + a.name)
-        hists = op.histories()
+        hists = _history_parts(op)
         empty: list[str] = []
-        for src, cols in hists.items():
-            empty.append(self.steps(out, f"{base}/history.{src}", None, [
-                ("shape", "Concat", [batch, self.ints(base, len(cols), 0)], {"axis": 0}),
-                ("empty", "ConstantOfShape", ["@shape"],
-                 {"value": helper.make_tensor("value", self.elem, [1], [0.0])}),
-            ], bare=False)["empty"])
+        for src, parts in hists.items():
+            for p, cols in enumerate(parts):
+                empty.append(self.steps(out, f"{base}/history.{src}{_part_tag(p)}", None, [
+                    ("shape", "Concat", [batch, self.ints(base, len(cols), 0)], {"axis": 0}),
+                    ("empty", "ConstantOfShape", ["@shape"],
+                     {"value": helper.make_tensor("value", self.elem, [1], [0.0])}),
+                ], bare=False)["empty"])
         # the loop body
         it = self.values.fresh(f"{base}/iter")
         cond_in = self.values.fresh(f"{base}/cond_in")
         cond_out = self.values.fresh(f"{base}/cond_out")
         o_prev = self.values.fresh(f"{base}/o")
         hist_in: list[onnx.ValueInfoProto] = []
-        for src, cols in hists.items():
-            v = self.values.fresh(f"{base}/history.{src}")
-            ctx.histories[src], ctx.cols[src] = v, cols
-            hist_in.append(helper.make_tensor_value_info(v, self.elem, [BATCH, len(cols), None]))
+        for src, parts in hists.items():
+            ctx.parts[src] = parts
+            ctx.histories[src] = [self.values.fresh(f"{base}/history.{src}{_part_tag(p)}") for p in range(len(parts))]
+            hist_in += [helper.make_tensor_value_info(v, self.elem, [BATCH, len(c), None])
+                        for v, c in zip(ctx.histories[src], parts)]
         nodes: list = []
         self.steps(nodes, f"{base}/cond", cond_out, [("cond", "Identity", [cond_in], {})])
         if isinstance(op.positions, BinaryPositions):  # β(i) = row i - 1 = the loop's iteration
@@ -648,10 +782,10 @@ class _Emitter:
         x = self.steps(nodes, base, None, pos + [("x", "Add", [o_prev, "@position"], {})], bare=False)["x"]
         benv = self.net_ops(body, nodes, {body.inputs[0].name: x, body.inputs[1].name: mem},
                             prefix=bprefix, ctx=ctx)
-        new = [ctx.new_histories[src] for src in hists]
+        new = [v for src in hists for v in ctx.new_histories[src]]
+        widths = [len(c) for parts in hists.values() for c in parts]
         o, tap, *new = self.body_graph_outputs(nodes, base, [benv[body.outputs[0]], benv[body.outputs[1]], *new])
-        hist_out = [helper.make_tensor_value_info(v, self.elem, [BATCH, len(c), None])
-                    for v, c in zip(new, hists.values())]
+        hist_out = [helper.make_tensor_value_info(v, self.elem, [BATCH, c, None]) for v, c in zip(new, widths)]
         graph = helper.make_graph(
             nodes, f"{base}/body",
             [helper.make_tensor_value_info(it, TensorProto.INT64, []),
@@ -661,7 +795,8 @@ class _Emitter:
              _fm_info(tap, tap_w, self.elem)])
         trips = self.init(f"{base}.steps", np.array(op.steps, dtype=np.int64))
         finals = [self.values.fresh(f"{base}/o.final")]
-        finals += [self.values.fresh(f"{base}/history.{src}.final") for src in hists]
+        finals += [self.values.fresh(f"{base}/history.{src}{_part_tag(p)}.final")
+                   for src, parts in hists.items() for p in range(len(parts))]
         taps = self.values.fresh(f"{base}/taps")
         out.append(helper.make_node("Loop", [trips, "", o0, *empty], [*finals, taps],
                                     name=self.nodes.fresh(base), body=graph))
@@ -954,12 +1089,13 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
     for n, kind in zip(names[:2], ["vector", "sequence"]):
         fm[n] = em.values.fresh(f"{n}/fm")
         em.steps(nodes, f"{n}/transpose", fm[n], [("transpose", "Transpose", [n], {"perm": _TO_FEATURE_MAJOR[kind]})])
-    ctx = _DecodeCtx(histories={src: n for src, n in zip(hists, hist_names)}, cols=dict(hists))
+    ctx = _DecodeCtx(histories={src: [n] for src, n in zip(hists, hist_names)},
+                     parts={src: [c] for src, c in hists.items()})  # one part: the interface's columns
     env = em.net_ops(body, nodes, {body.inputs[0].name: fm["x"], body.inputs[1].name: fm["memory"]}, ctx=ctx)
     for n, v in zip(outs[:2], [env[body.outputs[0]], env[body.outputs[1]]]):
         em.steps(nodes, f"{n}/transpose", n, [("transpose", "Transpose", [v], {"perm": _TO_BATCH_MAJOR["vector"]})])
     for n, src in zip(outs[2:], hists):  # already batch-major
-        em.steps(nodes, f"{n}/identity", n, [("identity", "Identity", [ctx.new_histories[src]], {})])
+        em.steps(nodes, f"{n}/identity", n, [("identity", "Identity", [ctx.new_histories[src][0]], {})])
 
     w, tap_w = len(body.inputs[0].space), len(body.spaces[body.outputs[1]])
     w_mem = len(body.inputs[1].space)
@@ -1012,9 +1148,11 @@ def onnx_metadata(model_or_path) -> dict[str, str]:
     return {p.key: p.value for p in _load(model_or_path).metadata_props}
 
 
-def onnx_session(model_or_path_or_bytes):
+def onnx_session(model_or_path_or_bytes, threads: int | None = None):
     """An onnxruntime session on the CPU for a model (a ModelProto, serialized bytes or a
-    path); build it once and pass it to :func:`run_onnx` to run many batches."""
+    path); build it once and pass it to :func:`run_onnx` to run many batches.  ``threads``
+    sets onnxruntime's intra-op threads (default: its own choice, one per core); a
+    transformer decode of batch 1 is a chain of small ops, fastest on one."""
     import onnxruntime as ort
 
     src = model_or_path_or_bytes
@@ -1024,6 +1162,8 @@ def onnx_session(model_or_path_or_bytes):
         src = os.fspath(src)
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: a failure is raised (and reported once) by the caller
+    if threads is not None:
+        opts.intra_op_num_threads = int(threads)
     return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
 
 

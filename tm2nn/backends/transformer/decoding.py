@@ -54,7 +54,7 @@ def _one_hot(block: np.ndarray, allow_zero: bool = False) -> tuple[np.ndarray, n
 
 class TraceDecoder:
     """Built once per encoding; :meth:`decode` turns one ``[T+1, tap_w]`` tap array (any
-    real dtype, or the index engine's ``uint8`` bits) and the input string into a
+    real dtype, or the index engine's exact ``int8`` values) and the input string into a
     :class:`Decoded`."""
 
     def __init__(self, enc: dict) -> None:
