@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
 from tests.test_emit_seq import Ref
+from tests.test_onnx_clean import _graphs
 from tests.test_transformer import LINE_EXAMPLES, tapes
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.emit import onnx_emit
@@ -217,14 +218,6 @@ def test_histories_are_carried_and_appended_once_per_step():
         a.name for a in dec.body.nodes if isinstance(a, Attention) and a.is_self)
     assert len(key_reads) == n_layers and all(n.name.endswith("/scores") for n in key_reads)
     assert [n.name for n in value_reads] == ["trace/body/S.c6/mix.v"]  # C.6 reads the written symbol
-
-
-def _graphs(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
 
 
 def test_ties_are_counted_only_inside_an_if():
