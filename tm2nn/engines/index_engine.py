@@ -144,7 +144,8 @@ class IndexEngine:
             shifts = np.uint64(63) - np.arange(len(ix.key_cols), dtype=np.uint64)
             keys = np.bitwise_or.reduce(bits << shifts, axis=1) if ix.key_cols else np.zeros(len(mem), np.uint64)
             vbits = mem[:, ix.val_cols].astype(np.int64) if ix.val_cols else np.zeros((len(mem), 1), np.int64)
-            K.insert_rows(st.imeta, st.istate, np.uint64(k), keys.astype(np.uint64), vbits, *st.pools)
+            if K.insert_rows(st.imeta, st.istate, np.uint64(k), keys.astype(np.uint64), vbits, *st.pools):
+                raise RuntimeError(f"index {k} holds fewer items than the memory's {len(mem)} rows")  # sized above
         pr = p.prologue
         st.ws[pr.x_off:pr.x_off + pr.w] = p.init
         tap0 = np.zeros(self.tap_w, dtype=np.int8)
@@ -200,6 +201,8 @@ class IndexEngine:
         from tm2nn.limits import check_memory
 
         steps = self.steps if steps is None else int(steps)
+        if not 0 <= steps <= self.steps:
+            raise ValueError(f"the decoder runs at most {self.steps} steps (its positions), not {steps}")
         tokens = np.atleast_2d(np.asarray(tokens, dtype=np.int64))
         n_in = tokens.shape[0]
         length = min(tokens.shape[1], self.prog.embed.max_len)
