@@ -335,3 +335,30 @@ def test_ctrl_c_in_run_reports_the_configuration_reached(monkeypatch):
     rep = e.value.reports[0]
     assert rep is not None and 0 < rep["steps"] < 3000
     assert rep == run_machine(m, "0000000000", rep["steps"]).report()
+
+
+def test_consecutive_one_coordinate_layers(monkeypatch):
+    """Three identity ReLU layers in a row after Lemma C.2: each pair could be looked up as
+    a block, but blocks must not overlap (a block's second layer is evaluated, not folded
+    into the next block).  Same function as the dense path."""
+    import importlib
+
+    from tm2nn.backends.transformer.ff import copy, relu_layer
+
+    build_mod = importlib.import_module("tm2nn.backends.transformer.build")  # the module, not the function
+
+    orig = build_mod.head_move
+
+    def extra(lay, x, prefix):
+        ops, cur = orig(lay, x, prefix)
+        for i in range(3):
+            ops += relu_layer(f"{prefix}.extra{i}", cur, lay.space, lay.space, copy(lay.space.labels, {}))
+            cur = f"{prefix}.extra{i}"
+        return ops, cur
+
+    monkeypatch.setattr(build_mod, "head_move", extra)
+    m = load(EXAMPLES / "bb4.tm")
+    c = compile_tf(m, steps=16)
+    eng = IndexEngine(c.net)
+    assert sum(1 for r in eng.prog.body.iprog if r[0] == K.OP_SEPARABLE) >= 2
+    assert_same_function(c, tapes(m, 3), eng)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import random
 
 import numpy as np
 import pytest
@@ -18,6 +17,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
+from tests.test_transformer import engines
+from tests.test_transformer import tapes as _tapes
 from tm2nn.backends.relu_circuit.layers import round_correction
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.attention import attention
@@ -59,12 +60,11 @@ SWEEP = [8 * 2**i for i in range(8)]
 
 
 def tapes(m, n: int, seed: int = 0, max_len: int = 6) -> list[str]:
-    rng = random.Random(seed)
-    return [""] + ["".join(rng.choice(m.alphabet) for _ in range(rng.randint(1, max_len))) for _ in range(n)]
+    return _tapes(m, n, seed, max_len)
 
 
 def verified(c, inputs, use_onnx=False):
-    rep = verify_compiled(c, inputs=inputs, use_onnx=use_onnx)
+    rep = verify_compiled(c, inputs=inputs, engines=engines(c, use_onnx))
     assert rep.first is None and rep.ok, rep.first
     return rep
 

@@ -363,13 +363,18 @@ def build_program(net: Net, separable: bool = True) -> DecodeProgram:
         # Affine A -> ReLU -> Affine B where each row of B depends on one coordinate of A's
         # input (Prop. 3.4's round): one instruction, no intermediate (see _separable)
         blocks: dict[str, tuple[Affine, list]] = {}
-        for k, op in enumerate(part.nodes[:-2]):
-            r, b = part.nodes[k + 1], part.nodes[k + 2]
-            if (separable and op.name in fused_affines and r.name in fused and isinstance(b, Affine)
+        k = 0
+        while separable and k + 2 < len(part.nodes):
+            op, r, b = part.nodes[k], part.nodes[k + 1], part.nodes[k + 2]
+            rows = None
+            if (op.name in fused_affines and r.name in fused and isinstance(b, Affine)
                     and b.inputs == (r.name,) and readers.get(r.name, 0) == 1 and r.name not in outs):
                 rows = _separable(op, b)
-                if rows is not None:
-                    blocks[b.name] = (op, rows)
+            if rows is not None:
+                blocks[b.name] = (op, rows)
+                k += 3  # blocks do not overlap: B is evaluated, never folded into the next block
+            else:
+                k += 1
         skip = {n for a, _rows in blocks.values() for n in (a.name, *[f for f, g in fused.items() if g == a.name])}
         inserted: set[str] = set()
         prog: list[list[int]] = []
