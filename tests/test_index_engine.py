@@ -159,7 +159,7 @@ def test_verify_and_run_on_the_index_engine(run_cli):
                  "--max-steps", "200")
     assert r1.code == r2.code == 0 and json.loads(r1.out) == json.loads(r2.out)
     r = run_cli("verify", str(EXAMPLES / "binary_increment.tm"), "--backend", "transformer", "--steps", "20",
-                "--engines", "index,torch", "--json")
+                "--engines", "index,torch", "--input", "1011", "--input", "", "--json")
     assert r.code == 0, r.err
     assert set(json.loads(r.out)["engines"]) == {"index", "torch"}
     r = run_cli("verify", str(EXAMPLES / "binary_increment.tm"), "--backend", "transformer", "--engines", "gpu")
