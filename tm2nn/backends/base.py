@@ -327,12 +327,16 @@ class Compiled:
         return metadata(self)
 
     # -- running ---------------------------------------------------------------------------
+    def check_engine(self, engine: str, option: str = "engine") -> None:
+        """Refuse an engine this backend does not run on (``option`` names the argument)."""
+        if engine not in self.spec.engines:
+            raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
+                              f"not {{{option}}} {engine!r}", option)
+
     def runner(self, engine: str):
         """``run(*arrays) -> outputs`` for an engine (``torch`` or ``onnxruntime``), built
         once per model."""
-        if engine not in self.spec.engines:
-            raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
-                              f"not {{engine}} {engine!r}", "engine")
+        self.check_engine(engine)
         if engine not in ENGINES:  # a fused engine: the backend drives it (Backend.run)
             raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
                               f"engine={engine!r})", "engine")

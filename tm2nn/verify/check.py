@@ -173,11 +173,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     if engines:
         engines = list(dict.fromkeys(engines))
         for eng in engines:
-            if eng not in compiled.spec.engines:
-                from tm2nn.options import OptionError
-
-                raise OptionError(f"the {compiled.backend} backend runs on {', '.join(compiled.spec.engines)}, "
-                                  f"not {{engine}} {eng!r}", "engine")
+            compiled.check_engine(eng, "engines")
     else:
         engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
     checker.engines = tuple(engines)
