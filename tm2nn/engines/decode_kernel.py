@@ -54,8 +54,8 @@ PROG_WIDTH = 10
 
 # ameta columns (one row per attention op)
 (A_INDEX, A_DOP, A_DK, A_WQ_PTR, A_WQ_COLS, A_WQ_VALS, A_BQ, A_WK_PTR, A_WK_Q, A_WK_VALS, A_BK, A_K0,
- A_NROWS, A_ROWS, A_WV_PTR, A_WV_SLOT, A_WV_VALS, A_BV, A_NULLV, A_FLAGS, A_HW) = range(21)
-A_WIDTH = 21
+ A_NROWS, A_ROWS, A_WV_PTR, A_WV_SLOT, A_WV_VALS, A_BV, A_NULLV, A_FLAGS) = range(20)
+A_WIDTH = 20
 FLAG_V, FLAG_BV, FLAG_NV = np.uint64(1), np.uint64(2), np.uint64(4)
 
 # error codes (err_i[0]); err_i[1] = step, err_i[2] = instruction (or attention), err_i[3] = column

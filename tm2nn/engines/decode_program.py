@@ -126,7 +126,7 @@ class _Pools:
         self.f, self.i = _Pool(np.float64), _Pool(np.int64)
         self.fadd, self.iadd = self.f.add, self.i.add
 
-    def separable(self, a: Affine, b: Affine, rows: list, relu: bool) -> tuple[int, int, int]:
+    def separable(self, a: Affine, b: Affine, rows: list, relu: bool) -> tuple[int, int]:
         """A separable block (:func:`_separable`): per output row ``(input column, number of
         terms, offset of [b_B, (b_A, w_A, w_B) per term])`` in ``idata``, and its values at
         inputs 0 and 1 (computed as the kernel computes them, :func:`separable_value`) in
@@ -140,7 +140,7 @@ class _Pools:
             terms = [(float(a_bias[j]), float(a_w[j]), float(w)) for j, w in zip(js, wbs)]
             desc += [c, len(terms), self.fadd([b.bias[r], *[v for t in terms for v in t]])]
             table += [separable_value(b.bias[r], terms, 0.0, relu), separable_value(b.bias[r], terms, 1.0, relu)]
-        return self.iadd(desc), 0, self.fadd(table)
+        return self.iadd(desc), self.fadd(table)
 
     def row_groups(self, m) -> tuple[int, int]:
         """A sparse matrix as groups of rows with the same number of entries ``k``: per
@@ -339,7 +339,6 @@ def build_program(net: Net, separable: bool = True) -> DecodeProgram:
         has_v = bool(op.wv.nnz and np.any(op.wv.vals != 0))
         row[K.A_FLAGS] = ((K.FLAG_V if has_v else 0) | (K.FLAG_BV if np.any(op.bv[rows] != 0) else 0)
                           | (K.FLAG_NV if np.any(op.null_value[rows] != 0) else 0))
-        row[K.A_HW] = w
         ameta.append(row)
         names.append(op.name)
         return len(ameta) - 1
@@ -394,7 +393,7 @@ def build_program(net: Net, separable: bool = True) -> DecodeProgram:
             if op.name in blocks:
                 a, rows = blocks[op.name]
                 relu = op.name in fused_affines
-                desc, terms, table = pools.separable(a, op, rows, relu)
+                desc, table = pools.separable(a, op, rows, relu)
                 prog.append([K.OP_SEPARABLE, at[a.inputs[0]][0], width, out, desc, table, 0, 0, 0, int(relu)])
             elif isinstance(op, Affine):
                 i_off, i_w = at[op.inputs[0]]
