@@ -20,7 +20,15 @@ from tm2nn.backends.transformer.decoding import TraceDecoder
 from tm2nn.emit.torch_emit import record_attention, to_torch
 from tm2nn.engines import decode_kernel as K
 from tm2nn.engines.decode_program import EngineRefused
-from tm2nn.engines.hardmax_index import IM_WIDTH, MAX_KEY_BITS, STACK
+from tm2nn.engines.hardmax_index import (
+    IM_CAP,
+    IM_D,
+    IM_NV,
+    IM_VALCOLS,
+    IM_WIDTH,
+    MAX_KEY_BITS,
+    STACK,
+)
 from tm2nn.engines.index_engine import IndexEngine
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
@@ -233,6 +241,10 @@ def test_a_non_binary_value_is_refused_not_approximated():
     net = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body)), c.net.outputs)
     with pytest.raises(EngineRefused, match="decoder step 1 .*not 0 or 1|non-integer"):
         IndexEngine(net).run(c.encode([""]))
+    enc = dataclasses.replace(c.net.nodes[0], table=c.net.nodes[0].table * 0.5)  # E[:, a] = 0.5 e_a
+    net = Net(c.net.name, c.net.inputs, (enc, dec), c.net.outputs)
+    with pytest.raises(EngineRefused, match="encoder position 0, coordinate .* is 0.5"):
+        IndexEngine(net).run(c.encode(["1"]))
 
 
 def test_memory_is_estimated_and_refused_up_front():
@@ -276,17 +288,22 @@ def test_ctrl_c_returns_the_steps_so_far(monkeypatch):
 # -- the lookup, against brute force ------------------------------------------------------------
 def _index(keys, vals, d):
     """One index over ``keys`` (ints of ``d`` bits, bit position p = bit d-1-p) and value
-    bits ``vals`` ``[n, nv]``, built with the kernel's insert."""
+    bits ``vals`` ``[n, nv]``, built with the kernel's insert from rows ``(key bits,
+    value bits)`` as a decoder step's vector would give them."""
     nv = vals.shape[1]
     n = len(keys)
     im = np.zeros((1, IM_WIDTH), dtype=np.uint64)
-    im[0, 0], im[0, 1], im[0, 3] = d, nv, max(1, n)
+    im[0, IM_D], im[0, IM_NV], im[0, IM_CAP], im[0, IM_VALCOLS] = d, nv, max(1, n), d  # key columns from 0
     ist = np.zeros((1, 3), dtype=np.uint64)
     pools = (np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(max(1, n * nv), np.int32),
              np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.int32),
              np.zeros(max(1, n * nv), np.int32), np.zeros(n, np.uint32))
-    k64 = np.array([int(k) << (64 - d) for k in keys], dtype=np.uint64)
-    assert K.insert_rows(im, ist, np.uint64(0), k64, vals.astype(np.int64), *pools) == 0
+    bits = np.array([[(k >> (d - 1 - p)) & 1 for p in range(d)] for k in keys], dtype=np.float64).reshape(n, d)
+    rows = np.hstack([bits, vals.astype(np.float64)])
+    cols = np.arange(d + nv, dtype=np.uint64)       # key columns 0..d-1, value columns d..d+nv-1
+    status = K.insert_rows(im, ist, np.uint64(0), rows, cols, np.zeros(nv, np.int64), np.zeros(4, np.int64),
+                           np.zeros(1), *pools)
+    assert status == 0
     return im, ist, pools
 
 

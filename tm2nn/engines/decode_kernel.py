@@ -152,6 +152,37 @@ def _attend(a, h_off, w, out_off, ameta, fdata, idata, imeta, istate, leaf_key, 
 
 
 @njit(cache=True, inline="always")
+def _pack(src, off, imeta, k, idata, vbits, err_i, err_f):
+    """Index ``k``'s key of the vector ``src[off:]`` (its key coordinates as bits, bit
+    position p = bit 63 - p) and its value bits into ``vbits``: ``(0, key)``, or
+    ``(ERR_HISTORY, 0)`` when a coordinate is not exactly 0 or 1 (``err_i[3]`` its column)."""
+    key = _0
+    kc = imeta[k, IM_KEYCOLS]
+    for p in range(imeta[k, IM_D]):
+        col = idata[kc + p]
+        x = src[off + col]
+        if x == 1.0:
+            key |= _1 << (_63 - p)
+        elif x != 0.0:
+            err_i[0], err_i[3] = ERR_HISTORY, col
+            err_f[0] = x
+            return ERR_HISTORY, _0
+    vc = imeta[k, IM_VALCOLS]
+    for v in range(imeta[k, IM_NV]):
+        col = idata[vc + v]
+        x = src[off + col]
+        if x == 1.0:
+            vbits[v] = 1
+        elif x == 0.0:
+            vbits[v] = 0
+        else:
+            err_i[0], err_i[3] = ERR_HISTORY, col
+            err_f[0] = x
+            return ERR_HISTORY, _0
+    return 0, key
+
+
+@njit(cache=True, inline="always")
 def _insert(src_off, hist, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
             ws, vbits, err_i, err_f):
     """This step's ``src`` into every index over history ``hist``; 0 or an error code."""
@@ -159,29 +190,9 @@ def _insert(src_off, hist, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nb
         k = np.uint64(kk)
         if imeta[k, IM_HIST] != hist + _1:
             continue
-        key = _0
-        kc = imeta[k, IM_KEYCOLS]
-        for p in range(imeta[k, IM_D]):
-            col = idata[kc + p]
-            x = ws[src_off + col]
-            if x == 1.0:
-                key |= _1 << (_63 - p)
-            elif x != 0.0:
-                err_i[0], err_i[3] = ERR_HISTORY, col
-                err_f[0] = x
-                return ERR_HISTORY
-        vc = imeta[k, IM_VALCOLS]
-        for v in range(imeta[k, IM_NV]):
-            col = idata[vc + v]
-            x = ws[src_off + col]
-            if x == 1.0:
-                vbits[v] = 1
-            elif x == 0.0:
-                vbits[v] = 0
-            else:
-                err_i[0], err_i[3] = ERR_HISTORY, col
-                err_f[0] = x
-                return ERR_HISTORY
+        status, key = _pack(ws, src_off, imeta, k, idata, vbits, err_i, err_f)
+        if status:
+            return status
         if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
                         nrep):
             err_i[0] = ERR_FULL
@@ -325,11 +336,17 @@ def run_steps(iprog, fdata, idata, ameta, imeta, istate, leaf_key, leaf_cnt, lea
 
 
 @njit(cache=True)
-def insert_rows(imeta, istate, k, keys, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep):
-    """Every row of a sequence (the decoder memory) into index ``k``: ``keys[j]``,
-    value bits ``vbits[j]``."""
-    for j in range(keys.shape[0]):
-        if index_insert(imeta, istate, k, keys[j], vbits[j], leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
-                        nvs, nrep):
+def insert_rows(imeta, istate, k, rows, idata, vbits, err_i, err_f, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
+                nvs, nrep):
+    """Every row of a sequence (the decoder memory ``[L, w]``) into index ``k``, packed as
+    a step's vector is (:func:`_pack`); 0 or an error code (``err_i[1]``: the row)."""
+    for j in range(rows.shape[0]):
+        status, key = _pack(rows[j], _0, imeta, k, idata, vbits, err_i, err_f)
+        if status:
+            err_i[1] = j
+            return status
+        if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                        nrep):
+            err_i[0] = ERR_FULL
             return ERR_FULL
     return 0

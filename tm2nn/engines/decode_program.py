@@ -39,7 +39,20 @@ from tm2nn.engines.decode_kernel import (
     OP_RELU,
     PROG_WIDTH,
 )
-from tm2nn.engines.hardmax_index import IM_WIDTH, MAX_KEY_BITS
+from tm2nn.engines.hardmax_index import (
+    IM_CAP,
+    IM_D,
+    IM_HIST,
+    IM_KEYCOLS,
+    IM_LEAF0,
+    IM_NODE0,
+    IM_NV,
+    IM_VALCOLS,
+    IM_VSL0,
+    IM_VSN0,
+    IM_WIDTH,
+    MAX_KEY_BITS,
+)
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Net, ReLU, Slice
 from tm2nn.nets.positions import BinaryPositions
@@ -443,19 +456,6 @@ def build_program(net: Net, separable: bool = True) -> DecodeProgram:
 def imeta_for(prog: DecodeProgram, memory_length: int, steps: int) -> tuple[np.ndarray, dict]:
     """``imeta`` for one input (capacities: the memory's length, or one item per decoder
     step) and the pool sizes it needs."""
-    from tm2nn.engines.hardmax_index import (
-        IM_CAP,
-        IM_D,
-        IM_HIST,
-        IM_KEYCOLS,
-        IM_LEAF0,
-        IM_NODE0,
-        IM_NV,
-        IM_VALCOLS,
-        IM_VSL0,
-        IM_VSN0,
-    )
-
     im = np.zeros((len(prog.indexes), IM_WIDTH), dtype=np.uint64)
     leaves = nodes = vsl = vsn = 0
     for k, ix in enumerate(prog.indexes):

@@ -76,6 +76,7 @@ class _Input:
         self.scratch = (np.zeros(dk), np.zeros(MAX_KEY_BITS + 1), np.zeros(MAX_KEY_BITS + 1),
                         np.zeros(STACK, dtype=np.uint64), np.zeros(STACK), np.zeros(STACK, dtype=np.uint64),
                         np.zeros(nv, dtype=np.int64), np.zeros(nv, dtype=np.int64))
+        self.vbits = self.scratch[-1]  # an item's value bits, as it is inserted
         self.err_i = np.zeros(4, dtype=np.int64)
         self.err_f = np.zeros(1)
 
@@ -133,18 +134,13 @@ class IndexEngine:
         for k, ix in enumerate(p.indexes):
             if ix.hist != MEMORY:
                 continue
-            cols = ix.key_cols + ix.val_cols
-            block = mem[:, cols]
-            bad = ~((block == 0.0) | (block == 1.0))
-            if bad.any():
-                r, c = np.argwhere(bad)[0]
-                raise EngineRefused(f"the index engine stores keys as bits; encoder position {r}, coordinate "
-                                    f"{cols[c]} is {block[r, c]!r}: run this model with the torch engine")
-            bits = mem[:, ix.key_cols].astype(np.uint64)
-            shifts = np.uint64(63) - np.arange(len(ix.key_cols), dtype=np.uint64)
-            keys = np.bitwise_or.reduce(bits << shifts, axis=1) if ix.key_cols else np.zeros(len(mem), np.uint64)
-            vbits = mem[:, ix.val_cols].astype(np.int64) if ix.val_cols else np.zeros((len(mem), 1), np.int64)
-            if K.insert_rows(st.imeta, st.istate, np.uint64(k), keys.astype(np.uint64), vbits, *st.pools):
+            status = K.insert_rows(st.imeta, st.istate, np.uint64(k), mem, p.idata, st.vbits, st.err_i,
+                                   st.err_f, *st.pools)
+            if status == K.ERR_HISTORY:
+                raise EngineRefused(f"the index engine stores keys as bits; encoder position {st.err_i[1]}, "
+                                    f"coordinate {st.err_i[3]} is {float(st.err_f[0])!r}: run this model with the torch "
+                                    "engine")
+            if status:
                 raise RuntimeError(f"index {k} holds fewer items than the memory's {len(mem)} rows")  # sized above
         pr = p.prologue
         st.ws[pr.x_off:pr.x_off + pr.w] = p.init
