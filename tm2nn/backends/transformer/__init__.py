@@ -20,7 +20,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine, Machine
 from tm2nn.options import OptionError
 
-__all__ = ["compile", "estimate"]
+__all__ = ["compile"]
 
 
 #: Binary positions of at most this many bits: the index engine keeps Claim C.6's key,
@@ -28,17 +28,6 @@ __all__ = ["compile", "estimate"]
 #: positions are computed, so compiling does not refuse a long run; an engine that would
 #: materialise per-step tables refuses when it is built (torch: ``MAX_POSITION_ENTRIES``).
 MAX_POSITION_BITS = 32
-
-
-def estimate(m: Machine, steps: int) -> dict:
-    """Sizes of the compiled model, computed before building it."""
-    from tm2nn.passes.stay import remove_stays
-
-    low = remove_stays(m)
-    t = low.lowered_steps(steps)
-    lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
-    return {"decoder_steps": t, "width": lay.width, "w_pos": lay.w_pos,
-            "position_entries": (2 * t + 1) * lay.width}
 
 
 def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float = 10.0,
@@ -60,14 +49,12 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     opts = BACKEND.options(steps=steps, attention=attention, beta=beta, corrections=corrections,
                            shared_history=shared_history, correction_placement=correction_placement,
                            cls_readout=cls_readout)  # validated in one place
-    est = estimate(m, steps)
-    if est["w_pos"] > MAX_POSITION_BITS:
-        raise OptionError(f"refusing to compile: T = {steps:,} needs {est['decoder_steps']:,} decoder steps, "
-                          f"positions of {est['w_pos']} bits (the most is {MAX_POSITION_BITS}); lower {{steps}}",
-                          "steps")
     low = remove_stays(m)
-    t = est["decoder_steps"]
-    lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)
+    t = low.lowered_steps(steps)
+    lay = Layout.for_machine(low.machine.states, m.alphabet, m.blank, t)  # sizes only: nothing built yet
+    if lay.w_pos > MAX_POSITION_BITS:
+        raise OptionError(f"refusing to compile: T = {steps:,} needs {t:,} decoder steps, positions of "
+                          f"{lay.w_pos} bits (the most is {MAX_POSITION_BITS}); lower {{steps}}", "steps")
     net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections,
                 shared_history=shared_history, placement=correction_placement, cls_readout=cls_readout)
     from tm2nn.backends.transformer.readout import OUTPUTS
