@@ -183,6 +183,20 @@ def _pack(src, off, imeta, k, idata, vbits, err_i, err_f):
 
 
 @njit(cache=True, inline="always")
+def _add(src, off, k, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, vbits,
+         err_i, err_f):
+    """The vector ``src[off:]`` into index ``k`` (:func:`_pack`, then the tree); 0 or an
+    error code."""
+    status, key = _pack(src, off, imeta, k, idata, vbits, err_i, err_f)
+    if status:
+        return status
+    if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep):
+        err_i[0] = ERR_FULL
+        return ERR_FULL
+    return 0
+
+
+@njit(cache=True, inline="always")
 def _insert(src_off, hist, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
             ws, vbits, err_i, err_f):
     """This step's ``src`` into every index over history ``hist``; 0 or an error code."""
@@ -190,13 +204,10 @@ def _insert(src_off, hist, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nb
         k = np.uint64(kk)
         if imeta[k, IM_HIST] != hist + _1:
             continue
-        status, key = _pack(ws, src_off, imeta, k, idata, vbits, err_i, err_f)
+        status = _add(ws, src_off, k, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                      nrep, vbits, err_i, err_f)
         if status:
             return status
-        if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-                        nrep):
-            err_i[0] = ERR_FULL
-            return ERR_FULL
     return 0
 
 
@@ -341,12 +352,9 @@ def insert_rows(imeta, istate, k, rows, idata, vbits, err_i, err_f, leaf_key, le
     """Every row of a sequence (the decoder memory ``[L, w]``) into index ``k``, packed as
     a step's vector is (:func:`_pack`); 0 or an error code (``err_i[1]``: the row)."""
     for j in range(rows.shape[0]):
-        status, key = _pack(rows[j], _0, imeta, k, idata, vbits, err_i, err_f)
+        status = _add(rows[j], _0, k, imeta, istate, idata, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                      nrep, vbits, err_i, err_f)
         if status:
             err_i[1] = j
             return status
-        if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-                        nrep):
-            err_i[0] = ERR_FULL
-            return ERR_FULL
     return 0
