@@ -1,13 +1,20 @@
-"""relu-circuit backend: compile time and inference throughput (issue 3).
+"""relu-circuit backend: compile time and inference throughput (issues 3 and 20).
 
-For each circuit: compile time, and inputs/s at batch 4096 in onnxruntime and in
-torch, each as a ratio against the bit-parallel numpy evaluator measured in the
-same run on the same inputs (target: ratio >= 0.2 on c6288).
+For each circuit: compile time, the ONNX file's size, and inputs/s at batch 4096 on one
+thread and on two, for onnxruntime, torch and the fused engines (``fused``: exact
+integers; ``fused-float``: float32), each as a ratio to the bit-parallel numpy evaluator
+measured in the same run on the same inputs (numpy runs one thread).  Every engine's
+outputs are asserted equal to the evaluator's before it is timed.  Issue 20's target:
+the fused engine >= 0.1x the evaluator on c6288 at batch 4096 on one thread.
+
+Scale: verilog2nn publishes nets for MD5 (~52K gates), SHA-256 (~136K) and AES-128
+(~171K); the corpus's largest circuit is the EPFL multiplier (50,504 gates).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,20 +34,33 @@ BATCH = 4096
 
 
 def _rate(fn, n_inputs: int, min_time: float = 1.0) -> float:
+    """Inputs/s: the best of repeated timed calls over ``min_time`` (at least one)."""
     fn()  # warm up
-    reps, t0 = 0, time.perf_counter()
+    best, t_end = float("inf"), time.perf_counter() + min_time
     while True:
+        t0 = time.perf_counter()
         fn()
-        reps += 1
-        dt = time.perf_counter() - t0
-        if dt >= min_time:
-            return reps * n_inputs / dt
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() >= t_end:
+            return n_inputs / best
+
+
+def _threads(n: int) -> None:
+    import numba
+    import torch
+
+    torch.set_num_threads(n)
+    numba.set_num_threads(n)
 
 
 def bench_one(label: str, path: Path, quick: bool) -> dict:
+    import onnxruntime as ort
+    import torch
+
     from tm2nn.compiler import compile as tm2nn_compile
     from tm2nn.emit.onnx_emit import to_onnx
     from tm2nn.emit.torch_emit import to_torch
+    from tm2nn.engines.layered_engine import LayeredEngine
     from tm2nn.interp import eval_circuit, random_inputs
     from tm2nn.model_io import metadata
     from tm2nn.syntax import load
@@ -53,42 +73,41 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
     xf = x.astype(np.float32)
     want = eval_circuit(c, x)
     info = compiled.net.info()
-
-    import onnxruntime as ort
-    import torch
-
+    thr = compiled.output_encoding.get("threshold", 0.5)
     t0 = time.perf_counter()
     blob = to_onnx(compiled.net, metadata(compiled)).SerializeToString()
     t_onnx = time.perf_counter() - t0
-    so = ort.SessionOptions()
-    sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
     module = to_torch(compiled.net)
-    feed = {sess.get_inputs()[0].name: xf}
-    y_onnx = sess.run(None, feed)[0]
-    with torch.no_grad():
-        y_torch = module(torch.from_numpy(xf)).numpy()
-    thr = compiled.output_encoding.get("threshold", 0.5)
-    assert np.array_equal(y_onnx > thr, want) and np.array_equal(y_torch > thr, want), label
-
+    t0 = time.perf_counter()
+    fused = LayeredEngine.for_net(compiled.net)
+    t_fused = time.perf_counter() - t0
+    ffloat = LayeredEngine.for_net(compiled.net, "float")
+    row = {"bench": f"relu-circuit {label}", "gates": len(c.gates), "affine_layers": info["affine_layers"],
+           "max_width": info["max_width"], "params_nonzero": info["params_nonzero"],
+           "compile_s": round(t_compile, 2), "onnx_build_s": round(t_onnx, 2), "onnx_bytes": len(blob),
+           "fused_build_s": round(t_fused, 2), "fused_rows": fused.program.rows, "net_rows": fused.program.net_rows,
+           "batch": BATCH, "load": round(os.getloadavg()[0], 2)}
     t = 0.5 if quick else 2.0
-    r_np = _rate(lambda: eval_circuit(c, x), BATCH, t)
-    r_ort = _rate(lambda: sess.run(None, feed), BATCH, t)
+    row["numpy_bitparallel_inputs_per_s"] = r_np = round(_rate(lambda: eval_circuit(c, x), BATCH, t))
+    for threads in (1, 2):
+        _threads(threads)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        feed = {sess.get_inputs()[0].name: xf}
 
-    def torch_run():
-        with torch.no_grad():
-            module(torch.from_numpy(xf))
-
-    r_torch = _rate(torch_run, BATCH, t)
-    return {
-        "bench": f"relu-circuit {label}", "gates": len(c.gates), "affine_layers": info["affine_layers"],
-        "max_width": info["max_width"], "params_nonzero": info["params_nonzero"],
-        "compile_s": round(t_compile, 2), "onnx_build_s": round(t_onnx, 2), "onnx_bytes": len(blob),
-        "numpy_bitparallel_inputs_per_s": round(r_np), "onnxruntime_inputs_per_s": round(r_ort),
-        "torch_inputs_per_s": round(r_torch), "ratio_onnxruntime": round(r_ort / r_np, 3),
-        "ratio_torch": round(r_torch / r_np, 3),
-    }
-
-
+        def torch_run():
+            with torch.no_grad():
+                return module(torch.from_numpy(xf)).numpy()
+        engines = {"onnxruntime": lambda: sess.run(None, feed)[0], "torch": torch_run,
+                   "fused": lambda: fused.run(xf), "fused-float": lambda: ffloat.run(xf)}
+        for name, fn in engines.items():
+            assert np.array_equal(fn() > thr, want), (label, name)
+            r = _rate(fn, BATCH, t)
+            row[f"{name}_{threads}t_inputs_per_s"] = round(r)
+            row[f"ratio_{name}_{threads}t"] = round(r / r_np, 4)
+    _threads(os.cpu_count() or 1)
+    return row
 def main(argv: list[str]) -> list[dict]:
     quick = "--quick" in argv
     rows = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,7 +19,15 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper
 
 from tm2nn import __version__
-from tm2nn.emit import ELL_MAX_DENSITY, ELL_MAX_K, SCATTER_MAX_DENSITY, affine_form
+from tm2nn.emit import (
+    BULK_BATCH,
+    DENSE_WORK,
+    ELL_MAX_DENSITY,
+    ELL_MAX_K,
+    SCATTER_MAX_DENSITY,
+    STEP_BATCH,
+    affine_form,
+)
 from tm2nn.emit import onnx_emit as onnx_emit_mod
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, save_onnx, to_onnx
 from tm2nn.emit.torch_emit import NetModule, run_torch, to_torch
@@ -37,6 +46,8 @@ from tm2nn.nets import (
     SparseMatrix,
     activations,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- the reference ------------------------------------------------------------------------
@@ -258,7 +269,7 @@ def one_affine(w: SparseMatrix, trainable=False) -> Net:
 @pytest.mark.parametrize("w, trainable, form, onnx_ops", [
     (SparseMatrix.diagonal([1 / 3, -2, 0.5, 0, 4]), False, "diagonal", {"Mul", "Add"}),
     (ring(200, 2), False, "ell", {"Gather", "Mul", "Add"}),
-    (ring(40, 2), False, "dense", {"MatMul", "Add"}),  # small: one matmul beats gathers
+    (ring(40, 2), False, "ell", {"Gather", "Mul", "Add"}),  # small, but at a bulk batch gathers win
     (ring(200, ELL_MAX_K), False, "ell", {"Gather", "Mul", "Add"}),
     (SparseMatrix.from_dense([[1, -1 / 3, 0], [0.5, 2, -1]]), False, "dense", {"MatMul", "Add"}),
     (ring(200, ELL_MAX_K + 1), False, "dense", {"MatMul", "Add"}),  # too many per row, too dense
@@ -289,6 +300,35 @@ def test_affine_forms(w, trainable, form, onnx_ops):
     want = np_outputs(net, *arrays)
     assert_close(run_torch(module, *arrays), want, 1e-12, 10)
     assert_close(run_onnx(model, *arrays), want, 1e-5, 10)
+
+
+def test_affine_form_reads_the_batch():
+    """Small matrices are one matmul only where the batch is small: a decoder's per-step
+    layers.  At a bulk batch the dense work n_out * n_in * batch decides (issue 20: c6288's
+    two-input layers had become 337 dense matmuls)."""
+    op = one_affine(ring(40, 2)).nodes[0]
+    assert affine_form(op, STEP_BATCH) == "dense" and affine_form(op, BULK_BATCH) == "ell"
+    assert affine_form(op) == "ell"  # the default is the bulk batch
+    assert 40 * 40 * STEP_BATCH <= DENSE_WORK < 40 * 40 * BULK_BATCH
+    tiny = one_affine(SparseMatrix.from_dense([[1, -1 / 3, 0], [0.5, 2, -1]])).nodes[0]
+    assert affine_form(tiny, BULK_BATCH) == "dense"  # 6 entries: one matmul still wins
+
+
+def test_decoder_layers_take_the_step_batch():
+    """Inside a Decode (torch and ONNX alike) the forms are chosen at STEP_BATCH."""
+    from tm2nn.compiler import compile as tm2nn_compile
+    from tm2nn.nets import Decode
+    from tm2nn.syntax import load
+
+    net = tm2nn_compile(load(ROOT / "examples" / "even_ones.tm"), "transformer", steps=8).net
+    dec = next(op for op in net.nodes if isinstance(op, Decode))
+    affines = [op for op in dec.body.nodes if isinstance(op, Affine)]
+    want = [affine_form(op, STEP_BATCH) for op in affines]
+    assert "dense" in want and want != [affine_form(op) for op in affines]
+    body = to_torch(net).op(dec.name).body
+    assert [getattr(body, body.op_attrs[op.name]).form for op in affines] == want
+    loops = [n for n in to_onnx(net).graph.node if n.op_type == "Loop"]
+    assert any(m.op_type == "MatMul" for n in loops for m in n.attribute[0].g.node)
 
 
 # -- torch --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""relu-circuit on the real corpus, bit for bit in torch and onnxruntime (issue 3 acceptance)."""
+"""relu-circuit on the real corpus, bit for bit in torch, onnxruntime and the fused engines
+(issue 3 acceptance; issue 20: every engine passes the backend's exactness tests)."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ from tests.conftest import CORPUS
 from tm2nn.compiler import compile as tm2nn_compile
 from tm2nn.emit.onnx_emit import run_onnx, to_onnx
 from tm2nn.emit.torch_emit import run_torch, to_torch
+from tm2nn.engines.layered_engine import LayeredEngine
 from tm2nn.model_io import metadata
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled
@@ -14,6 +16,7 @@ from tm2nn.verify import verify_compiled
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
 ISCAS = ["c17", "c432", "c499", "c880", "c1355", "c1908", "c2670", "c3540", "c5315", "c6288", "c7552"]
 EPFL = ["ctrl", "dec", "int2float", "cavlc", "router", "adder"]
+ENGINES = ["torch", "onnxruntime", "fused", "fused-float"]
 
 
 @needs_corpus
@@ -21,10 +24,10 @@ EPFL = ["ctrl", "dec", "int2float", "cavlc", "router", "adder"]
 @pytest.mark.parametrize("name", ISCAS)
 def test_iscas85_bit_for_bit(name):
     compiled = tm2nn_compile(CORPUS / "circuits" / "iscas85" / f"{name}.bench")
-    rep = verify_compiled(compiled, samples=10_000, seed=85)
+    rep = verify_compiled(compiled, samples=10_000, seed=85, engines=ENGINES)
     assert rep.mode == ("exhaustive" if name == "c17" else "random")
     assert rep.ok, rep.first
-    assert set(rep.engines) == {"torch", "onnxruntime"}
+    assert list(rep.engines) == ENGINES
 
 
 @needs_corpus
@@ -32,7 +35,7 @@ def test_iscas85_bit_for_bit(name):
 @pytest.mark.parametrize("name", EPFL)
 def test_epfl_bit_for_bit(name):
     compiled = tm2nn_compile(CORPUS / "circuits" / "epfl" / f"{name}.aig")
-    rep = verify_compiled(compiled, samples=10_000, seed=7)
+    rep = verify_compiled(compiled, samples=10_000, seed=7, engines=ENGINES)
     assert rep.ok, rep.first
 
 
@@ -41,9 +44,13 @@ def _ints(bits: np.ndarray) -> list[int]:
 
 
 def _both_engines(compiled, x):
+    """Torch, onnxruntime and the two fused engines' outputs (the integer one exactly 0/1)."""
     y_t = run_torch(to_torch(compiled.net), x.astype(np.float32)) > 0.5
     y_o = run_onnx(to_onnx(compiled.net, metadata(compiled)).SerializeToString(), x.astype(np.float32)) > 0.5
-    return y_t, y_o
+    y_i = LayeredEngine.for_net(compiled.net).run(x.astype(np.float32))
+    assert np.all((y_i == 0) | (y_i == 1))
+    y_f = LayeredEngine.for_net(compiled.net, "float").run(x.astype(np.float32)) > 0.5
+    return y_t, y_o, y_i == 1, y_f
 
 
 @needs_corpus

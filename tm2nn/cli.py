@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
                    f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
                    "not halting by then exits 1")
-    p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: the "
-                   "torch module (default), the ONNX model, or a fused engine (transformer: index, the long-run decoder)")
+    p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: the torch "
+                   "module (default), the ONNX model, or a fused engine (transformer: index; relu-circuit: fused, ...)")
     p.add_argument("--json", **js, help="print the run report as one JSON line")
     p.add_argument("--trace", **js, help="interp: also print every step")
     _add_backend_options(p, "run")
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "repeatable (default: one empty input)")
     p.add_argument("--inputs", metavar="FILE", help="a file of inputs, one per line")
     p.add_argument("--engine", choices=engines,
-                   help="the engine (default: onnxruntime for .onnx, torch for .pt; transformer: also index)")
+                   help="the engine (default: onnxruntime for .onnx, torch for .pt; fused engines: see run --engine)")
     p.add_argument("--json", **js, help="print one JSON report per input, one per line")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
@@ -107,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_source(p)
     p.add_argument("--samples", type=flag_int(1), default=64, help="inputs to measure on (default 64)")
     p.add_argument("--trials", type=flag_int(1), default=8, help="random directions / attack restarts (default 8)")
-    p.add_argument("--seed", type=flag_int(0, SEED_MAX), default=0,
-                   help="seed of the inputs and the attacks (default 0)")
+    p.add_argument("--seed", type=flag_int(0, SEED_MAX), default=0, help="seed of the inputs and the attacks (default 0)")
+    p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="relu-circuit: run the random attacks "
+                   "on these, comma-separated: torch (default), fused-float (a row each; gradients: torch)")
     p.add_argument("--json", **js, help="print the rows as JSON")
     _add_backend_options(p, "margin")
 
@@ -223,9 +224,7 @@ def cmd_run(args) -> int:
     from tm2nn.api import default_input, run
     from tm2nn.console import print_interrupted, print_report, progress
 
-    text = args.input
-    if text is None:
-        text = default_input(args.source, args.format, args.name) or ""
+    text = default_input(args.source, args.format, args.name) or "" if args.input is None else args.input
     backend = None if args.backend == "interp" else args.backend
     values = _backend_values(args, backends.get(backend), "run") if backend else {}
     if backend is None and args.engine != "torch":
@@ -388,7 +387,7 @@ def cmd_margin(args) -> int:
 
     spec, ir = _spec(args)
     table = spec.margin(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
-                        trials=args.trials, seed=args.seed)
+                        trials=args.trials, seed=args.seed, engines=args.engines)
     if args.json:
         _dump(table.json)
     else:

@@ -129,6 +129,14 @@ class Backend(abc.ABC):
         y = compiled.runner(engine)(x)
         return [Report(r) for r in decode_many(compiled.output_encoding, y)]
 
+    def array_runner(self, compiled: "Compiled", engine: str):
+        """``run(*arrays, batch_size=4096) -> outputs`` on a fused engine of this backend
+        that takes the network's own arrays, as torch and onnxruntime do (the relu-circuit
+        and rcnn engines).  Default: none; the transformer's index engine is driven by
+        :meth:`run` alone."""
+        raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
+                          f"engine={engine!r})", "engine")
+
     def configurations(self, compiled: "Compiled", text: str, engine: str = "torch") -> list:
         """The run decoded from the network, every step's ``(state, head, non-blank
         cells)`` (for space-time diagrams); default: the trace of the run a report holds."""
@@ -179,7 +187,7 @@ class Backend(abc.ABC):
         return Tm2nnError(f"the {self.name} backend does not train (backends that do: "
                           f"{', '.join(b.name for b in _registry().all() if b.LearnOptions)})")
 
-    def margin(self, ir, opts, *, samples: int, trials: int, seed: int) -> Table:
+    def margin(self, ir, opts, *, samples: int, trials: int, seed: int, engines=None) -> Table:
         raise Tm2nnError(f"the {self.name} backend has no margin analysis (backends with one: "
                          f"{', '.join(b.name for b in _registry().all() if type(b).margin is not Backend.margin)})")
 
@@ -334,14 +342,13 @@ class Compiled:
                               f"not {{{option}}} {engine!r}", option)
 
     def runner(self, engine: str):
-        """``run(*arrays) -> outputs`` for an engine (``torch`` or ``onnxruntime``), built
-        once per model."""
+        """``run(*arrays) -> outputs`` for an engine (``torch``, ``onnxruntime`` or a fused
+        engine's :meth:`Backend.array_runner`), built once per model."""
         self.check_engine(engine)
-        if engine not in ENGINES:  # a fused engine: the backend drives it (Backend.run)
-            raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
-                              f"engine={engine!r})", "engine")
         if engine not in self._cache:
-            if engine == "torch":
+            if engine not in ENGINES:  # a fused engine of the backend's own
+                self._cache[engine] = self.spec.array_runner(self, engine)
+            elif engine == "torch":
                 from tm2nn.emit.torch_emit import run_torch
 
                 module = self.module()

@@ -30,9 +30,19 @@ ELL_MAX_K = 16
 #: ... provided the padded row density ``k / n_in`` is below this.
 ELL_MAX_DENSITY = 0.25
 
-#: A matrix with at most this many entries (dense) is a matmul whatever its sparsity: one
-#: op beats ``k`` gathers when the matrix is small (the transformer's per-step layers).
-SMALL_DENSE = 1 << 15
+#: The batch an op is expected to run at.  A decoder's per-step layers (a ``Decode``'s
+#: prologue and body) run on the inputs decoded together, typically one; every other op runs
+#: on a caller's batch (relu-circuit's exhaustive checks and margin attacks: thousands).
+STEP_BATCH = 1
+BULK_BATCH = 4096
+
+#: A matrix whose dense work ``n_out * n_in * batch`` is at most this is a matmul whatever its
+#: sparsity: below it, per-op overhead dominates and one op beats the ``k`` ops of a gather
+#: form (the transformer's per-step layers, up to 2^15 entries).  At a bulk batch only
+#: matrices of at most 8 entries qualify: a 181x181 matmul on 4096 inputs costs 40 times
+#: the two gathers of a two-input layer (c6288 took 58 % of its torch time in such matmuls,
+#: and its ONNX file grew from 3.2 MB to 14.9 MB, while the rule read shape alone).
+DENSE_WORK = 1 << 15
 
 #: Past ELL (rows of more than ELL_MAX_K nonzeros), a matrix with at most this fraction
 #: of nonzeros gathers, scales and scatter-adds its ``nnz`` entries instead of a matmul
@@ -42,8 +52,9 @@ SCATTER_MAX_DENSITY = 1 / 16
 FORMS = ("diagonal", "ell", "scatter", "dense")
 
 
-def affine_form(op: "Affine") -> str:
-    """The runtime form of an affine op: ``"diagonal"``, ``"ell"``, ``"scatter"`` or ``"dense"``.
+def affine_form(op: "Affine", batch: int = BULK_BATCH) -> str:
+    """The runtime form of an affine op expected to run at ``batch`` (:data:`STEP_BATCH` or
+    :data:`BULK_BATCH`): ``"diagonal"``, ``"ell"``, ``"scatter"`` or ``"dense"``.
 
     * a trainable op whose matrix stores some but not all of its entries is ``scatter``:
       the parameter is the ``[nnz]`` vector of the stored entries, so only the existing
@@ -53,7 +64,7 @@ def affine_form(op: "Affine") -> str:
       only way to declare a fully trainable zero W) is ``dense`` (the parameter is the dense
       W, so autograd gives the gradient with respect to every weight);
     * a square matrix with entries only on its diagonal is ``diagonal`` (``x * d + b``);
-    * a matrix of at most :data:`SMALL_DENSE` entries is ``dense``;
+    * a matrix with ``n_out * n_in * batch <= DENSE_WORK`` is ``dense``;
     * rows with at most :data:`ELL_MAX_K` nonzeros and padded density below
       :data:`ELL_MAX_DENSITY` are ``ell`` (gather ``k`` columns per row);
     * otherwise, at most :data:`SCATTER_MAX_DENSITY` nonzero is ``scatter`` (gather the
@@ -68,7 +79,7 @@ def affine_form(op: "Affine") -> str:
         return "dense"
     if w.is_diagonal:
         return "diagonal"
-    if n_out * n_in <= SMALL_DENSE:
+    if n_out * n_in * batch <= DENSE_WORK:
         return "dense"
     k = max(1, w.max_row_nnz)
     if k <= ELL_MAX_K and k / n_in < ELL_MAX_DENSITY:
@@ -91,7 +102,7 @@ _LAZY = {
     "onnx_metadata": "tm2nn.emit.onnx_emit",
 }
 
-__all__ = ["affine_form", "FORMS", "SMALL_DENSE", "ELL_MAX_K", "ELL_MAX_DENSITY", "SCATTER_MAX_DENSITY", *_LAZY]
+__all__ = ["affine_form", "FORMS", "STEP_BATCH", "BULK_BATCH", "DENSE_WORK", "ELL_MAX_K", "ELL_MAX_DENSITY", "SCATTER_MAX_DENSITY", *_LAZY]
 
 
 def __getattr__(name: str):

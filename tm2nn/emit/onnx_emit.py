@@ -94,7 +94,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn import __version__
-from tm2nn.emit import affine_form, onnx_grid
+from tm2nn.emit import BULK_BATCH, STEP_BATCH, affine_form, onnx_grid
 from tm2nn.nets import (
     Activation,
     Affine,
@@ -170,10 +170,10 @@ def _grid_info(name: str, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, [BATCH, "height", "width"])
 
 
-def _matrix_form(w: SparseMatrix) -> str:
+def _matrix_form(w: SparseMatrix, batch: int) -> str:
     """:func:`affine_form` of a (never trainable) weight matrix that is not an Affine op's
     (an attention's maps, applied along a sequence: no scatter form there)."""
-    form = affine_form(SimpleNamespace(weight=w, trainable=False))  # type: ignore[arg-type]
+    form = affine_form(SimpleNamespace(weight=w, trainable=False), batch)  # type: ignore[arg-type]
     return "dense" if form == "scatter" else form
 
 
@@ -262,6 +262,9 @@ class _Emitter:
         # weights are hundreds of megabytes.
         self.initializers = (onnx.GraphProto() if model is None else model.graph).initializer
         self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
+        #: the batch the ops being emitted run at (:func:`tm2nn.emit.affine_form`): a
+        #: decoder's prologue and body run per step
+        self.batch = BULK_BATCH
 
     def init(self, name: str, array: np.ndarray) -> str:
         name = self.values.fresh(name)
@@ -357,7 +360,8 @@ class _Emitter:
         return steps
 
     def affine(self, op: Affine, out: list, x: str, base: str, final: str) -> None:
-        self.steps(out, base, final, self.matrix_steps(op.weight, op.bias, x, base, affine_form(op)), op.cite)
+        self.steps(out, base, final, self.matrix_steps(op.weight, op.bias, x, base, affine_form(op, self.batch)),
+                   op.cite)
 
     def loop(self, op: Loop, out: list, x: str, base: str, final: str) -> None:
         body = op.body
@@ -436,8 +440,8 @@ class _Emitter:
     def memory_kv(self, op: Attention, out: list, mem: str, base: str) -> tuple[str, str]:
         """Keys ``[L, dk, B]`` and values ``[L, dv, B]`` of a cross-attention's memory."""
         _, wv, bv, _ = _value_map(op)
-        ks = self.matrix_steps(op.wk, op.bk, mem, base, _matrix_form(op.wk), ("wk", "wk.cols", "bk"), "k.", axis=1)
-        vs = self.matrix_steps(wv, bv, mem, base, _matrix_form(wv), ("wv", "wv.cols", "bv"), "v.", axis=1)
+        ks = self.matrix_steps(op.wk, op.bk, mem, base, _matrix_form(op.wk, self.batch), ("wk", "wk.cols", "bk"), "k.", axis=1)
+        vs = self.matrix_steps(wv, bv, mem, base, _matrix_form(wv, self.batch), ("wv", "wv.cols", "bv"), "v.", axis=1)
         got = self.steps(out, base, None, ks + vs, op.cite, bare=False)
         return got[ks[-1][0]], got[vs[-1][0]]
 
@@ -458,7 +462,7 @@ class _Emitter:
         else:
             keys, vals = self.memory_kv(op, out, env[op.inputs[1]], base)
         s: list = []
-        s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+        s += self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq, self.batch), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]
         s.append(("scores.mul", "Mul", [keys, q], {}))
         s.append(self.reduce("scores", "ReduceSum", "@scores.mul", base, 1, 0))                 # [L, B]
@@ -528,7 +532,7 @@ class _Emitter:
         # Constants are made where a step reads them: an initializer no node reads is
         # dead weight that onnxruntime warns about (tests/test_onnx_clean.py).
         one = self.ints(base, 1)
-        s = self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq), ("wq", "wq.cols", "bq"), "q.")
+        s = self.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq, self.batch), ("wq", "wq.cols", "bq"), "q.")
         q = "@" + s[-1][0]                                                                        # [dk, B]
         # scores s'_j = x_j · (W_kᵀq) over the parts the keys read (a part no key reads is skipped)
         kparts = [p for p, cols in enumerate(parts) if np.any(wk[:, cols] != 0)] or [0]
@@ -725,6 +729,13 @@ class _Emitter:
         return got
 
     def decode(self, op: Decode, out: list, mem: str, base: str, final: str) -> None:
+        outer, self.batch = self.batch, STEP_BATCH  # the per-step layers' forms
+        try:
+            self._decode(op, out, mem, base, final)
+        finally:
+            self.batch = outer
+
+    def _decode(self, op: Decode, out: list, mem: str, base: str, final: str) -> None:
         pro, body = op.prologue, op.body
         for part, net in (("prologue", pro), ("body", body)):
             if any(net.kinds[o] != "vector" for o in net.outputs):
@@ -871,12 +882,12 @@ def _position_entries(p) -> int:
     return p.placement().size if isinstance(p, BinaryPositions) else p.size
 
 
-def _weight_bytes(net: Net) -> int:
+def _weight_bytes(net: Net, batch: int = BULK_BATCH) -> int:
     """The bytes the initializers of ``net`` will take (counted before building them)."""
     total = 0
     for op in net.nodes:
         if isinstance(op, Affine):
-            form = affine_form(op)
+            form = affine_form(op, batch)
             n_out, n_in = op.weight.shape
             if form == "dense":
                 total += 4 * n_out * n_in
@@ -892,25 +903,25 @@ def _weight_bytes(net: Net) -> int:
         elif isinstance(op, Activation):
             total += 4 * 16  # its scalar constants (at most 16)
         elif isinstance(op, Loop):
-            total += _weight_bytes(op.body)
+            total += _weight_bytes(op.body, batch)
         elif isinstance(op, Attention):
             _, wv, _, _ = _value_map(op)
             dk, dv = op.key_width, wv.shape[0]
             if op.is_self:  # wq; wk_t [c, dk], bk, wv [dv, c], bv; null key/value; cols, rows
                 c = op.memory_columns().size
-                total += _matrix_bytes(op.wq, _matrix_form(op.wq)) + 4 * dk
+                total += _matrix_bytes(op.wq, _matrix_form(op.wq, batch)) + 4 * dk
                 total += 4 * (c * dk + dk + dv * c + dv) + 4 * (dk + dv) + 8 * (c + dv)
             else:
                 for w in (op.wq, op.wk, wv):
-                    total += _matrix_bytes(w, _matrix_form(w)) + 4 * w.shape[0]  # + the bias
+                    total += _matrix_bytes(w, _matrix_form(w, batch)) + 4 * w.shape[0]  # + the bias
                 total += 4 * dk + 12 * dv  # null key, null value, rows
         elif isinstance(op, Embed):
             total += 4 * (op.table.size + _position_entries(op.positions))
         elif isinstance(op, Decode):
             total += 4 * (op.init.size + _position_entries(op.positions))
-            total += _weight_bytes(op.prologue) + _weight_bytes(op.body)
+            total += _weight_bytes(op.prologue, STEP_BATCH) + _weight_bytes(op.body, STEP_BATCH)
         elif isinstance(op, (PatchMap, GridReadout)):
-            total += 64 + _weight_bytes(op.body)  # + offsets, padding, column
+            total += 64 + _weight_bytes(op.body, batch)  # + offsets, padding, column
         elif isinstance(op, MemoryGrid):
             total += 4 * op.weight.size + 32
     return total
@@ -1071,7 +1082,7 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
     """
     _check_opset(opset)
     body = decode.body
-    size = _weight_bytes(body)
+    size = _weight_bytes(body, STEP_BATCH)
     if size > PROTO_MAX_BYTES:
         raise NetIRError(f"decode {decode.name!r}: the weights would take {size / 2**30:.2f} GiB, "
                          "more than one ONNX file can hold (2 GiB)")
@@ -1079,6 +1090,7 @@ def to_onnx_step(decode: Decode, metadata: dict[str, str] | None = None,
         raise NetIRError(f"decode {decode.name!r}: the body's outputs (o, tap) must be vectors")
     hists = decode.histories()
     em = _Emitter(opset)
+    em.batch = STEP_BATCH
     hist_names = [f"history.{src}" for src in hists]
     names = ["x", "memory"] + hist_names
     outs = ["o", "tap"] + [f"{n}.out" for n in hist_names]

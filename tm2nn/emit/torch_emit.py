@@ -79,7 +79,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from tm2nn import interrupt
-from tm2nn.emit import affine_form
+from tm2nn.emit import BULK_BATCH, STEP_BATCH, affine_form
 from tm2nn.nets import (
     Activation,
     Affine,
@@ -352,10 +352,10 @@ class OpModule(nn.Module):
 class AffineModule(OpModule):
     """``y = W x + b`` in the form chosen by :func:`tm2nn.emit.affine_form`."""
 
-    def __init__(self, op: Affine, dtype: torch.dtype) -> None:
+    def __init__(self, op: Affine, dtype: torch.dtype, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
         w = op.weight
-        self.form = affine_form(op)
+        self.form = affine_form(op, batch)
         self.trainable = bool(op.trainable)
         self.n_out, self.n_in = w.shape
         self.nnz = w.nnz
@@ -557,12 +557,12 @@ class LoopModule(OpModule):
     """Apply ``body`` ``trips`` times (weights shared between iterations); with
     ``scan``, return every state stacked on a new first axis (feature-major inside)."""
 
-    def __init__(self, op: Loop, dtype: torch.dtype) -> None:
+    def __init__(self, op: Loop, dtype: torch.dtype, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
         self.trips = int(op.trips)
         self.scan = bool(op.scan)
         self.until_fixed = bool(op.until_fixed)
-        self.body = NetModule(op.body, dtype)
+        self.body = NetModule(op.body, dtype, batch)
         #: ``progress(i, trips)``, called about 100 times per run (for progress bars).
         self.progress = None
         #: With grad enabled, run the trips in checkpointed segments of ~√trips
@@ -871,8 +871,9 @@ class DecodeModule(OpModule):
     def __init__(self, op: Decode, dtype: torch.dtype) -> None:
         super().__init__(op)
         self.steps = int(op.steps)
-        self.prologue = NetModule(op.prologue, dtype)
-        self.body = NetModule(op.body, dtype)
+        # the per-step layers run on the inputs decoded together (tm2nn.emit.STEP_BATCH)
+        self.prologue = NetModule(op.prologue, dtype, STEP_BATCH)
+        self.body = NetModule(op.body, dtype, STEP_BATCH)
         self._add_tensor("init", op.init, dtype)
         _add_positions(self, op.positions, dtype)
         self.histories = {src: torch.from_numpy(cols) for src, cols in op.histories().items()}
@@ -930,9 +931,9 @@ class DecodeModule(OpModule):
         return taps
 
 
-def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
+def _emit_op(op: Op, dtype: torch.dtype, batch: int) -> nn.Module:
     if isinstance(op, Affine):
-        return AffineModule(op, dtype)
+        return AffineModule(op, dtype, batch)
     if isinstance(op, ReLU):
         return ReLUModule(op)
     if isinstance(op, Activation):
@@ -948,7 +949,7 @@ def _emit_op(op: Op, dtype: torch.dtype) -> nn.Module:
     if isinstance(op, Slice):
         return SliceModule(op)
     if isinstance(op, Loop):
-        return LoopModule(op, dtype)
+        return LoopModule(op, dtype, batch)
     if isinstance(op, Attention):
         return AttentionModule(op, dtype)
     if isinstance(op, Embed):
@@ -1010,9 +1011,10 @@ def _attr_name(name: str, taken: set[str], owner: nn.Module) -> str:
 
 
 class NetModule(nn.Module):
-    """A :class:`~tm2nn.nets.Net` as a torch module (see the module docstring)."""
+    """A :class:`~tm2nn.nets.Net` as a torch module (see the module docstring); ``batch``
+    is the batch its affine ops are expected to run at (:func:`tm2nn.emit.affine_form`)."""
 
-    def __init__(self, net: Net, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, net: Net, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__()
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating point type, not {dtype}")
@@ -1037,7 +1039,7 @@ class NetModule(nn.Module):
         taken: set[str] = set()
         plan = []
         for i, op in enumerate(net.nodes):
-            mod = _emit_op(op, dtype)
+            mod = _emit_op(op, dtype, batch)
             attr = _attr_name(op.name, taken, self)
             self.add_module(attr, mod)
             self.op_attrs[op.name] = attr

@@ -6,6 +6,11 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
   branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
   step costs O(log T)-deep walks instead of O(T) scans.
+* :mod:`.layered_engine` (``--engine fused`` and ``fused-float``): relu-circuit nets
+  (circuits and unrolled machines), the batch as the vector dimension, one numba kernel
+  (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
+  ``fused`` program computes in exact integers and runs only the rows that compute a value
+  not computed before.
 
 Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
 call compiles them (a few seconds, then cached on disk).

@@ -592,6 +592,20 @@ class _Perturbed:
         for name in self.names:
             mod = self.module.op(name)
             mod.fm = self._wrap(name, mod.fm)
+        self.fused = None  # the fused engine the aligned runs use instead (:meth:`use`)
+        self._stacked: tuple = (None, None)
+
+    def use(self, engine: str, net) -> None:
+        """Run the aligned perturbations on ``engine``: ``torch`` (this module) or
+        ``fused-float`` (:mod:`tm2nn.engines.layered_engine` in float64, the same
+        perturbation added in its kernel).  Gradients need torch: a gradient step always
+        runs the module."""
+        if engine == "fused-float":
+            from tm2nn.engines.layered_engine import LayeredEngine
+
+            self.fused = LayeredEngine.for_net(net, "float", np.float64)
+        elif engine != "torch":
+            raise Tm2nnError(f"the margin attacks run on torch or fused-float, not {engine!r}")
 
     def _wrap(self, name, fm):
         torch = self.torch
@@ -606,7 +620,12 @@ class _Perturbed:
         return fm_perturbed
 
     def run(self, x):
-        return self.module(x)
+        torch = self.torch
+        if self.fused is None or self.mode != "aligned" or torch.is_grad_enabled():
+            return self.module(x)
+        if self._stacked[0] is not self.a:  # the directions, stacked in net order once per set
+            self._stacked = (self.a, torch.cat([self.a[n] for n in self.names]).numpy())
+        return torch.from_numpy(self.fused.run_perturbed(x.numpy(), self._stacked[1], self.eps.numpy()))
 
     def random_directions(self, rows: int, gen) -> dict:
         """Uniformly random unit vectors over each block's stacked a's, one per row."""
@@ -684,7 +703,7 @@ def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, see
 def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                      method: str = "random", steps: int = 150, max_eps: float = 8.0,
                      eps0: float | None = None, joint: bool = False,
-                     labels: np.ndarray | None = None) -> dict:
+                     labels: np.ndarray | None = None, engine: str = "torch") -> dict:
     """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
     the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
     some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
@@ -703,18 +722,22 @@ def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, t
       output bit, with ε shrunk after each step that flips and grown after each that
       does not (a decoupled direction/norm attack), starting from ``eps0`` (default
       ``max_eps/8``); the smallest flipping ε is kept.
+
+    ``engine``: where the random attack's forward passes run, ``torch`` or ``fused-float``
+    (the same directions and bisection; the gradient attack runs in torch).
     """
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
     try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels)
+        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine)
     finally:
         torch.set_num_threads(threads)
 
 
-def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None) -> dict:
+def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None,
+            engine="torch") -> dict:
     import torch
 
     from tm2nn.limits import check_memory
@@ -729,6 +752,7 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     want = torch.as_tensor(labels.astype(bool))
     thr = float(compiled.output_encoding.get("threshold", 0.5))
     P = _Perturbed(compiled, joint=joint)
+    P.use(engine, compiled.net)
     if not P.names or want.shape[1] == 0:
         return {"method": method, "joint": joint, "eps": math.inf, "input": None,
                 "per_input": np.full(x_np.shape[0], math.inf), "seconds": 0.0}
@@ -809,11 +833,12 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
 
 
 def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
-                  steps: int = 150, pm_one_output: bool = False) -> list[dict]:
+                  steps: int = 150, pm_one_output: bool = False, engines=("torch",)) -> list[dict]:
     """With and without corrections: (D.5) (:func:`theorem_d6_bound`), the certified radius,
     and the per-layer and joint (ℓ2 over all parameters, eq. 2.1) attacks, random and
     gradient.  ``(D.5), certified ≤ ρ_layer ≤ eps_random, eps_gradient`` and ``certified ≤ ρ
-    ≤ eps_joint_random, eps_joint_gradient``."""
+    ≤ eps_joint_random, eps_joint_gradient``.  A row per engine the random attacks run on
+    (``engines``: torch, fused-float); the gradient attacks run in torch, once."""
     from tm2nn.backends.relu_circuit import compile as relu_compile
 
     out = []
@@ -822,18 +847,18 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
         t0 = time.perf_counter()
         cert = certified_radius(comp)
         d5 = theorem_d6_bound(comp)
-        att = {}
-        for joint in (False, True):
-            rnd = empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=joint)
-            grd = empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
-                                   steps=steps, eps0=rnd["eps"], joint=joint)
-            key = "eps_joint_" if joint else "eps_"
-            att[key + "random"], att[key + "gradient"] = rnd["eps"], grd["eps"]
-        out.append({"circuit": circuit.name, "corrections": corr,
-                    "layers": comp.options["layers"], "width": comp.options["width"],
-                    "d5": d5["d5"], "d5_binding": d5["binding"],
-                    "certified": cert["radius"], "certified_chain": cert["radius_chain"],
-                    "certified_local": cert["radius_local"], **att,
-                    "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
-                    "seconds": time.perf_counter() - t0})
+        rnd = {(e, j): empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=j,
+                                        engine=e)["eps"] for e in engines for j in (False, True)}
+        grd = {j: empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
+                                   steps=steps, eps0=rnd[engines[0], j], joint=j)["eps"] for j in (False, True)}
+        for e in engines:
+            att = {"eps_random": rnd[e, False], "eps_gradient": grd[False],
+                   "eps_joint_random": rnd[e, True], "eps_joint_gradient": grd[True]}
+            out.append({"circuit": circuit.name, "engine": e, "corrections": corr,
+                        "layers": comp.options["layers"], "width": comp.options["width"],
+                        "d5": d5["d5"], "d5_binding": d5["binding"],
+                        "certified": cert["radius"], "certified_chain": cert["radius_chain"],
+                        "certified_local": cert["radius_local"], **att,
+                        "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
+                        "seconds": time.perf_counter() - t0})
     return out

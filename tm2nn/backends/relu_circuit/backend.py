@@ -49,6 +49,9 @@ class ReluCircuit(Backend):
     summary = "Wei-Chen-Ma §3: a layered circuit as a ReLU net with round() corrections"
     Options = Options
     takes_what = "circuits and line machines (unrolled for T steps)"
+    #: torch, onnxruntime, and the fused engines (:mod:`tm2nn.engines.layered_engine`):
+    #: ``fused`` exact in integers on 0/1 inputs, ``fused-float`` every row in floats
+    engines = ("torch", "onnxruntime", "fused", "fused-float")
 
     @property
     def takes(self):
@@ -77,6 +80,11 @@ class ReluCircuit(Backend):
                          circuit_gates=len(circuit.gates)),
         ).with_options(opts).with_info(inner.info()["info"])  # the same net: measured once
 
+    def array_runner(self, compiled: Compiled, engine: str):
+        from tm2nn.engines.layered_engine import runner
+
+        return runner(compiled, engine)
+
     def checker(self, compiled: Compiled):
         from tm2nn.verify.check import UnrolledChecker
 
@@ -84,9 +92,10 @@ class ReluCircuit(Backend):
             return UnrolledChecker(compiled)
         return super().checker(compiled)
 
-    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int) -> Table:
+    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None) -> Table:
         """Wei-Chen-Ma's all-layer margin, per layer (:mod:`tm2nn.verify.margin`): the
-        certified lower bound and two attacks, with and without corrections."""
+        certified lower bound and two attacks, with and without corrections; the random
+        attacks on each of ``engines`` (torch, fused-float; default torch)."""
         from tm2nn.interp import exhaustive_inputs, random_inputs
         from tm2nn.ir import Circuit
         from tm2nn.limits import check_int, check_memory, check_seed
@@ -94,6 +103,11 @@ class ReluCircuit(Backend):
 
         samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
         seed = check_seed("seed", seed)
+        engines = tuple(dict.fromkeys(engines or ("torch",)))
+        bad = [e for e in engines if e not in ("torch", "fused-float")]
+        if bad:
+            raise OptionError(f"the margin attacks run on torch or fused-float (real-valued perturbations), "
+                              f"not {{engines}} {bad[0]!r}", "engines")
         if isinstance(ir, Circuit):
             circuit = ir
             n = len(circuit.inputs)
@@ -108,13 +122,15 @@ class ReluCircuit(Backend):
             enc = {"kind": "unrolled_tm", "layout": layout.to_json()}
             tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
             x = encode_many(enc, tapes[:samples]) > 0.5
-        rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output)
+        rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output, engines=engines)
+        which = ["engine"] if len(engines) > 1 else []
         return Table(f"all-layer margin, {len(x)} inputs: (D.5), certified <= per-layer margin <= per-layer "
-                     "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks",
-                     ["corrections", "layers", "(D.5) Thm D.6 (lower)", "certified (lower)",
+                     "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks"
+                     + ("" if engines == ("torch",) else f"; random attacks on {', '.join(engines)}"),
+                     which + ["corrections", "layers", "(D.5) Thm D.6 (lower)", "certified (lower)",
                       "per-layer gradient (upper)", "per-layer random (upper)", "joint gradient (upper)",
                       "joint random (upper)"],
-                     [["on" if r["corrections"] else "off", str(r["layers"]), f"{r['d5']:.3g}",
+                     [[r["engine"]] * bool(which) + ["on" if r["corrections"] else "off", str(r["layers"]), f"{r['d5']:.3g}",
                        f"{r['certified']:.3g}", f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}",
                        f"{r['eps_joint_gradient']:.3g}", f"{r['eps_joint_random']:.3g}"] for r in rows], json=rows)
 

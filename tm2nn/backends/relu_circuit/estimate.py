@@ -18,9 +18,10 @@ The estimate (bytes) is ``BYTES_PER_UNIT * units + BYTES_PER_DENSE_ENTRY * dense
   read, which compiling does not) and the ONNX model (ELL initializers) with its
   serialised copy.  The constant is measured with the correction (the default);
   without it the estimate is high.
-* ``dense``: the entries of the weight matrices the emitters write densely (a matrix of
-  at most :data:`tm2nn.emit.SMALL_DENSE` entries is a matmul whatever its sparsity:
-  narrow layers), found with :func:`tm2nn.emit.affine_form` itself.
+* ``dense``: the entries of the weight matrices the emitters write densely, found with
+  :func:`tm2nn.emit.affine_form` itself at the bulk batch the net runs at (only matrices
+  of at most 8 entries since the form reads the batch, issue 20; the constant was fitted
+  when every matrix of at most 2^15 entries was dense).
 
 Both constants are measured: see the table above :data:`BYTES_PER_UNIT`.
 """

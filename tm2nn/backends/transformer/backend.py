@@ -128,7 +128,7 @@ class Transformer(Backend):
         return {**r, "kind": "per-layer: every parameter block moves by <= radius (l2) at every decoder step; "
                              "a lower bound on rho (docs/transformer_margin.md)"}
 
-    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int):
+    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None):
         """Wei-Chen-Ma's all-layer margin of the transformer (:mod:`tm2nn.verify.transformer_margin`):
         the certified lower bound and two attacks, on ``samples`` tapes of the verifier's
         input space; with and without corrections (only without, for ``--no-corrections``)."""
@@ -137,6 +137,9 @@ class Transformer(Backend):
         from tm2nn.verify.trace import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
         from tm2nn.verify.transformer_margin import margin_report, margin_table
 
+        if engines and set(engines) != {"torch"}:
+            raise OptionError("the transformer's margin attacks run in torch (they need its gradients): "
+                              "{engines} takes only torch", "engines")
         samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
         seed = check_seed("seed", seed)
         self.check_source(ir)
