@@ -70,15 +70,17 @@ class LayeredEngine:
             xt = np.ascontiguousarray(x.T, dtype=p.dtype)
         out = np.empty((p.out_reg.size, x.shape[0]), dtype=p.dtype)
         if x.shape[0]:
-            run_program(xt, *self._args, self.tile(x.shape[0]), out)
+            none = np.zeros(0, np.uint64)
+            run_program(xt, *self._args, self.tile(x.shape[0]), out, none, none, none,
+                        np.zeros((0, 0), p.dtype), np.zeros(0, p.dtype))
         y = out.T
         return y / p.scale if self.mode == "integer" else y
 
     def run_perturbed(self, x, a, eps) -> np.ndarray:
         """The float mode's outputs with Wei-Chen-Ma's all-layer perturbation
-        (:func:`.layered_kernel.run_perturbed`): ``a`` ``[net rows, batch]`` (every affine's
+        (:func:`.layered_kernel.run_program`): ``a`` ``[net rows, batch]`` (every affine's
         output rows in net order), ``eps`` ``[batch]``."""
-        from tm2nn.engines.layered_kernel import run_perturbed
+        from tm2nn.engines.layered_kernel import run_program
 
         p = self.program
         if self.mode != "float":
@@ -88,7 +90,7 @@ class LayeredEngine:
         eps = np.ascontiguousarray(eps, dtype=p.dtype)
         out = np.empty((p.out_reg.size, xt.shape[1]), dtype=p.dtype)
         if xt.shape[1]:
-            run_perturbed(xt, *self._args, self.tile(xt.shape[1]), out, p.lay_row, p.lay_src, p.lay_width, a, eps)
+            run_program(xt, *self._args, self.tile(xt.shape[1]), out, p.lay_row, p.lay_src, p.lay_width, a, eps)
         return out.T
 
 
