@@ -99,7 +99,7 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
         def torch_run():
             with torch.no_grad():
                 return module(torch.from_numpy(xf)).numpy()
-        engines = {"onnxruntime": lambda: sess.run(None, feed)[0], "torch": torch_run,
+        engines = {"onnxruntime": lambda s=sess, f=feed: s.run(None, f)[0], "torch": torch_run,
                    "fused": lambda: fused.run(xf), "fused-float": lambda: ffloat.run(xf)}
         for name, fn in engines.items():
             assert np.array_equal(fn() > thr, want), (label, name)

@@ -18,8 +18,8 @@ from tests.test_transformer import LINE_EXAMPLES, tapes
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.decoding import TraceDecoder
 from tm2nn.emit.torch_emit import record_attention, to_torch
+from tm2nn.engines import EngineRefused
 from tm2nn.engines import decode_kernel as K
-from tm2nn.engines.decode_program import EngineRefused
 from tm2nn.engines.hardmax_index import (
     IM_CAP,
     IM_D,
@@ -185,7 +185,7 @@ def test_eval_a_saved_model_on_the_index_engine(run_cli, tmp_path):
 
 def test_engine_is_refused_where_it_does_not_exist(run_cli):
     r = run_cli("run", str(EXAMPLES / "bb3.tm"), "--backend", "rcnn", "--engine", "index", "--max-steps", "3")
-    assert r.code == 2 and "runs on torch, onnxruntime, not --engine 'index'" in r.err, r.err
+    assert r.code == 2 and "runs on torch, onnxruntime, fused, not --engine 'index'" in r.err, r.err
 
 
 def test_early_stop_gives_the_full_report():

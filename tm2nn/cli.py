@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
                    f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
                    "not halting by then exits 1")
-    p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: the torch "
-                   "module (default), the ONNX model, or a fused engine (transformer: index; relu-circuit: fused, ...)")
+    p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: torch (default), "
+                   "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
     p.add_argument("--json", **js, help="print the run report as one JSON line")
     p.add_argument("--trace", **js, help="interp: also print every step")
     _add_backend_options(p, "run")

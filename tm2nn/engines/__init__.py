@@ -11,7 +11,17 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
   ``fused`` program computes in exact integers and runs only the rows that compute a value
   not computed before.
+* :mod:`.grid_engine` (``--engine fused`` on rcnn): the RCNN machine-mode filter loop.
+  The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
+  and a trip evaluates only the cells whose patch changed (the filter is a function of
+  its patch, bit for bit).
 
 Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
 call compiles them (a few seconds, then cached on disk).
 """
+
+from tm2nn.errors import Tm2nnError
+
+
+class EngineRefused(Tm2nnError):
+    """A network a fused engine cannot run exactly (the reason is in the message)."""

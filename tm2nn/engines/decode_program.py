@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tm2nn.engines import EngineRefused
 from tm2nn.engines import decode_kernel as K
 from tm2nn.engines.decode_kernel import (
     A_WIDTH,
@@ -53,16 +54,11 @@ from tm2nn.engines.hardmax_index import (
     IM_WIDTH,
     MAX_KEY_BITS,
 )
-from tm2nn.errors import Tm2nnError
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Net, ReLU, Slice
 from tm2nn.nets.positions import BinaryPositions
 
 #: the history id of an index over the decoder memory (``IndexSpec.hist``)
 MEMORY = -1
-
-
-class EngineRefused(Tm2nnError):
-    """A model the index engine cannot run exactly (the reason is in the message)."""
 
 
 @dataclass

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tm2nn import interrupt
+from tm2nn.engines import EngineRefused
 from tm2nn.engines import decode_kernel as K
 from tm2nn.engines.decode_program import (
     MEMORY,
     DecodeProgram,
-    EngineRefused,
     build_program,
     imeta_for,
 )

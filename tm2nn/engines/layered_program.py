@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tm2nn.errors import Tm2nnError
+from tm2nn.engines import EngineRefused
 from tm2nn.nets import Affine, Net, ReLU, Slice
 
 #: The integer mode's largest bias denominator (beyond it the net is not the construction's)
@@ -64,10 +64,6 @@ MAX_COMBOS = 4096
 EXACT_TYPES = ((np.float32, 2 ** 24), (np.float64, 2 ** 53))
 #: The made value 0 is the constant 0 (the origin of rows with no inputs); inputs follow
 CONST, INPUT0 = 0, 1
-
-
-class EngineRefused(Tm2nnError):
-    """A net the fused engine cannot run (the reason is in the message)."""
 
 
 @dataclass(frozen=True)

@@ -91,10 +91,14 @@ class GridChecker(Checker):
 
 def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch", progress=None) -> list:
     """The source machine's decoded runs (RunResults with traces) of ``texts``;
-    ``progress(i, L)`` follows the filter steps (torch)."""
-    from tm2nn.emit.torch_emit import loop_progress
-
+    ``progress(i, L)`` follows the filter steps (torch and the fused engine)."""
     gm = GridModel(compiled)
-    with loop_progress(compiled.module() if engine == "torch" else None, progress):
-        states = compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
+    run = compiled.runner(engine)
+    if engine == "fused":
+        states = run(gm.grids(texts), batch_size=gm.batch(), progress=progress)
+    else:
+        from tm2nn.emit.torch_emit import loop_progress
+
+        with loop_progress(compiled.module() if engine == "torch" else None, progress):
+            states = run(gm.grids(texts), batch_size=gm.batch())
     return [gm.decode(np.asarray(s), t) for s, t in zip(states, texts)]

@@ -70,6 +70,8 @@ class RCNN(Backend):
     takes_what = "machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')"
     run_steps = "steps"
     run_default_steps = 100
+    #: ``fused``: :mod:`tm2nn.engines.grid_engine`, the filter fused and run incrementally
+    engines = ("torch", "onnxruntime", "fused")
     #: what a model file must hold: rebuild's step bound, the grid encoding (the machine,
     #: its B.1.2 lowering, the cell code, the window) and the trace decoding reads
     model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/machine": "string",
@@ -114,6 +116,14 @@ class RCNN(Backend):
         gm = GridModel(compiled)
         with partial_reports(texts, lambda states, t: Report.of_run(gm.decode(states, t))):  # Ctrl-C
             return [Report.of_run(r) for r in run_grids(compiled, texts, engine, progress)]
+
+    def array_runner(self, compiled: Compiled, engine: str):
+        """``fused``: the grid engine on the model's own net (:func:`tm2nn.engines.grid_engine.runner`)."""
+        if engine != "fused":
+            return super().array_runner(compiled, engine)
+        from tm2nn.engines.grid_engine import runner
+
+        return runner(compiled)
 
     def info_source(self, ir, opts: Options):
         """A learner (a grid machine in B.1.2 learner form, which machine mode cannot lower):
