@@ -93,7 +93,7 @@ def build_program(net, dtype=np.float32) -> GridProgram:
     """The kernels' program for ``net`` (``grid`` -> ``states``, as
     :func:`tm2nn.backends.rcnn.build.machine_net` builds it), its weights cast to ``dtype``
     as the torch module casts them; anything else is refused (:class:`EngineRefused`)."""
-    from tm2nn.nets import Affine, Loop, PatchMap, ReLU
+    from tm2nn.nets import Loop, PatchMap
 
     dtype = np.dtype(dtype)
     if len(net.nodes) != 1 or not isinstance(net.nodes[0], Loop) or net.outputs != (net.nodes[0].name,):
@@ -105,42 +105,33 @@ def build_program(net, dtype=np.float32) -> GridProgram:
     if len(body.nodes) != 1 or not isinstance(body.nodes[0], PatchMap) or body.outputs != (body.nodes[0].name,):
         raise _refuse(f"the body of loop {loop.name!r} is not one PatchMap")
     pm = body.nodes[0]
-    prev = pm.body.inputs[0].name
-    layers: list[list] = []  # [name, SparseMatrix, bias, relu]
-    for op in pm.body.nodes:
-        if op.inputs != (prev,):
-            raise _refuse(f"op {op.name!r} of the filter does not read the op before it")
-        if isinstance(op, Affine):
-            layers.append([op.name, op.weight, op.bias, False])
-        elif isinstance(op, ReLU) and layers:
-            layers[-1][3] = True  # max(max(v, 0), 0) = max(v, 0): a second ReLU is the first
-        else:
-            raise _refuse(f"op {op.name!r} ({op.kind}) is not an Affine or a ReLU after one")
-        prev = op.name
-    if pm.body.outputs != (prev,) or not layers:
-        raise _refuse("the filter's output is not its last op")
+    from tm2nn.engines.layered_program import layers as chain
+
+    try:  # the filter: Affine ops in a chain, each optionally followed by a ReLU
+        _n_in, layers, _out = chain(pm.body)
+    except EngineRefused as e:
+        raise _refuse(str(e)) from None
+    if not layers:
+        raise _refuse("the filter has no affine map")
     meta = np.zeros((len(layers), K.M_WIDTH), dtype=np.uint64)
     indptr, cols, vals, bias = [], [], [], []
     n_ptr = n_ent = n_bias = 0
-    for k, (_name, w, b, relu) in enumerate(layers):
-        n_out = w.shape[0]
-        ptr = np.zeros(n_out + 1, dtype=np.int64)
-        np.cumsum(np.bincount(w.rows, minlength=n_out), out=ptr[1:])
-        meta[k] = (n_out, n_ptr, n_bias, relu)
-        indptr.append(ptr + n_ent)  # SparseMatrix keeps entries row-major, columns increasing
-        cols.append(w.cols)
-        vals.append(w.vals)
-        bias.append(b)
-        n_ptr, n_ent, n_bias = n_ptr + n_out + 1, n_ent + w.nnz, n_bias + n_out
+    for k, lay in enumerate(layers):
+        meta[k] = (lay.n_out, n_ptr, n_bias, lay.relu)
+        indptr.append(lay.ptr + n_ent)  # entries row by row, columns increasing
+        cols.append(lay.cols)
+        vals.append(lay.vals)
+        bias.append(lay.bias)
+        n_ptr, n_ent, n_bias = n_ptr + lay.n_out + 1, n_ent + int(lay.ptr[-1]), n_bias + lay.n_out
     from tm2nn.nets.grid import PATCH_OFFSETS
 
-    read = set(layers[0][1].cols.tolist())  # V1's nonzero columns (SparseMatrix stores no zeros)
+    read = set(layers[0].cols.tolist())  # V1's nonzero columns (SparseMatrix stores no zeros)
     reads = np.array([(di + 1, dj + 1) for k, (di, dj) in enumerate(PATCH_OFFSETS) if k in read],
                      dtype=np.uint64).reshape(-1, 2)
-    return GridProgram(names=tuple(lay[0] for lay in layers), reads=reads, meta=meta,
+    return GridProgram(names=tuple(lay.name for lay in layers), reads=reads, meta=meta,
                        indptr=np.concatenate(indptr).astype(np.uint64), cols=np.concatenate(cols).astype(np.uint64),
                        vals=np.concatenate(vals).astype(dtype), bias=np.concatenate(bias).astype(dtype),
-                       width=max(9, *(w.shape[0] for _n, w, _b, _r in layers)), pad=dtype.type(pm.pad),
+                       width=max(9, *(lay.n_out for lay in layers)), pad=dtype.type(pm.pad),
                        trips=int(loop.trips), dtype=dtype)
 
 

@@ -85,7 +85,8 @@ class Layer:
 
 def layers(net: Net) -> tuple[int, list[Layer], np.ndarray]:
     """``(input width, layers, output indices)`` of a layered ReLU net (module doc); any
-    other net is an :class:`EngineRefused`."""
+    other net is an :class:`EngineRefused`.  Also reads the RCNN filter, a chain of five
+    affine maps (:mod:`.grid_engine`)."""
     if len(net.inputs) != 1 or len(net.outputs) != 1 or net.inputs[0].kind != "vector":
         raise EngineRefused(f"net {net.name!r}: the fused engine runs nets of one vector input and output")
     cur, width = net.inputs[0].name, len(net.inputs[0].space)
