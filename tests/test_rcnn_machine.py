@@ -33,10 +33,12 @@ def tapes(m, n: int, seed: int = 0, max_len: int = 5) -> list[str]:
 
 
 def ok(c, inputs, use_onnx=True):
-    rep = verify_compiled(c, inputs=inputs, use_onnx=use_onnx)
+    """Every input, every step, on torch, the fused engine and (``use_onnx``) onnxruntime."""
+    engines = ["torch", "fused"] + ["onnxruntime"] * use_onnx
+    rep = verify_compiled(c, inputs=inputs, engines=engines)
     assert rep.first is None, rep.first
     assert rep.ok and rep.n_inputs == len(inputs)
-    assert set(rep.engines) == ({"torch", "onnxruntime"} if use_onnx else {"torch"})
+    assert list(rep.engines) == engines
     return rep
 
 

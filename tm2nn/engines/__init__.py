@@ -20,7 +20,20 @@ Kernels are numba functions (``cache=True``): numba installs from wheels, and th
 call compiles them (a few seconds, then cached on disk).
 """
 
+import threading
+
+import numba
+
 from tm2nn.errors import Tm2nnError
+
+# numba's own thread pool for the parallel kernels, not a second OpenMP runtime beside
+# torch's: with numba's omp layer its idle threads spin, and torch's OpenMP ops slowed down
+# after a fused engine had run (30 rcnn verifications on torch and the fused engine: 12.7 s
+# with omp, 1.2 s with workqueue, 0.8 s on torch alone).  A user's NUMBA_THREADING_LAYER wins.
+if numba.config.THREADING_LAYER == "default":
+    numba.config.THREADING_LAYER = "workqueue"
+#: workqueue runs one parallel kernel at a time: callers from several threads take turns
+PARALLEL = threading.Lock()
 
 
 class EngineRefused(Tm2nnError):

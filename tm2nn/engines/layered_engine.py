@@ -54,6 +54,7 @@ class LayeredEngine:
 
     def run(self, x, batch_size: int | None = None) -> np.ndarray:
         """Outputs ``[batch, n_out]`` (float) for inputs ``[batch, n_in]``."""
+        from tm2nn.engines import PARALLEL
         from tm2nn.engines.layered_kernel import run_program
 
         p = self.program
@@ -71,8 +72,9 @@ class LayeredEngine:
         out = np.empty((p.out_reg.size, x.shape[0]), dtype=p.dtype)
         if x.shape[0]:
             none = np.zeros(0, np.uint64)
-            run_program(xt, *self._args, self.tile(x.shape[0]), out, none, none, none,
-                        np.zeros((0, 0), p.dtype), np.zeros(0, p.dtype))
+            with PARALLEL:
+                run_program(xt, *self._args, self.tile(x.shape[0]), out, none, none, none,
+                            np.zeros((0, 0), p.dtype), np.zeros(0, p.dtype))
         y = out.T
         return y / p.scale if self.mode == "integer" else y
 
@@ -80,6 +82,7 @@ class LayeredEngine:
         """The float mode's outputs with Wei-Chen-Ma's all-layer perturbation
         (:func:`.layered_kernel.run_program`): ``a`` ``[net rows, batch]`` (every affine's
         output rows in net order), ``eps`` ``[batch]``."""
+        from tm2nn.engines import PARALLEL
         from tm2nn.engines.layered_kernel import run_program
 
         p = self.program
@@ -90,7 +93,8 @@ class LayeredEngine:
         eps = np.ascontiguousarray(eps, dtype=p.dtype)
         out = np.empty((p.out_reg.size, xt.shape[1]), dtype=p.dtype)
         if xt.shape[1]:
-            run_program(xt, *self._args, self.tile(xt.shape[1]), out, p.lay_row, p.lay_src, p.lay_width, a, eps)
+            with PARALLEL:
+                run_program(xt, *self._args, self.tile(xt.shape[1]), out, p.lay_row, p.lay_src, p.lay_width, a, eps)
         return out.T
 
 
