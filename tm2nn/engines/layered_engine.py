@@ -39,6 +39,8 @@ class LayeredEngine:
 
     @classmethod
     def for_net(cls, net, mode: str = "integer", dtype=np.float32) -> "LayeredEngine":
+        """The engine for a layered ReLU net: ``mode`` ``"integer"`` (exact, 0/1 inputs) or
+        ``"float"`` (every row, in ``dtype``); other nets are an ``EngineRefused``."""
         if mode == "integer":
             return cls(integer_program(net), mode)
         if mode == "float":
