@@ -9,6 +9,19 @@ try:  # pytest-xdist runs 2 workers on 2 cores: intra-op threads would oversubsc
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
     pass
+try:  # the same for numba's parallel kernels (the fused engines) ...
+    import numba
+
+    numba.set_num_threads(1)
+except ImportError:  # pragma: no cover
+    pass
+try:  # ... and onnxruntime's sessions (callers import onnx_session when they run)
+    import tm2nn.emit.onnx_emit as _onnx_emit
+
+    _session = _onnx_emit.onnx_session
+    _onnx_emit.onnx_session = lambda model, threads=None: _session(model, 1 if threads is None else threads)
+except ImportError:  # pragma: no cover
+    pass
 
 ROOT = Path(__file__).resolve().parents[1]
 # bench/gen_circuits.py (big random circuits in every format) is shared by bench and tests

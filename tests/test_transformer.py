@@ -45,9 +45,19 @@ def ok(c, inputs, use_onnx=False):
 
 @pytest.mark.parametrize("path", LINE_EXAMPLES, ids=lambda p: p.stem)
 def test_examples_match_interpreter_every_step(path):
+    """Every step to T = 120 (bb4 halts at 107 on the blank tape) on the index engine.
+    Torch runs to the last of these tapes' halting steps, plus 4 steps of the halted
+    configuration (at most T): after that the steps repeat it, which the index engine
+    checks to T, and tests/test_index_engine.py proves it computes the torch module's
+    function step by step (the halted steps were most of torch's time here)."""
     m = load(path)
-    c = compile_tf(m, steps=120)
-    ok(c, tapes(m, 25))
+    inputs = tapes(m, 25)
+    rep = verify_compiled(compile_tf(m, steps=120), inputs=inputs, engines=["index"])
+    assert rep.ok and rep.first is None and rep.n_inputs == len(inputs)
+    last = max(run_machine(m, t, 120).steps for t in inputs)
+    c = compile_tf(m, steps=min(120, last + 4))
+    rep = verify_compiled(c, inputs=inputs, engines=["torch"])
+    assert rep.ok and rep.first is None and rep.n_inputs == len(inputs)
 
 
 def test_layout_width_is_the_papers():
@@ -252,21 +262,32 @@ def test_decoded_taps_are_exact_zero_one():
 
 @pytest.mark.slow
 def test_ten_thousand_steps_binary_counter():
-    """T = 10^4 (2·10^4 decoder steps: the counter's stays are lowered) in onnxruntime:
-    every step checked against the interpreter, and the model's own decoded outputs."""
+    """T = 10^4 (2·10^4 decoder steps: the counter's stays are lowered; w_pos = 16) on the
+    index engine, every step checked against the interpreter, and the decoded report.  The
+    ONNX model scans every past step at every step (O(T^2): about 40 s at T = 10^4), so
+    onnxruntime runs T = 2,048 (4,096 decoder steps, w_pos = 14): every step, and the
+    model's own decoded outputs.  tests/test_index_engine.py proves step by step that the
+    index engine computes the torch module's function, on every example."""
     from tm2nn.backends.transformer.decoding import TraceDecoder
     from tm2nn.emit.onnx_emit import run_onnx
     from tm2nn.model_io import onnx_model
-    from tm2nn.verify.trace import encode_tokens, first_divergence
+    from tm2nn.verify.trace import encode_tokens, first_divergence, run_taps
 
     m = load(EXAMPLES / "binary_counter.tm")
-    c = compile_tf(m, steps=10_000)
-    assert c.options["decoder_steps"] == 20_000 and c.options["w_pos"] == 16
     text = "0" * 14
-    trace, state, halted, steps, head, _cells = run_onnx(onnx_model(c), encode_tokens(c.input_encoding, [text]))
-    assert trace.shape[:2] == (1, 20_001)
-    decoded = TraceDecoder(c.output_encoding).decode(trace[0], text)
-    assert first_divergence(m, decoded, text, 10_000) is None
-    want = run_machine(m, text, 10_000).report()
-    assert decoded.report == want and want["halted"] is False
-    assert (bool(halted[0]), int(steps[0]), int(head[0])) == (False, 10_000, want["head"])
+    for T, w_pos in ((10_000, 16), (2_048, 14)):
+        c = compile_tf(m, steps=T)
+        assert c.options["decoder_steps"] == 2 * T and c.options["w_pos"] == w_pos
+        want = run_machine(m, text, T).report()
+        assert want["halted"] is False
+        if T == 10_000:
+            trace = run_taps(c, [text], "index")
+        else:
+            tokens = encode_tokens(c.input_encoding, [text])
+            trace, state, halted, steps, head, _cells = run_onnx(onnx_model(c), tokens)
+            assert (bool(halted[0]), int(steps[0]), int(head[0])) == (False, T, want["head"])
+            assert c.output_encoding["layout"]["states"][int(state[0])] == want["state"]
+        assert trace.shape[:2] == (1, 2 * T + 1)
+        decoded = TraceDecoder(c.output_encoding).decode(trace[0], text)
+        assert first_divergence(m, decoded, text, T) is None
+        assert decoded.report == want
