@@ -39,9 +39,9 @@ BULK_BATCH = 4096
 #: A matrix whose dense work ``n_out * n_in * batch`` is at most this is a matmul whatever its
 #: sparsity: below it, per-op overhead dominates and one op beats the ``k`` ops of a gather
 #: form (the transformer's per-step layers, up to 2^15 entries).  At a bulk batch only
-#: matrices of at most 8 entries qualify: a 181x181 matmul on 4096 inputs costs 40 times
-#: the two gathers of a two-input layer (c6288 took 58 % of its torch time in such matmuls,
-#: and its ONNX file grew from 3.2 MB to 14.9 MB, while the rule read shape alone).
+#: matrices of at most 8 entries qualify: a 181x181 matmul does 90 times the multiply-adds
+#: of the two gathers of a two-input layer (c6288 spent 58 % of its torch time in such
+#: matmuls, and its ONNX file grew from 3.2 MB to 14.9 MB, while the rule read shape alone).
 DENSE_WORK = 1 << 15
 
 #: Past ELL (rows of more than ELL_MAX_K nonzeros), a matrix with at most this fraction

@@ -49,7 +49,7 @@ import numpy as np
 from tm2nn.engines import EngineRefused
 from tm2nn.nets import Affine, Net, ReLU, Slice
 
-#: The integer mode's largest bias denominator (beyond it the net is not the construction's)
+#: The integer mode's largest bias denominator (the construction's is 3; beyond it: refused)
 MAX_SCALE = 64
 #: A unit that can take more values than this is not described by a table: the rows that
 #: read it run (sound: they compute it).
@@ -60,7 +60,8 @@ MAX_COMBOS = 4096
 #: integer exactly: float32 when every sum of every row stays below 2^24, else float64.
 #: Float registers, not integer ones: numba widens int8/int16/int32 arithmetic to 64 bits,
 #: so float32 lanes are the narrowest it computes in (measured on c6288's program, one
-#: thread: float32 1.2e6 inputs/s, int8 4.7e5, int16 3.5e5, int32 5.4e5).
+#: thread, each at its best tile: float32 1.2e6 inputs/s, int8 4.7e5, int16 5.6e5, int32
+#: 5.4e5).
 EXACT_TYPES = ((np.float32, 2 ** 24), (np.float64, 2 ** 53))
 #: The made value 0 is the constant 0 (the origin of rows with no inputs); inputs follow
 CONST, INPUT0 = 0, 1
