@@ -323,18 +323,19 @@ class _Analysis:
     def value_set(self, ins: list[int], ws: list[int], b: int, relu: bool) -> tuple[np.ndarray | None, int]:
         """The values ``act(b + Σ w_k u_k)`` can take, ``u_k`` over the values of key
         ``ins[k]`` (None past :data:`MAX_VALUES`), and a bound on their magnitude."""
-        acc: np.ndarray | None = np.array([b], dtype=np.int64)
+        acc: set[int] | None = {b}  # Python sets: these are a few small integers
         lo = hi = b
         for k, w in zip(ins, ws):
             n = int(self.v_len.a[self.k_origin.a[k]])
             m = int(self.k_abs.a[k])
             lo, hi = lo - abs(w) * m, hi + abs(w) * m
-            if acc is not None and n and acc.size * n <= MAX_COMBOS:
-                acc = np.unique((acc[:, None] + w * np.unique(self.k_table.a[k, :n])[None, :]).ravel())
+            if acc is not None and n and len(acc) * n <= MAX_COMBOS:
+                vk = set(self.k_table.a[k, :n].tolist())
+                acc = {a + w * v for a in acc for v in vk}
             else:
                 acc = None
         if acc is not None:
-            vals = np.unique(np.maximum(acc, 0)) if relu else acc
+            vals = np.array(sorted({max(a, 0) for a in acc} if relu else acc), dtype=np.int64)
             return (vals if vals.size <= MAX_VALUES else None), int(np.abs(vals).max())
         if relu:
             lo, hi = max(lo, 0), max(hi, 0)
