@@ -379,3 +379,24 @@ def test_consecutive_one_coordinate_layers(monkeypatch):
     eng = IndexEngine(c.net)
     assert sum(1 for r in eng.prog.body.iprog if r[0] == K.OP_SEPARABLE) >= 2
     assert_same_function(c, tapes(m, 3), eng)
+
+
+def test_an_edited_model_file_is_refused(run_cli, tmp_path):
+    """The index engine runs ``compiled.net``, the construction: a model file whose weights
+    were edited is refused on it (it once ran the construction silently), and still runs
+    in onnxruntime, which reads the file's weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    good, bad = tmp_path / "m.onnx", tmp_path / "bad.onnx"
+    assert run_cli("compile", EXAMPLES / "binary_increment.tm", "--backend", "transformer", "--steps", "20",
+                   "-o", good).code == 0
+    m = onnx.load(str(good))
+    t = next(t for t in m.graph.initializer if t.name == "encoder.table")
+    a = numpy_helper.to_array(t).copy()
+    a.reshape(-1)[0] += 100.0
+    t.CopyFrom(numpy_helper.from_array(a, t.name))
+    onnx.save(m, str(bad))
+    r = run_cli("eval", bad, "--input", "1011", "--engine", "index")
+    assert r.code == 2 and "the index engine runs the construction's network: run it in onnxruntime" in r.err
+    assert run_cli("eval", bad, "--input", "1011", "--engine", "onnxruntime").code in (0, 1)

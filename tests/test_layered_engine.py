@@ -149,6 +149,19 @@ def test_engine_selection_and_refusals_through_the_api(tmp_path):
         tm2nn_compile(load(EXAMPLES / "even_ones.tm"), "transformer", steps=4).run("1", engine="fused")
 
 
+def test_an_edited_model_is_refused():
+    """Both engines run ``compiled.net``, the construction: a model whose weights are not
+    the construction's is refused (Compiled.check_engine), on run and on the array runner."""
+    comp = tm2nn_compile(load(EXAMPLES / "full_adder.circ"), "relu-circuit")
+    comp.edited = "weight 'L1.pre.weight': 1 of 12 values differ"
+    for eng in ("fused", "fused-float"):
+        with pytest.raises(Tm2nnError, match=f"the {eng} engine runs the construction's network: run it in torch"):
+            comp.run("101", engine=eng)
+        with pytest.raises(Tm2nnError, match="not the construction's"):
+            comp.runner(eng)
+    assert comp.run("101", engine="torch")["outputs"] == "01"
+
+
 def test_cli_eval_verify_margin(run_cli, tmp_path):
     model = tmp_path / "fa.onnx"
     assert run_cli("compile", EXAMPLES / "full_adder.circ", "-o", model).code == 0

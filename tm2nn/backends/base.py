@@ -336,10 +336,16 @@ class Compiled:
 
     # -- running ---------------------------------------------------------------------------
     def check_engine(self, engine: str, option: str = "engine") -> None:
-        """Refuse an engine this backend does not run on (``option`` names the argument)."""
+        """Refuse an engine this backend does not run on (``option`` names the argument),
+        and a fused engine for a model whose weights are not the construction's: the fused
+        engines run ``self.net``, which holds the construction's."""
         if engine not in self.spec.engines:
             raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
                               f"not {{{option}}} {engine!r}", option)
+        if engine not in ENGINES and self.edited is not None:
+            where = "onnxruntime" if self.onnx_bytes is not None else "torch"
+            raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the {engine} engine "
+                             f"runs the construction's network: run it in {where}", file=self.path)
 
     def runner(self, engine: str):
         """``run(*arrays) -> outputs`` for an engine (``torch``, ``onnxruntime`` or a fused
@@ -378,6 +384,7 @@ class Compiled:
         CLI's ``--json`` reports."""
         single = isinstance(inputs, str)
         texts = [inputs] if single else [str(t) for t in inputs]
+        self.check_engine(engine)
         with self.failures(engine):
             reports = self.spec.run(self, texts, engine, progress) if texts else []
         return reports[0] if single else reports
@@ -390,6 +397,7 @@ class Compiled:
         reports with it."""
         from tm2nn.verify.check import divergences
 
+        self.check_engine(engine)
         try:
             checker = self.spec.checker(self)
         except Tm2nnError:

@@ -226,14 +226,8 @@ class GridEngine:
 def runner(compiled, options: GridOptions = GridOptions()):
     """``run(grids, batch_size=N) -> states`` for a compiled rcnn machine-mode model, as
     the torch runner's (``[n, L + 1, H, W]`` in the model's dtype, ``batch_size`` grids
-    per run).  Refused for a loaded model whose weights are not the construction's: the
-    engine reads ``compiled.net``, which holds the construction's."""
-    from tm2nn.errors import Tm2nnError
-
-    if compiled.edited is not None:
-        where = "onnxruntime" if compiled.onnx_bytes is not None else "torch"
-        raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}), and the fused engine runs "
-                         f"the construction's network: run it in {where}", file=compiled.path)
+    per run).  It reads ``compiled.net``: ``Compiled.check_engine`` has refused a loaded
+    model whose weights are not that net's."""
     # the net's float type, as the start grids are made (verify.grid.GridModel; no torch import)
     engine = GridEngine(compiled.net, np.dtype(compiled.input_encoding.get("dtype", "float32")), options)
 

@@ -103,10 +103,8 @@ class LayeredEngine:
 def runner(compiled, engine: str):
     """The array runner of ``--engine fused`` / ``fused-float`` for a compiled relu-circuit
     model (:meth:`tm2nn.backends.base.Backend.array_runner`): the engine is built from the
-    model's net once, on the first call."""
-    if compiled.edited is not None:
-        raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}), and the {engine} engine "
-                         "runs the construction's net: run it in torch or onnxruntime", file=compiled.path)
+    model's net once, on the first call (``Compiled.check_engine`` has refused a model
+    whose weights are not that net's)."""
     mode = MODES[engine]
     dtype = np.float64 if compiled.options.get("dtype") == "float64" else np.float32
     built: list[LayeredEngine] = []
