@@ -228,10 +228,6 @@ class _Column:
         self.n += k
         return self.n - k
 
-    @property
-    def v(self) -> np.ndarray:
-        return self.a[:self.n]
-
 
 class _Analysis:
     """The integer program's builder (module doc).
