@@ -108,6 +108,64 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
             row[f"ratio_{name}_{threads}t"] = round(r / r_np, 4)
     _threads(os.cpu_count() or 1)
     return row
+def bench_register_types(path: Path, quick: bool) -> dict:
+    """The integer program of c6288 run with other register types and tiles (one thread):
+    why ``layered_program.EXACT_TYPES`` holds float32 and why tiles are large.  Every run's
+    outputs are asserted equal to the float32 run's (the values are small integers)."""
+    import numba
+
+    from tm2nn.compiler import compile as tm2nn_compile
+    from tm2nn.engines.layered_kernel import run_program
+    from tm2nn.engines.layered_program import integer_program
+    from tm2nn.interp import random_inputs
+    from tm2nn.syntax import load
+
+    c = load(path)
+    prog = integer_program(tm2nn_compile(c, "relu-circuit").net)
+    x = random_inputs(len(c.inputs), BATCH, seed=1).T
+    numba.set_num_threads(1)
+    row, want = {"bench": "relu-circuit fused register types, c6288", "load": round(os.getloadavg()[0], 2)}, None
+    none = np.zeros(0, np.uint64)  # no perturbation
+    for dtype in (np.float32, np.int8, np.int16, np.int32):
+        prog.dtype = np.dtype(dtype)
+        args = prog.arrays()
+        xt = np.ascontiguousarray(x, dtype=dtype) * dtype(prog.scale)
+        for tile in (256, 2048):
+            out = np.empty((prog.out_reg.size, BATCH), dtype=dtype)
+
+            def go(out=out, args=args, xt=xt, tile=tile, dtype=dtype, none=none):
+                run_program(xt, *args, tile, out, none, none, none, np.zeros((0, 0), dtype), np.zeros(0, dtype))
+            go()
+            want = out.astype(np.int64) if want is None else want
+            assert np.array_equal(out.astype(np.int64), want), (dtype, tile)
+            row[f"{np.dtype(dtype).name}_tile{tile}_inputs_per_s"] = round(_rate(go, BATCH, 0.5 if quick else 2.0))
+    _threads(os.cpu_count() or 1)
+    return row
+
+
+def bench_margin_engines(path: Path, quick: bool) -> dict:
+    """The random attack of ``tm2nn margin`` (64 inputs x 4 directions, 26 perturbed passes)
+    on torch and on fused-float, c6288: the same ε, and the time of each."""
+    from tm2nn.backends.relu_circuit import compile as relu_compile
+    from tm2nn.interp import random_inputs
+    from tm2nn.syntax import load
+    from tm2nn.verify.margin import empirical_margin
+
+    c = load(path)
+    comp = relu_compile(c)
+    x = random_inputs(len(c.inputs), 16 if quick else 64, 2024)
+    row = {"bench": "relu-circuit margin random attack, c6288", "inputs": len(x), "trials": 4,
+           "load": round(os.getloadavg()[0], 2)}
+    eps = {}
+    for engine in ("torch", "fused-float"):
+        t0 = time.perf_counter()
+        eps[engine] = empirical_margin(comp, x, seed=0, trials=4, method="random", engine=engine)["eps"]
+        row[f"{engine}_s"] = round(time.perf_counter() - t0, 2)
+    assert abs(eps["torch"] - eps["fused-float"]) <= 1e-9 * eps["torch"], eps
+    row["eps"] = eps["torch"]
+    return row
+
+
 def main(argv: list[str]) -> list[dict]:
     quick = "--quick" in argv
     rows = []
@@ -119,6 +177,10 @@ def main(argv: list[str]) -> list[dict]:
             continue
         rows.append(bench_one(label, path, quick))
         print(json.dumps(rows[-1]), file=sys.stderr)
+    if CIRCUITS["c6288"].exists():
+        for extra in (bench_register_types, bench_margin_engines):
+            rows.append(extra(CIRCUITS["c6288"], quick))
+            print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 

@@ -149,6 +149,20 @@ def test_engine_selection_and_refusals_through_the_api(tmp_path):
         tm2nn_compile(load(EXAMPLES / "even_ones.tm"), "transformer", steps=4).run("1", engine="fused")
 
 
+def test_numba_runs_its_own_threads_not_a_second_openmp():
+    """tm2nn.engines selects numba's workqueue layer (unless the user chose one): with the
+    omp layer, numba's idle threads spun and torch's OpenMP ops ran 15x slower after a
+    fused run (tm2nn/engines/__init__.py)."""
+    import os
+
+    import numba
+
+    import tm2nn.engines  # noqa: F401
+
+    want = os.environ.get("NUMBA_THREADING_LAYER", "workqueue")
+    assert numba.config.THREADING_LAYER == want
+
+
 def test_an_edited_model_is_refused():
     """Both engines run ``compiled.net``, the construction: a model whose weights are not
     the construction's is refused (Compiled.check_engine), on run and on the array runner."""

@@ -59,9 +59,9 @@ MAX_COMBOS = 4096
 #: The integer mode's register types, and the magnitude below which each holds every
 #: integer exactly: float32 when every sum of every row stays below 2^24, else float64.
 #: Float registers, not integer ones: numba widens int8/int16/int32 arithmetic to 64 bits,
-#: so float32 lanes are the narrowest it computes in (measured on c6288's program, one
-#: thread, each at its best tile: float32 1.2e6 inputs/s, int8 4.7e5, int16 5.6e5, int32
-#: 5.4e5).
+#: so float32 lanes are the narrowest it computes in (c6288's program, one thread, tiles of
+#: 2048: float32 1.17e6 inputs/s, int8 5.0e5, int16 5.7e5, int32 5.5e5;
+#: bench/bench_relu_circuit.py, ``bench_register_types``).
 EXACT_TYPES = ((np.float32, 2 ** 24), (np.float64, 2 ** 53))
 #: The made value 0 is the constant 0 (the origin of rows with no inputs); inputs follow
 CONST, INPUT0 = 0, 1
