@@ -6,7 +6,9 @@
   forward hook, as a ratio (same run, one torch thread, best of REPEATS).
 * **Saved models.** ``Compiled.save`` then ``tm2nn.load_model`` (which recompiles the source
   with the recorded options and checks the weights hash) against ``tm2nn.compile`` alone,
-  per backend, for ``.onnx`` and ``.pt``.
+  per backend, for ``.onnx``, ``.pt`` and ``.safetensors`` (also ISCAS-85 c6288 where
+  ../shared/corpus is present), with the file sizes; for ``.safetensors`` also
+  ``tm2nn.manifest.load_module`` (the torch module from the manifest alone, no recompile).
 * **Verify.** Inputs checked per second by ``Compiled.verify`` (torch and onnxruntime, step
   by step where the backend decodes every step) within a budget of BUDGET seconds.
 """
@@ -76,12 +78,17 @@ def bench_models() -> list[dict]:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for backend, (src, kw, text) in CASES.items():
+        cases = {backend: (EX / src, kw, text) for backend, (src, kw, text) in CASES.items()}
+        c6288 = ROOT.parent / "shared" / "corpus" / "circuits" / "iscas85" / "c6288.bench"
+        if c6288.exists():
+            cases["relu-circuit c6288"] = (c6288, {}, "01" * 16)
+        for case, (src, kw, text) in cases.items():
+            backend = case.split()[0]
             t0 = time.perf_counter()
-            c = tm2nn.compile(EX / src, backend, **kw)
+            c = tm2nn.compile(src, backend, **kw)
             t_compile = time.perf_counter() - t0
-            row = {"bench": f"api save/load {backend}", "compile_s": round(t_compile, 3)}
-            for suffix in (".onnx", ".pt"):
+            row = {"bench": f"api save/load {case}", "compile_s": round(t_compile, 3)}
+            for suffix in (".onnx", ".pt", ".safetensors"):
                 path = Path(tmp) / f"m{suffix}"
                 t0 = time.perf_counter()
                 c.save(path)
@@ -93,6 +100,12 @@ def bench_models() -> list[dict]:
                 row[f"load{suffix}_over_compile"] = round(t_load / t_compile, 2)
                 row[f"{suffix[1:]}_bytes"] = os.path.getsize(path)
                 assert back.run([text]) == c.run([text]), f"{backend}{suffix}: the loaded model disagrees"
+                if suffix == ".safetensors":
+                    from tm2nn.manifest import load_module
+
+                    t0 = time.perf_counter()
+                    load_module(path)
+                    row["module.safetensors_s"] = round(time.perf_counter() - t0, 3)
             rows.append(row)
     return rows
 

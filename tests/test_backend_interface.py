@@ -68,7 +68,7 @@ def test_toy_backend_in_the_api(toy, tmp_path):
     assert rep.ok and rep.mode == "exhaustive" and rep.n_inputs == 8 and set(rep.engines) == {"torch", "onnxruntime"}
     assert c.info()["bounds"] == [["hidden units", "8", "2^n"]]
     assert sum(p.numel() for p in c.torch().parameters()) == c.info()["info"]["params_nonzero"]
-    for suffix in (".onnx", ".pt"):
+    for suffix in (".onnx", ".pt", ".safetensors"):
         back = tm2nn.load_model(c.save(tmp_path / f"fa{suffix}"))
         assert back.backend == toy and back.run(["011", "100"]) == c.run(["011", "100"])
     with pytest.raises(tm2nn.OptionError, match=r"takes no option steps; the options it takes: scale"):
@@ -187,7 +187,7 @@ def test_saved_models_load_back(per_backend, key, tmp_path):
     if key == "abbe-sandon":
         text = "10" * (len(c.input_encoding["names"]) // 2) + "1" * (len(c.input_encoding["names"]) % 2)
     want = c.run([text])
-    for suffix in (".onnx", ".pt"):
+    for suffix in (".onnx", ".pt", ".safetensors"):
         path = c.save(tmp_path / f"m{suffix}")
         if suffix == ".pt":
             saved = torch.load(path, weights_only=True)

@@ -1,7 +1,7 @@
 """Fuzz model files (issue 23): a model of every backend, with flipped bytes, truncated, or
-with one metadata value or state-dict tensor edited, through ``eval`` and ``info``.  The
-only outcomes allowed are exit 0, 1 or 2 with tm2nn's own message (tests/fuzzing.py);
-docs/api.md "Loading models" says which is which."""
+with one metadata value, state-dict tensor, manifest field or array edited, through
+``eval`` and ``info``.  The only outcomes allowed are exit 0, 1 or 2 with tm2nn's own
+message (tests/fuzzing.py); docs/api.md "Loading models" says which is which."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -41,7 +42,7 @@ def models(tmp_path_factory) -> dict:
     out = {}
     for name, (src, opts, text) in BUILDS.items():
         c = tm2nn.compile(src, name, **opts)
-        for suffix in (".onnx", ".pt"):
+        for suffix in (".onnx", ".pt", ".safetensors"):
             out[(name, suffix)] = (c.save(folder / f"{name}{suffix}").read_bytes(), text)
     return out
 
@@ -75,6 +76,43 @@ def _edit_json(text: str, draw) -> str:
         obj[key] = draw(st.one_of(st.none(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
                                   st.lists(st.integers(-3, 3), max_size=3), st.just({})))
     return json.dumps(obj, allow_nan=True)
+
+
+def _edit_safetensors(blob: bytes, draw) -> bytes:
+    """One field of the manifest (top level, or an op of the network) or one array edited."""
+    from safetensors.numpy import load, save
+
+    from tm2nn.manifest import read_safetensors
+
+    m, arrays = read_safetensors("m.safetensors", blob)
+    if draw(st.booleans()):
+        where = draw(st.sampled_from(["top", "op", "tensor"]))
+        ops = m["net"]["ops"]
+        target = m if where == "top" else draw(st.sampled_from(ops))
+        if where == "tensor" and target.get("tensors"):
+            target = draw(st.sampled_from(sorted(target["tensors"].values(), key=str)))
+        edited = json.loads(_edit_json(json.dumps(target), draw) if draw(st.booleans()) else "null")
+        target.clear()
+        if isinstance(edited, dict):
+            target.update(edited)
+        return save(arrays, metadata={"tm2nn.manifest": json.dumps(m, allow_nan=True)})
+    arrays = dict(load(blob))
+    key = draw(st.sampled_from(sorted(arrays)))
+    a = arrays[key].copy()
+    kind = draw(st.sampled_from(["nan", "scale", "shape", "dtype", "delete"]))
+    if kind == "nan" and a.dtype.kind == "f" and a.size:
+        a.reshape(-1)[draw(st.integers(0, a.size - 1))] = np.nan
+    elif kind == "scale":
+        a = a * draw(st.sampled_from([0, -1, 7, 1.5]))
+    elif kind == "shape":
+        a = np.zeros(a.size + 1)
+    elif kind == "dtype":
+        a = a.astype(np.float32 if a.dtype.kind != "f" else np.int64)
+    if kind == "delete":
+        del arrays[key]
+    else:
+        arrays[key] = np.ascontiguousarray(a)
+    return save(arrays, metadata={"tm2nn.manifest": json.dumps(m)})
 
 
 def _edit_pt(blob: bytes, draw) -> bytes:
@@ -121,7 +159,8 @@ def broken(draw, models: dict):
     elif kind == "truncate":
         data = bytes(data[:draw(st.integers(0, len(data) - 1))])
     else:
-        data = _edit_onnx_metadata(blob, draw) if suffix == ".onnx" else _edit_pt(blob, draw)
+        edit = {".onnx": _edit_onnx_metadata, ".pt": _edit_pt, ".safetensors": _edit_safetensors}[suffix]
+        data = edit(blob, draw)
     return suffix, data, text
 
 

@@ -252,7 +252,7 @@ def test_cli_learn_errors(tmp_path, capsys, case):
     elif case == "no-header":
         src, want = str(ROOT / "examples" / "bb3.tm"), "declares its data layout"
     elif case == "suffix":
-        extra, want = ["--export-after", str(tmp_path / "out.txt")], "must name a .onnx or .pt file"
+        extra, want = ["--export-after", str(tmp_path / "out.txt")], "must name a .onnx, .pt or .safetensors file"
     elif case == "folder":  # refused before training, not after
         extra, want = ["--export-after", str(tmp_path / "nope" / "out.onnx")], "does not exist"
     elif case == "circuit":

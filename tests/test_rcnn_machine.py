@@ -131,7 +131,7 @@ def test_a_run_off_a_too_narrow_window_is_a_mismatch_not_a_crash():
 
 def test_cli_compile_eval_and_info_from_the_model_file(run_cli, tmp_path):
     src = str(EXAMPLES / "binary_increment.tm")
-    for suffix in (".onnx", ".pt"):
+    for suffix in (".onnx", ".pt", ".safetensors"):
         out = tmp_path / f"m{suffix}"
         r = run_cli("compile", src, "--backend", "rcnn", "--steps", "20", "--max-input", "4", "-o", str(out))
         assert r.code == 0 and out.is_file()

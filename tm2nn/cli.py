@@ -65,19 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file (default: standard output)")
     p.add_argument("--all", action="store_true", help="convert every item in the file (tm/circ only)")
 
-    p = sub.add_parser("compile", help="compile a machine or circuit into a network (.onnx or .pt)")
+    p = sub.add_parser("compile", help="compile a machine or circuit into a network (.onnx, .pt or .safetensors)")
     add_source(p)
-    p.add_argument("-o", "--output", required=True, help="model file to write: NAME.onnx or NAME.pt")
+    p.add_argument("-o", "--output", required=True, help="model file to write: NAME.onnx, NAME.pt or NAME.safetensors")
     p.add_argument("--json", **js, help="print the size report as JSON")
     _add_backend_options(p, "compile")
 
-    p = sub.add_parser("eval", help="run a compiled model (.onnx in onnxruntime, .pt in torch) on inputs")
+    p = sub.add_parser("eval", help="run a compiled model (.onnx in onnxruntime, .pt or .safetensors in torch) on inputs")
     p.add_argument("model", help="a model written by tm2nn compile or learn")
     p.add_argument("--input", action="append", help="an input: bits (circuits) or an initial tape (machines); "
                    "repeatable (default: one empty input)")
     p.add_argument("--inputs", metavar="FILE", help="a file of inputs, one per line")
     p.add_argument("--engine", choices=engines,
-                   help="the engine (default: onnxruntime for .onnx, torch for .pt; fused engines: see run --engine)")
+                   help="the engine (default: onnxruntime for .onnx, else torch; fused engines: see run --engine)")
     p.add_argument("--json", **js, help="print one JSON report per input, one per line")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
@@ -115,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("learn", help="train a network by SGD and compare it with the interpreter at every step")
     add_source(p, default_help="the first that trains the source")
-    p.add_argument("--export-before", metavar="PATH", help="write the net before training (.onnx or .pt)")
-    p.add_argument("--export-after", metavar="PATH", help="write the net after training (.onnx or .pt)")
+    p.add_argument("--export-before", metavar="PATH", help="write the net before training (.onnx, .pt or .safetensors)")
+    p.add_argument("--export-after", metavar="PATH", help="write the net after training (.onnx, .pt or .safetensors)")
     p.add_argument("--json", **js, help="end with one JSON line, the training summary")
     _add_backend_options(p, "learn")
 
@@ -320,8 +320,9 @@ def cmd_info(args) -> int:
     from tm2nn.console import print_table
 
     stats = _statistics_values(args)
-    if Path(args.source).suffix in (".onnx", ".pt"):
-        from tm2nn.model_io import load_model
+    from tm2nn.model_io import SUFFIXES, load_model
+
+    if Path(args.source).suffix in SUFFIXES:
 
         model = load_model(args.source)
         rep = {**model.info(), "weights_edited": model.edited}

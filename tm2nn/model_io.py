@@ -1,5 +1,7 @@
-"""Model files: ``.onnx`` (self-contained ONNX) and ``.pt`` (a torch state dict plus the
-metadata), written from a :class:`~tm2nn.backends.base.Compiled` and read back into one.
+"""Model files: ``.onnx`` (self-contained ONNX), ``.pt`` (a torch state dict plus the
+metadata) and ``.safetensors`` (the network IR's arrays plus a JSON manifest,
+:mod:`tm2nn.manifest`), written from a :class:`~tm2nn.backends.base.Compiled` and read
+back into one.
 
 Every file carries ARCHITECTURE.md's metadata (``tm2nn.version``, ``tm2nn.backend``,
 ``tm2nn.source_sha256``, the encodings, the symbol and port tables) plus what rebuilds
@@ -9,7 +11,8 @@ float64) and a hash of every weight (``tm2nn.weights_sha256``).  :func:`load_mod
 checks the metadata against its schema (:mod:`tm2nn.model_schema`), recompiles the source
 with those options, puts the trained tensors back and checks the hash, so the object it
 returns is the one that was saved, for every backend; a ``.pt``'s state dict then replaces
-the torch module's weights, and a loaded ``.onnx`` runs in onnxruntime as the file is.
+the torch module's weights, a loaded ``.onnx`` runs in onnxruntime as the file is, and a
+loaded ``.safetensors``'s network (rebuilt from its manifest) replaces the construction's.
 The file's graph signature (or state dict's names and shapes) must be the construction's;
 weights that differ from the construction's (edited on purpose, or damaged) load, with
 :attr:`~tm2nn.backends.base.Compiled.edited` saying where, and ``tm2nn eval`` checks what
@@ -33,19 +36,19 @@ import numpy as np
 
 from tm2nn.errors import Tm2nnError
 
-SUFFIXES = (".onnx", ".pt")
+SUFFIXES = (".onnx", ".pt", ".safetensors")
 #: The largest model file read (protobuf's own limit for a self-contained ONNX model).
 MAX_MODEL_BYTES = 2 << 30
 
 
 def check_model_path(path, what: str = "output") -> Path:
-    """A model file to write: ``.onnx`` or ``.pt`` in an existing folder, checked before
+    """A model file to write: ``.onnx``, ``.pt`` or ``.safetensors`` in an existing folder, checked before
     any work is done (so a long compile or training never ends in a failed write)."""
     from tm2nn.fileio import output_target
 
     out = Path(path)
     if out.suffix not in SUFFIXES:
-        raise Tm2nnError(f"{what} must name a .onnx or .pt file, got {out.name!r}")
+        raise Tm2nnError(f"{what} must name a .onnx, .pt or .safetensors file, got {out.name!r}")
     output_target(out, what)  # a regular file in a folder for files (docs/limits.md)
     return out
 
@@ -190,7 +193,7 @@ def metadata(compiled, net=None) -> dict[str, str]:
     trained = trained_tensors(net)
     if trained:
         meta["tm2nn.trained"] = json.dumps(trained, sort_keys=True)
-    if compiled.state_dict is not None:  # weights from a state dict, maybe edited by hand
+    if compiled.state_dict is not None or compiled.edited is not None:  # weights a user may have edited
         meta["tm2nn.weights_edited"] = "true"
     return meta
 
@@ -208,10 +211,15 @@ def onnx_model(compiled):
 
 
 def save(compiled, out) -> Path:
-    """Write ``.onnx`` (self-contained) or ``.pt`` (``{"state_dict", "metadata"}``)."""
+    """Write ``.onnx`` (self-contained), ``.pt`` (``{"state_dict", "metadata"}``) or
+    ``.safetensors`` (arrays and manifest)."""
     from tm2nn.fileio import write_atomic
 
     out = check_model_path(out)
+    if out.suffix == ".safetensors":
+        from tm2nn.manifest import save_safetensors
+
+        return save_safetensors(compiled, out)
     if out.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import save_onnx
 
@@ -227,14 +235,25 @@ def save(compiled, out) -> Path:
 
 
 # -- reading back -------------------------------------------------------------------------------
-def read_metadata(path) -> tuple[dict, bytes | None, dict | None]:
-    """``(metadata, ONNX bytes or None, state dict or None)`` of a model file."""
+def read_metadata(path) -> tuple[dict, bytes | None, object]:
+    """``(metadata, ONNX bytes or None, what else holds the weights)`` of a model file:
+    a ``.pt``'s state dict, a ``.safetensors``' network (rebuilt from its manifest), or
+    None for an ``.onnx``."""
     from tm2nn.fileio import read_input
 
     p = Path(path)
     if p.suffix not in SUFFIXES:
-        raise Tm2nnError("a model file ends in .onnx or .pt", file=str(path))
+        raise Tm2nnError("a model file ends in .onnx, .pt or .safetensors", file=str(path))
     blob = read_input(p, "model", limit=MAX_MODEL_BYTES)  # a regular file, of at most 2 GiB
+    if p.suffix == ".safetensors":
+        from tm2nn.manifest import flat_metadata, net_of, read_safetensors
+
+        manifest, arrays = read_safetensors(path, blob)
+        meta = flat_metadata(manifest)
+        from tm2nn import model_schema as schema
+
+        schema.parse_metadata(meta, path)  # the metadata's own errors first, then the network's
+        return meta, None, net_of(manifest, arrays, path)
     if p.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import onnx_metadata
 
@@ -265,13 +284,18 @@ def load_model(path):
     from tm2nn.backends import get
     from tm2nn.backends.base import loaded_info
 
-    raw, blob, state = read_metadata(path)
+    raw, blob, weights = read_metadata(path)
     meta = schema.parse_metadata(raw, path)
     backend = get(meta["tm2nn.backend"])
     meta.update(schema.parse_backend_keys(raw, meta, backend, path))
     compiled = _located(path, lambda: _rebuild(backend, meta, path))
     schema.check_encodings(meta, compiled, path)
-    compiled.edited = _edit(compiled, blob, state, path)
+    state = weights if isinstance(weights, dict) else None
+    if blob is None and state is None:  # a .safetensors: its network replaces the construction's
+        compiled.edited = schema.net_edit(weights, compiled.net, path, compiled.backend)
+        compiled.net = weights
+    else:
+        compiled.edited = _edit(compiled, blob, state, path)
     compiled.build = meta["tm2nn.build"]
     compiled.source_sha256 = meta["tm2nn.source_sha256"]
     compiled.onnx_bytes = blob

@@ -354,3 +354,51 @@ def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
             if d is not None:
                 return d
     return None
+
+
+def net_edit(mine, built, path, backend: str, where: str = "") -> str | None:
+    """Check a ``.safetensors``' network (rebuilt from its manifest) against the
+    construction's: the same ops, inputs, fields and labelled spaces, else an error;
+    returns where the weights first differ, or None."""
+    import dataclasses
+
+    import numpy as np
+
+    from tm2nn.nets import Net, Space, SparseMatrix
+
+    def wrong(what: str) -> Tm2nnError:
+        return Tm2nnError(f"its manifest's network is not the {backend} construction of its source: {what}",
+                          file=str(path))
+
+    ours = [(p.name, p.kind, p.space) for p in mine.inputs]
+    if ours != [(p.name, p.kind, p.space) for p in built.inputs] or mine.outputs != built.outputs:
+        raise wrong(f"{where or 'the network'}'s inputs or outputs differ")
+    if len(mine.nodes) != len(built.nodes):
+        raise wrong(f"{where or 'the network'} has {len(mine.nodes)} ops, the construction {len(built.nodes)}")
+    edit = None
+    for a, b in zip(mine.nodes, built.nodes):
+        at = f"{where}{b.name}"
+        if type(a) is not type(b) or a.name != b.name or a.inputs != b.inputs:
+            raise wrong(f"op {at!r} ({b.kind} of {list(b.inputs)}) is {a.kind} {a.name!r} of {list(a.inputs)}")
+        for f in dataclasses.fields(b):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if isinstance(y, Net):
+                edit = edit or net_edit(x, y, path, backend, f"{at}/{f.name}/")
+            elif isinstance(y, SparseMatrix):
+                if x.shape != y.shape:
+                    raise wrong(f"op {at!r} {f.name} is {list(x.shape)}, the construction's {list(y.shape)}")
+                if edit is None and not (np.array_equal(x.rows, y.rows) and np.array_equal(x.cols, y.cols)
+                                         and np.array_equal(x.vals, y.vals)):
+                    small = x.shape[0] * x.shape[1] <= 1 << 24  # else the stored entries, in words
+                    edit = (_tensor_edit(f"op {at!r} {f.name}", x.dense(), y.dense()) if small else
+                            f"op {at!r} {f.name}: {x.nnz} stored entries, not the construction's {y.nnz}")
+            elif isinstance(y, np.ndarray):
+                if not isinstance(x, np.ndarray) or x.shape != y.shape:
+                    raise wrong(f"op {at!r} {f.name} has shape {list(np.shape(x))}, the construction's {list(y.shape)}")
+                edit = edit or _tensor_edit(f"op {at!r} {f.name}", x, y)
+            elif isinstance(y, Space) or isinstance(x, Space):
+                if x != y:
+                    raise wrong(f"op {at!r} {f.name}'s labels differ")
+            elif f.name != "cite" and x != y:
+                raise wrong(f"op {at!r} {f.name} is {_shown(x, 40)}, the construction's {_shown(y, 40)}")
+    return edit

@@ -68,6 +68,9 @@ class Backend(abc.ABC):
     name: str = ""
     #: one line: the paper and what the network does (help text, docs)
     summary: str = ""
+    #: the paper the construction is from: authors, title and the sections it takes
+    #: (a model's manifest records it; each op's ``cite`` names the lemma)
+    paper: str = ""
     #: compile options (a dataclass of :func:`tm2nn.options.option` fields)
     Options: type = NoOptions
     #: learn options, for a backend that trains (``tm2nn learn``); None otherwise
@@ -146,6 +149,23 @@ class Backend(abc.ABC):
         if r.run is None or r.run.trace is None:
             raise Tm2nnError(f"the {self.name} backend decodes only the final configuration, not every step")
         return [(q, head, dict(cells)) for _k, q, head, cells in configurations(r.run)]
+
+    def decoding(self, compiled: "Compiled") -> dict:
+        """How each field of the run report is read from the network's dimensions, for a
+        model's manifest (docs/manifest.md): ``{"fields": {field: {"value": a value of the
+        net (``"op/field/name"`` inside a nested net), "labels": the dimensions read,
+        "rule": how}}}``, plus ``"notes"`` where the backend has more to say.  Default:
+        a ``bits`` circuit, output i read from dimension i of the output."""
+        enc = compiled.output_encoding
+        if enc.get("kind") != "bits":
+            raise Tm2nnError(f"the {self.name} backend does not describe how its {enc.get('kind')!r} output "
+                             "is decoded")
+        y = compiled.net.outputs[0]
+        names = ", ".join(enc["names"][:4]) + (", ..." if len(enc["names"]) > 4 else "")
+        return {"fields": {"outputs": {
+            "value": y, "labels": list(compiled.net.spaces[y].labels),
+            "rule": f"character i of 'outputs' is '1' when dimension i of {y!r} exceeds {enc['threshold']}, "
+                    f"else '0'; dimension i is the circuit's output i in declared order ({names})"}}}
 
     def checker(self, compiled: "Compiled"):
         """What ``verify`` needs to compare this model with the reference

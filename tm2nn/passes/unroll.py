@@ -312,6 +312,33 @@ class UnrollLayout:
             report["overflow"] = True
         return report
 
+    def description(self, value: str, labels) -> dict:
+        """How :meth:`decode` reads each report field, for a model's manifest
+        (:meth:`~tm2nn.backends.base.Backend.decoding`): ``labels`` are the dimension
+        labels of the net output ``value``, in :attr:`output_names` order."""
+        labels = list(labels)
+        N, K, Q = self.tape, len(self.alphabet), len(self.states)
+        tape, head = labels[: N * K], labels[N * K: N * K + N]
+        state = labels[N * K + N: N * K + N + Q]
+        halted = labels[N * K + N + Q]
+        bits = labels[N * K + N + Q + 1: N * K + N + Q + 1 + self.n_bits]
+        overflow = labels[N * K + N + Q + 1 + self.n_bits]
+        on = "a dimension is on when it exceeds 1/2"
+        f = {"state": (state, f"the one state dimension on ({on}; exactly one must be)"),
+             "halted": ([halted, overflow], "on when the machine halted within the step bound and the head did not "
+                                            "leave the window (overflow off)"),
+             "outcome": ([halted, *state], "the halting state's outcome (source tables) when halted, else null"),
+             "steps": (bits, f"the {self.n_bits} bits, least significant first: min(T, the interpreter's steps)"),
+             "head": (head, f"the index of the one head dimension on, minus the start cell {self.origin} "
+                            f"(all off when the head left the window)"),
+             "tape": (tape, f"cell i holds the symbol whose dimension of tape[i] is on (one-hot over the alphabet); "
+                            f"the span from the leftmost to the rightmost non-blank ({self.blank!r}) cell"),
+             "sigma": (tape, f"the number of cells whose symbol is not the blank {self.blank!r}")}
+        return {"fields": {k: {"value": value, "labels": ls, "rule": r} for k, (ls, r) in f.items()},
+                "notes": f"the machine unrolled into a circuit for T = {self.steps} steps on a window of {N} cells "
+                         f"(tm2nn/passes/unroll.py); 'overflow' ({overflow}) is on when the head would have left "
+                         "the window, and the report is then not the interpreter's"}
+
 
 
 

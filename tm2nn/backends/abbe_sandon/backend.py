@@ -66,6 +66,7 @@ def _learner_types():
 class AbbeSandon(Backend):
     name = "abbe-sandon"
     summary = "Abbe-Sandon §4: a net on which plain SGD runs any learner given as circuits"
+    paper = "Emmanuel Abbe, Colin Sandon: On the universality of deep learning (§4, the positive results)"
     Options = Options
     LearnOptions = LearnOptions
     takes_what = "learners (a 'learner' block: circuits h and g)"
@@ -106,6 +107,26 @@ class AbbeSandon(Backend):
         return Compiled(self.name, net, lr, {"kind": "pm1", "names": list(net.inputs[0].space.labels)},
                         {"kind": "sign", "names": ["out"]}, [list(r) for r in ir_net.size_report()], options,
                         build={"options": {"engine": "float64"}})
+
+    def decoding(self, compiled: Compiled) -> dict:
+        """The manifest's ``decoding``: the ``sign`` output is G_n's output vertex, the
+        learner's answer as ±1 (Theorem 4; ``outputs`` is ``"1"`` when it is positive); the
+        input is Theorem 4's ±1 vector (:meth:`model`)."""
+        enc = compiled.output_encoding
+        if enc.get("kind") != "sign":
+            raise Tm2nnError(f"the abbe-sandon backend does not describe how its {enc.get('kind')!r} output "
+                             "is decoded")
+        y = compiled.net.outputs[0]
+        labels = list(compiled.net.spaces[y].labels)
+        names = compiled.input_encoding["names"]
+        return {"fields": {"outputs": {
+            "value": y, "labels": labels,
+            "rule": f"character i of 'outputs' is '1' when dimension i of {y!r} (G_n's output vertex "
+                    f"{', '.join(labels)}: the learner's answer as ±1, Abbe-Sandon Lemma 3 / Theorem 4) exceeds "
+                    f"{float(enc.get('threshold', 0.0))}, else '0'"}},
+            "notes": f"the input {compiled.net.inputs[0].name!r} is Theorem 4's ±1 vector: bit b of each input "
+                     f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) as 2b - 1, in this order; "
+                     "SGD ('tm2nn learn') trains the M_s weights, which the file holds as they were saved"}
 
     def info_source(self, ir, opts: Options):
         """The exact G_n (or Lemma 6's) without building a network-IR net."""

@@ -47,6 +47,7 @@ def unroll_machine(m, opts: Options):
 class ReluCircuit(Backend):
     name = "relu-circuit"
     summary = "Wei-Chen-Ma §3: a layered circuit as a ReLU net with round() corrections"
+    paper = "Colin Wei, Yining Chen, Tengyu Ma: Statistically Meaningful Approximation: a Theoretical Analysis for Approximating Turing Machines with Transformers (§3, Lemma B.1, Prop. 3.4)"
     Options = Options
     takes_what = "circuits and line machines (unrolled for T steps)"
     #: torch, onnxruntime, and the fused engines (:mod:`tm2nn.engines.layered_engine`):
@@ -84,6 +85,17 @@ class ReluCircuit(Backend):
         from tm2nn.engines.layered_engine import runner
 
         return runner(compiled, engine)
+
+    def decoding(self, compiled: Compiled) -> dict:
+        """The run report of an unrolled machine (:meth:`UnrollLayout.description`), or a
+        circuit's output bits (the default)."""
+        if compiled.output_encoding.get("kind") == "unrolled_tm":
+            from tm2nn.passes.unroll import UnrollLayout
+
+            y = compiled.net.outputs[0]
+            layout = UnrollLayout.from_json(compiled.output_encoding["layout"])
+            return layout.description(y, compiled.net.spaces[y].labels)
+        return super().decoding(compiled)
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.check import UnrolledChecker

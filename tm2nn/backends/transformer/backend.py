@@ -38,6 +38,7 @@ class Options:
 class Transformer(Backend):
     name = "transformer"
     summary = "Wei-Chen-Ma §4 / App. C: an encoder-decoder transformer with hard-max attention"
+    paper = "Colin Wei, Yining Chen, Tengyu Ma: Statistically Meaningful Approximation: a Theoretical Analysis for Approximating Turing Machines with Transformers (§4, App. C)"
     Options = Options
     takes_what = "line machines"
     run_steps = "steps"
@@ -89,6 +90,13 @@ class Transformer(Backend):
         from tm2nn.verify.trace import run_taps
 
         return TraceDecoder(compiled.output_encoding).configurations(run_taps(compiled, [text], engine)[0], text)
+
+    def decoding(self, compiled: Compiled) -> dict:
+        """Each report field as the tap dimensions it reads and the rule
+        :class:`~.decoding.TraceDecoder` applies (:func:`.decoding.description`)."""
+        from tm2nn.backends.transformer.decoding import description
+
+        return description(compiled.output_encoding, compiled.net)
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.trace import TraceChecker

@@ -216,3 +216,76 @@ class Horizon:
         self.kept = count[:, -1]
         self.seen = n
         return bool(self.done.all())
+
+
+def description(enc: dict, net) -> dict:
+    """How :class:`TraceDecoder` reads each report field from the net's dimensions, for a
+    model's manifest (:meth:`tm2nn.backends.base.Backend.decoding`): every field reads
+    the tap groups of the Decode op's output (one row per decoder step, row i = o_i in
+    Wei, Chen & Ma's form (C.2), plus the written symbol u_i of Lemma C.1), listed by
+    the layout's labels in the order the decoder slices them (``Layout.tap_indices``);
+    ``notes`` say which rows are source steps (the stay lowering, :mod:`tm2nn.passes.stay`)
+    and where the binary search of Claims C.4–C.6 leaves its result."""
+    from tm2nn.backends.transformer.binary_search import CITE_C6
+    from tm2nn.backends.transformer.paper_layers import decoder
+    from tm2nn.nets import Attention
+
+    lay = Layout.from_json(enc["layout"])
+    tap = net.outputs[0]
+
+    def labels(*groups: str) -> list[str]:
+        return [lay.space.labels[i] for g in groups for i in lay.idx(g)]
+
+    def field(rule: str, *groups: str) -> dict:
+        return {"value": tap, "labels": labels(*groups), "rule": rule}
+
+    at = ("at the report row r: the first row in a halting configuration (see 'halted'), else the row of "
+          "source step T (notes: rows, lowering)")
+    bits = "Σ_k 2^k · [pos2:b<k> > 1/2]"
+    fields = {
+        "state": field(f"the state whose st dimension exceeds 1/2 (o_i^st = 1(z_i), Wei, Chen & Ma (C.2)), {at}",
+                       "st"),
+        "symbol": field("the symbol under the head, a_i: the sym1 dimension above 1/2 in row i (o_i^sym1, (C.2)); "
+                        "verify compares it at every source step (it is not a run report field)", "sym1"),
+        "halted": field("true when a row of source step k <= T (T = encodings.output.source_steps) is a halting "
+                        "configuration: its state (st) is in encodings.output.halting, or (state, sym1 symbol) is "
+                        "in encodings.output.no_rule (a halting state loops in place: Lemma C.1's S maps it to "
+                        "itself); a no-rule halt counted as a step (missing_rule_counts_step) must end by T",
+                        "st", "sym1"),
+        "steps": field("the source step k of the report row r: the rows 1..r whose state is not an auxiliary "
+                       "one (notes: lowering), plus 1 for a no-rule halt when missing_rule_counts_step; at most T",
+                       "st"),
+        "outcome": field("encodings.output.halting[state] when halted (accept, reject or halt), else null", "st"),
+        "head": field(f"{bits} - encodings.output.layout.offset {at} (o_i^pos2 = Bin(l_i), (C.2); cell c is "
+                      "stored at location c + offset, our two-way tape)", "pos2"),
+        "tape": field(f"the input (cell c = input character c), then for i = 1..r in order: row i's sym2 "
+                      "symbol (u_i, what decoder step i wrote, Lemma C.1) written at the cell row i-1's pos2 "
+                      f"gives ({bits} - offset, the head before step i); the last write to a cell wins; the span "
+                      "from the leftmost to the rightmost non-blank cell", "sym2", "pos2"),
+        "sigma": field("the number of non-blank cells of the tape above", "sym2", "pos2"),
+    }
+    body = decoder(net)
+    c6 = next((op.name for op in body.body.nodes if isinstance(op, Attention) and op.cite == CITE_C6), None)
+    notes = {
+        "rows": f"{tap!r} is [batch, T'+1, tap width]: row 0 is the prologue's o_0 (the start configuration; "
+                f"its sym2 is not read), row i >= 1 is decoder step i ({body.name}/body/{body.body.outputs[1]}); "
+                "each group is read as one-hot at threshold 1/2, and a row where one is not is malformed "
+                "(verify reports its step)",
+        "lowering": "the decoder runs the stay-free machine of tm2nn.passes.stay (App. C's head moves every "
+                    "step): a source stay move (q, a) -> (b, S, q') takes two decoder steps, right into the "
+                    "auxiliary state q'~S, then left into q'.  Auxiliary states are st labels too "
+                    "(encodings.output.lowering.aux lists [aux, target] pairs).  Row 0 is source step 0, and "
+                    "source step k is the k-th row >= 1 whose state is not auxiliary; so T' = 2T decoder steps "
+                    "when there are auxiliary states, else T, and state, steps, head and tape are the source "
+                    "machine's",
+    }
+    if c6 is not None:
+        notes["binary_search"] = (
+            f"not read by the report, but there to inspect: the output of {body.name}/body/{c6} (Wei, Chen & "
+            "Ma, Claim C.6, the last attention of the binary search of Claims C.4-C.6) at decoder step i holds "
+            "scr3 = Bin(i'), i' the last step t <= i that wrote the cell the head is on after step i (Lemma C.3), "
+            "scr1 = 1(u_{i'}) (all 0 when i' = 0), scr4:1 = 1(i' > 0), pos3 = Bin(l_i + offset), pos1 = Bin(i)")
+    if enc.get("cls_column") is not None:
+        notes["cls"] = ("the last tap column (label cls) is θ_clsᵀ o_i (proof of Theorem 4.1): +1 accept, -1 "
+                        "reject, 0 otherwise; its last row is the paper's readout")
+    return {"fields": fields, "notes": notes}
