@@ -83,14 +83,20 @@ def compile(m, *, steps: int, max_input: int | None = None) -> Compiled:
     chain, code = est["chain"], est["code"]
     filt = filter_for(chain.machine, code)
     net = machine_net(filt.body, est["filter_steps"], m.name)
+    from tm2nn.backends.rcnn.machine_io import value_tolerance
+    from tm2nn.backends.rcnn.plain_tables import decode_table, start_grid_table
     from tm2nn.syntax import dump
 
     # The machine's text rides along so that `tm2nn eval` can encode inputs and decode
     # grids from the model file alone (the lowering is rebuilt from it and checked).
+    # The start-grid and decode tables (plain_tables) let a script without tm2nn drive the
+    # model (docs/onnx_plain.md); start_grids builds every start grid from the same table.
     enc_in = {"kind": "rcnn_grid", "machine": dump(m, "tm"), "lowering": chain.to_json(), "code": code.to_json(),
-              "window": list(est["window"]), "max_input": max_input, "pad": 1 / 6}
+              "window": list(est["window"]), "max_input": max_input, "pad": 1 / 6,
+              "start_grid": start_grid_table(chain, code, est["window"], dtype)}
     enc_out = {"kind": "rcnn_trace", "source_steps": int(steps), "filter_steps": est["filter_steps"],
-               "digits": code.n_digits}
+               "digits": code.n_digits,
+               "decode": decode_table(chain, code, code.n_digits, value_tolerance(code.n_digits))}
     options = {"steps": int(steps), "max_input": max_input, "filter_steps": est["filter_steps"],
                "window": list(est["window"]), "states": len(chain.machine.states),
                "digits": code.n_digits, "d_rc": filt.width}

@@ -65,6 +65,7 @@ def sign_target(spec: str, d: int):
 class RCNN(Backend):
     name = "rcnn"
     summary = "Goel-Kakade-Kalai-Zhang: one shared 3x3 filter applied recurrently over a 2D tape"
+    paper = "Surbhi Goel, Sham Kakade, Adam Tauman Kalai, Cyril Zhang: Recurrent Convolutional Neural Networks Learn Succinct Learning Algorithms (Def. 5, App. B)"
     Options = Options
     LearnOptions = LearnOptions
     takes_what = "machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')"
@@ -73,12 +74,14 @@ class RCNN(Backend):
     #: ``fused``: :mod:`tm2nn.engines.grid_engine`, the filter fused and run incrementally
     engines = ("torch", "onnxruntime", "fused")
     #: what a model file must hold: rebuild's step bound, the grid encoding (the machine,
-    #: its B.1.2 lowering, the cell code, the window) and the trace decoding reads
+    #: its B.1.2 lowering, the cell code, the window) and the trace decoding reads, and the
+    #: start-grid and decode tables a plain script reads (:mod:`.plain_tables`)
     model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/machine": "string",
                   "tm2nn.input_encoding/lowering": "object", "tm2nn.input_encoding/code": "object",
                   "tm2nn.input_encoding/window": "list", "tm2nn.input_encoding/max_input": "int",
+                  "tm2nn.input_encoding/start_grid": "object",
                   "tm2nn.output_encoding/source_steps": "int", "tm2nn.output_encoding/filter_steps": "int",
-                  "tm2nn.output_encoding/digits": "int"}
+                  "tm2nn.output_encoding/digits": "int", "tm2nn.output_encoding/decode": "object"}
 
     @property
     def takes(self):
@@ -154,6 +157,13 @@ class RCNN(Backend):
                  "Def. 5: [W diag(z)  1], d_mem = m + 1"],
                 ["train", "tm2nn learn FILE --train DATA.csv (Algorithm 1)", ""]]
         return Table("rcnn learner mode (Algorithm 1)", ["quantity", "this network", "paper"], rows)
+
+    def decoding(self, compiled: Compiled) -> dict:
+        """The manifest's ``decoding``: each field through the output's decode table
+        (:func:`.plain_tables.description`)."""
+        from tm2nn.backends.rcnn.plain_tables import description
+
+        return description(compiled)
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.grid import GridChecker

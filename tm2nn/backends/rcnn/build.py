@@ -19,6 +19,17 @@ from tm2nn.nets import Affine, Loop, Net, PatchMap, Port, ReLU, Space, SparseMat
 PAD = 1 / 6
 CITE_FILTER = "Goel, Kakade, Kalai & Zhang, Def. 5 and B.2: f_Conv2D = V5 s(V4 V3 s(V2 V1 vec(z))), padding 1/6"
 CELL = Space(("cell:value",))
+#: What each of Definition 5's five affine maps does in our filter (docs/rcnn.md, "The
+#: filter"; :mod:`.filter_net`'s module docstring)
+CITE_LAYERS = (
+    "Goel, Kakade, Kalai & Zhang, Def. 5 / B.2: V1 copies the cells B.2 reads (centre twice, for the ramps), "
+    "shifted by K = 2",
+    "Goel, Kakade, Kalai & Zhang, Lemma 5 / B.2: V2, four ReLUs per indicator bump (position, value), one per ramp",
+    "Goel, Kakade, Kalai & Zhang, Lemma 5 / B.2: V3, the bumps psi (1 on a value's plateau, else 0) and the ramps",
+    "Goel, Kakade, Kalai & Zhang, B.2: V4, one unit per case of B.2 that needs a conjunction of bumps "
+    "(and a slope unit where the Jacobian is 1)",
+    "Goel, Kakade, Kalai & Zhang, B.2: V5, f(X) = base(x00) + the values of the cases that hold",
+)
 
 
 def filter_body(layers: list[tuple[np.ndarray, np.ndarray]], labels: list[list[str]]) -> Net:
@@ -35,7 +46,7 @@ def filter_body(layers: list[tuple[np.ndarray, np.ndarray]], labels: list[list[s
             raise ValueError(f"V{k} is {w.shape}, expected {(len(spaces[k]), len(spaces[k - 1]))}")
         name = f"V{k}"
         ops.append(Affine(name, (prev,), weight=SparseMatrix.from_dense(w), bias=np.asarray(b, dtype=np.float64),
-                          out=spaces[k]))
+                          out=spaces[k], cite=CITE_LAYERS[k - 1]))
         prev = name
         if k in (2, 4):
             ops.append(ReLU(f"relu{k // 2}", (prev,)))

@@ -19,15 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.rcnn.encoding import (
-    COMPUTE,
     CellCode,
     configs_from_grids,
     from_value,
-    grids_from_configs,
-    pack,
-    to_value,
     unpack,
 )
+from tm2nn.backends.rcnn.plain_tables import fill_start_grids, start_grid_table
 from tm2nn.interp.machine import RunResult
 from tm2nn.passes.lowering import result_from_configurations
 
@@ -49,15 +46,13 @@ def value_tolerance(n_digits: int) -> float:
 
 
 def start_grids(chain, code: CellCode, texts: list[str], window, dtype=np.float32) -> np.ndarray:
-    """``[B, H, W]`` cell values: each lowered input on row 0, head on (0, 0), compute phase."""
-    g = chain.machine
-    configs = []
+    """``[B, H, W]`` cell values: each lowered input on row 0, head on (0, 0), compute
+    phase; made from the model's start-grid table (:func:`.plain_tables.start_grid_table`),
+    the one a plain script reads from the metadata."""
     for text in texts:
-        low = chain.lower_input(text)
-        cells = {(0, c): ch for c, ch in enumerate(low) if ch != g.blank}
-        configs.append((g.start, (0, 0), cells))
-    digits = grids_from_configs(code, configs, window, phase=COMPUTE)
-    return to_value(pack(digits), code.n_digits, dtype)
+        chain.lower_input(text)  # each pass's located error for a bad input
+    table = start_grid_table(chain, code, window)
+    return fill_start_grids(table, texts, code.n_digits, dtype)
 
 
 def lowered_halted(g, state: str, head, cells: dict) -> bool:
