@@ -68,6 +68,7 @@ def _extended_bounds(ext) -> list:
 class GDTrace(Backend):
     name = "gd-trace"
     summary = "Welper §4-§5: Frank-Wolfe steps on a crafted ReLU loss trace a machine step by step"
+    paper = "G. Welper: Universality of Gradient Descent Neural Network Training (§4.3-§5)"
     Options = Options
     LearnOptions = LearnOptions
     takes_what = "line machines (Welper §4.1 tapes are lines)"
@@ -159,6 +160,13 @@ class GDTrace(Backend):
             r.failure = None if d is None else f"first divergence at step {d[0]}: {d[1]}: expected {d[2]!r}, got {d[3]!r}"
             out.append(r)
         return out
+
+    def decoding(self, compiled: Compiled) -> dict:
+        """§4.4: each run-report field read off the final iterate (Params ``s``, ``T``,
+        ``H``); §5: ``F(x)`` (:func:`.portable.decoding`)."""
+        from tm2nn.backends.gd_trace.portable import decoding
+
+        return decoding(compiled)
 
     def checker(self, compiled: Compiled):
         from tm2nn.verify.gd import GDChecker

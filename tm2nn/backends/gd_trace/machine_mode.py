@@ -86,11 +86,16 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
     d = ts.d
     from tm2nn.syntax import dump
 
+    from .portable import optimizer_encoding, readback_encoding, start_encoding
+
+    # the start iterate, the update (22) and the readback as tables: a script without
+    # tm2nn runs the model from them (examples/plain/gd_trace_torch.py)
     enc_in = {"kind": "gd_trace", "machine": dump(m, "tm"), "lowering": low.to_json(), "tau": tau, "left": left,
               "b": ts.b, "gamma": ts.gamma, "c": ts.c, "max_input": max_input,
-              "alphabet": list(m.alphabet), "blank": m.blank}
+              "alphabet": list(m.alphabet), "blank": m.blank,
+              "start": start_encoding(low, ts), "optimizer": optimizer_encoding(ts)}
     enc_out = {"kind": "gd_trace_loss", "source_steps": steps,
-               "lowered_steps": low.lowered_steps(steps, max_input)}
+               "lowered_steps": low.lowered_steps(steps, max_input), "readback": readback_encoding(low, ts)}
     q = len(low.machine.states)
     bounds = [
         ("simplex dimension |V| = 3|Q|2^d (tripled, (20))", f"{ts.m:,}",

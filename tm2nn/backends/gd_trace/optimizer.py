@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import torch
 
+#: two gradient entries closer than this are equal: the Frank–Wolfe vertex stays put, or
+#: the step is ambiguous (the weights' gaps are at least gamma; model files record it)
+FW_TOL = 1e-9
+
 
 class AmbiguousStep(RuntimeError):
     """Two vertices minimise the directional derivative: the construction's margins
@@ -33,7 +37,7 @@ class ConditionalGradient(torch.optim.Optimizer):
     """``torch.optim`` optimizer for (3): param groups with ``kind="simplex"`` take the
     Frank–Wolfe vertex step, groups with ``kind="gd"`` take ``p -= lr * grad``."""
 
-    def __init__(self, params, tol: float = 1e-9):
+    def __init__(self, params, tol: float = FW_TOL):
         super().__init__(params, {"kind": "gd", "lr": 1.0})
         for g in self.param_groups:
             if g["kind"] not in ("simplex", "gd"):

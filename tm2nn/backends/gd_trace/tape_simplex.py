@@ -59,6 +59,9 @@ from .lagrange import ell_v_all
 from .optimizer import ConditionalGradient
 
 MU = 0.25
+#: the label of simplex vertex ``([q, r], t)``: ``t`` the symbols under the heads, tape 0
+#: first, as ``+`` / ``-`` (model files record it: :mod:`.portable`)
+VERTEX_LABEL = "s:{state}|{round}|{symbols}"
 
 
 def choose_b(d: int = 1) -> int:
@@ -182,7 +185,7 @@ class TapeSimplex:
     # -- the net ---------------------------------------------------------------------------
     def labels(self) -> dict[str, Space]:
         tau = self.tau
-        vert = Space(tuple(f"s:{q}|{r}|{''.join('+' if a > 0 else '-' for a in t)}"
+        vert = Space(tuple(VERTEX_LABEL.format(state=q, round=r, symbols="".join("+" if a > 0 else "-" for a in t))
                            for q, r, t in self.verts))
         cells = lambda tapes, g: Space(tuple(f"{g}{j}:{self.left + i}" for j in tapes for i in range(tau)))  # noqa: E731
         return {"s": vert, "T": cells(self.rw, "T"), "ro": cells(self.ro, "T"),
@@ -225,7 +228,8 @@ class TapeSimplex:
         n = lambda s: pre + s  # noqa: E731
         # x -> [x ; sum x]  (the sum enters every Lagrange unit)
         ops.append(_affine(n("xs"), x, list(range(m)) + [m] * m, list(range(m)) * 2, [1.0] * (2 * m),
-                           (m + 1, m), Space(tuple(f"xs:{i}" for i in range(m)) + ("xs:sum",))))
+                           (m + 1, m), Space(tuple(f"xs:{i}" for i in range(m)) + ("xs:sum",)),
+                           cite="Welper App. A: [x; Σx], the sum every Lagrange unit reads (Σx = 1 on the simplex)"))
         S = m  # column of sum x
         # layer 1: l_v^{1/4} pre-activations (Lemma A.1 closed form), P_vw, a_v
         e = self.edges
@@ -284,7 +288,8 @@ class TapeSimplex:
                            cite="Welper §4.4 shift S(x): weight of each move"))
         lab3 = Space(tuple(f"mv{j}{'-0+'[di]}:{i}" for j in range(d) for di in range(3) for i in range(tau)))
         ops.append(_affine(n("mvx"), n("mv"), np.arange(3 * d * tau), np.repeat(np.arange(3 * d), tau),
-                           np.ones(3 * d * tau), (3 * d * tau, 3 * d), lab3))
+                           np.ones(3 * d * tau), (3 * d * tau, 3 * d), lab3,
+                           cite="Welper §4.4 shift S(x): each move's weight copied over the tau cells"))
         # shifted copies of H: (Sh_delta H)_{j,i} = H_{j, i - delta} (the indicator moves delta right)
         rows, cols = [], []
         for j in range(d):
@@ -295,7 +300,8 @@ class TapeSimplex:
                         rows.append((j * 3 + di) * tau + i)
                         cols.append(j * tau + src)
         ops.append(_affine(n("shH"), n("hg"), rows, cols, [1.0] * len(rows), (3 * d * tau, d * tau),
-                           Space(tuple("sh" + s[2:] for s in lab3.labels))))
+                           Space(tuple("sh" + s[2:] for s in lab3.labels)),
+                           cite="Welper §4.4 shift S(x)H: the head indicator H moved by each delta"))
         ops.append(Mul(n("mvH"), (n("mvx"), n("shH")), out=Space(tuple("p" + s for s in lab3.labels))))
         # S(x)H (all moves) and its moving part (delta = ±1)
         rows, cols, vals = [], [], []
@@ -340,9 +346,11 @@ class TapeSimplex:
             sel = [e_ for e_ in ent if e_[3] == sg]
             return SparseMatrix((nres, o_h + d * tau), np.array([e_[0] for e_ in sel]),
                                 np.array([e_[1] for e_ in sel]), np.array([e_[2] for e_ in sel], dtype=np.float64))
-        ops.append(Affine(n("res_live"), (n("prods"),), weight=part(False), out=res_lab))
+        ops.append(Affine(n("res_live"), (n("prods"),), weight=part(False), out=res_lab,
+                          cite="Welper (21) residuals w1-w3: the terms outside a stop-gradient"))
         ops.append(Affine(n("res_sg"), (n("prods_sg"),), weight=part(True),
-                          out=Space(tuple("g" + s_ for s_ in res_lab.labels))))
+                          out=Space(tuple("g" + s_ for s_ in res_lab.labels)),
+                          cite="Welper (21) residuals w1-w3: the terms inside a stop-gradient (§4.4 before (21))"))
         ops.append(Concat(n("res2"), (n("res_live"), n("res_sg"))))
         ops.append(_affine(n("res"), n("res2"), list(range(nres)) * 2, list(range(2 * nres)),
                            [1.0] * (2 * nres), (nres, 2 * nres), res_lab, cite="Welper (21) residuals"))
