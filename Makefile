@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast fuzz bench lint clean venv
+.PHONY: demo test test-fast fuzz bench lint clean venv wheel-check
 
 venv: $(STAMP)
 
@@ -26,6 +26,11 @@ test-fast: $(STAMP)
 
 fuzz: $(STAMP)
 	TM2NN_FUZZ=long $(PY) -m pytest -q -n 2 -k long tests/test_fuzz_flags.py tests/test_fuzz_parsers.py tests/test_fuzz_models.py
+
+# CI's wheel job: python -m build, twine check, install into a fresh venv outside the repo,
+# run check/compile/eval/verify there (.ci/wheel; docs/install.md)
+wheel-check: $(STAMP)
+	VENV=$(VENV) bash .ci/wheel
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -30,7 +30,11 @@ from tm2nn.syntax.headers import circuit_mismatches, example_header, machine_mis
 
 
 def default_examples_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "examples"
+    """The repository's examples/ beside the package, or, in an installed wheel, the copy
+    it ships as ``tm2nn/examples`` (pyproject.toml's package data)."""
+    here = Path(__file__).resolve().parent
+    repo = here.parent / "examples"
+    return repo if repo.is_dir() else here / "examples"
 
 
 def run_examples(folder: Path) -> list[dict]:
