@@ -257,3 +257,9 @@ def test_an_unrolled_machine_names_the_dimensions_each_field_reads(tmp_path):
     assert fields["halted"]["labels"] == ["out:halted", "out:overflow"]
     layout = c.output_encoding["layout"]
     assert len(fields["head"]["labels"]) == layout["tape"] and len(fields["state"]["labels"]) == len(layout["states"])
+
+
+def test_the_schema_names_every_op_kind_of_the_ir():
+    from tm2nn.nets.serial import OP_KINDS
+
+    assert set(SCHEMA["$defs"]["op"]["properties"]["kind"]["enum"]) == set(OP_KINDS)

@@ -68,7 +68,7 @@ def build_manifest(compiled, net=None) -> tuple[dict, dict]:
     for key, path, is_json in FLAT_KEYS:
         if key in flat:
             _put(m, path, json.loads(flat[key]) if is_json else flat[key])
-    m["paper"] = compiled.spec.paper
+    m["paper"] = compiled.spec.paper or compiled.spec.summary  # a backend of a user's may name no paper
     m["decoding"] = compiled.spec.decoding(compiled)
     m["weights"]["edited"] = flat.get("tm2nn.weights_edited") == "true"
     arrays: dict = {}
@@ -105,8 +105,8 @@ def _put(d: dict, path: tuple[str, ...], value) -> None:
 def flat_metadata(m: dict) -> dict[str, str]:
     """The manifest as ``tm2nn.*`` metadata strings (what an ``.onnx`` of the same model
     carries in ``metadata_props``): the root net's own metadata, then :data:`FLAT_KEYS`."""
-    out = {str(k): str(v) for k, v in (m.get("net") or {}).get("metadata", {}).items()} \
-        if isinstance(m.get("net"), dict) and isinstance(m["net"].get("metadata"), dict) else {}
+    own = m["net"].get("metadata") if isinstance(m.get("net"), dict) else None
+    out = {str(k): str(v) for k, v in own.items()} if isinstance(own, dict) else {}
     for key, path, is_json in FLAT_KEYS:
         d = m
         for p in path:

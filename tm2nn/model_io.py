@@ -42,8 +42,9 @@ MAX_MODEL_BYTES = 2 << 30
 
 
 def check_model_path(path, what: str = "output") -> Path:
-    """A model file to write: ``.onnx``, ``.pt`` or ``.safetensors`` in an existing folder, checked before
-    any work is done (so a long compile or training never ends in a failed write)."""
+    """A model file to write: ``.onnx``, ``.pt`` or ``.safetensors`` in an existing folder,
+    checked before any work is done (so a long compile or training never ends in a failed
+    write)."""
     from tm2nn.fileio import output_target
 
     out = Path(path)
@@ -246,12 +247,11 @@ def read_metadata(path) -> tuple[dict, bytes | None, object]:
         raise Tm2nnError("a model file ends in .onnx, .pt or .safetensors", file=str(path))
     blob = read_input(p, "model", limit=MAX_MODEL_BYTES)  # a regular file, of at most 2 GiB
     if p.suffix == ".safetensors":
+        from tm2nn import model_schema as schema
         from tm2nn.manifest import flat_metadata, net_of, read_safetensors
 
         manifest, arrays = read_safetensors(path, blob)
         meta = flat_metadata(manifest)
-        from tm2nn import model_schema as schema
-
         schema.parse_metadata(meta, path)  # the metadata's own errors first, then the network's
         return meta, None, net_of(manifest, arrays, path)
     if p.suffix == ".onnx":

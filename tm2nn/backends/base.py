@@ -9,8 +9,9 @@ and listed in :mod:`tm2nn.backends`.  It is the only place that knows that const
 * :meth:`Backend.compile`: IR -> :class:`Compiled` (a backend never parses text, runs the
   interpreter or writes files);
 * its encodings: :meth:`Backend.run` turns user inputs into tensors, runs an engine and
-  decodes the outputs into run reports; :meth:`Backend.checker` tells ``verify`` how to
-  compare a model with the reference;
+  decodes the outputs into run reports; :meth:`Backend.decoding` says in words which
+  dimensions each report field is read from (a ``.safetensors`` model's manifest);
+  :meth:`Backend.checker` tells ``verify`` how to compare a model with the reference;
 * :meth:`Backend.info_rows`: its size next to the paper's bounds;
 * :attr:`Backend.model_keys`: the metadata its model files must carry (checked on load);
 * :meth:`Backend.learn`: its training loop, where it has one; :meth:`Backend.margin`,

@@ -27,33 +27,20 @@ import dataclasses
 
 import numpy as np
 
-from tm2nn.nets.grid import GridReadout, MemoryGrid, PatchMap
-from tm2nn.nets.matrix import SparseMatrix
-from tm2nn.nets.net import Net
-from tm2nn.nets.ops import (
-    Activation,
-    Affine,
-    Attention,
-    Concat,
-    Decode,
-    Embed,
-    Loop,
-    Mul,
-    NetIRError,
-    Op,
-    Param,
-    Port,
-    ReLU,
-    Slice,
-    StopGradient,
-)
-from tm2nn.nets.positions import BinaryPositions
-from tm2nn.nets.space import Space
+from tm2nn.nets import BinaryPositions, Net, NetIRError, Op, Port, Space, SparseMatrix
+
+
+def _op_classes(cls: type = Op) -> list[type]:
+    """Every concrete op class (the ones with a kind of their own), found by subclassing, so
+    an op added to the IR is written and read without a change here."""
+    out = []
+    for sub in cls.__subclasses__():
+        out += ([sub] if sub.kind != cls.kind else []) + _op_classes(sub)
+    return out
+
 
 #: every op class, by the ``kind`` a manifest names it with
-OP_KINDS: dict[str, type] = {cls.kind: cls for cls in (
-    Affine, ReLU, Activation, Concat, Slice, Loop, Attention, Embed, Decode, Param, StopGradient, Mul,
-    PatchMap, MemoryGrid, GridReadout)}
+OP_KINDS: dict[str, type] = {c.kind: c for c in _op_classes()}
 #: the fields every op has (written as ``name`` and ``inputs``)
 _COMMON = ("name", "inputs", "cite")
 
