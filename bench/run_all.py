@@ -19,6 +19,7 @@ import bench_rcnn  # noqa: E402
 import bench_rcnn_learner  # noqa: E402
 import bench_relu_circuit  # noqa: E402
 import bench_separation  # noqa: E402
+import bench_sweep  # noqa: E402
 import bench_transformer  # noqa: E402
 
 
@@ -34,7 +35,8 @@ def main() -> int:
             + bench_separation.main(["--quick"])  # the full table: docs/benchmarks.md, "Separation"
             + bench_gd_trace.main(sys.argv[1:])
             + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
-            + bench_margin_study.main(sys.argv[1:]))
+            + bench_margin_study.main(sys.argv[1:])
+            + bench_sweep.main(["--quick"]))  # the whole bb corpus: bench/bench_sweep.py alone
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(rows, indent=2))

@@ -33,7 +33,7 @@ def test_an_installed_wheel_parses_machines_and_circuits(tmp_path):
     assert {"tm2nn/grammars/tm.lark", "tm2nn/grammars/circuit.lark"} <= set(names)
     shipped = {n.removeprefix("tm2nn/examples/") for n in names if n.startswith("tm2nn/examples/")}
     in_repo = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*") if p.is_file()
-               and p.suffix in (".tm", ".circ", ".csv", ".py") and "__pycache__" not in p.parts}
+               and p.suffix in (".tm", ".circ", ".csv", ".py", ".toml") and "__pycache__" not in p.parts}
     assert shipped == in_repo  # every example, so an installed `tm2nn demo` runs them all
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)  # what pip puts in site-packages

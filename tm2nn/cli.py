@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
     p.add_argument("--out", default=None, help="folder for the compiled models and the picture "
                    "(default: tm2nn-demo/ in the current folder)")
+    __import__("tm2nn.sweep.command", fromlist=["add_parser"]).add_parser(sub)  # tm2nn sweep (docs/sweep.md)
     return ap
 
 
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         limits.set_memory_limit(args.max_memory)
         limits.set_source_limit(args.max_source_size)
         try:
-            return _VERBS[args.verb](args)
+            return (_VERBS.get(args.verb) or args.handler)(args)
         finally:
             limits.set_memory_limit(None)
             limits.set_source_limit(None)
@@ -441,9 +442,8 @@ def cmd_demo(args) -> int:
     return run_demo(args.examples, args.out)
 
 
-_VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile, "eval": cmd_eval,
-          "info": cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo, "viz": cmd_viz,
-          "learn": cmd_learn}
+_VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile, "eval": cmd_eval, "info":
+          cmd_info, "verify": cmd_verify, "margin": cmd_margin, "demo": cmd_demo, "viz": cmd_viz, "learn": cmd_learn}
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def output_target(path: str | Path, what: str = "") -> Path:
 _TEMP = re.compile(r"(\d+)\.[a-z0-9_]+\.tmp")
 
 
-def _stale_temps(target: Path) -> None:
+def stale_temps(target: Path) -> None:
     """Remove temporary files an earlier write to ``target`` left behind when its process
     was killed (``.NAME.PID.XXXX.tmp`` whose process no longer runs)."""
     for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
@@ -171,15 +171,22 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     ``0o600``).  The temporary file is ``.NAME.PID.XXXX.tmp``; one left by a killed
     process is removed by the next write to the same file."""
     path = output_target(path)
-    _stale_temps(path)
+    stale_temps(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
+    replace_atomic(path, raw, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+
+
+def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False) -> None:
+    """:func:`write_atomic`'s write alone (no checks, no scan for stale temporary files):
+    ``raw`` to a temporary file beside ``path``, flushed and fsync'ed, renamed over it;
+    with ``sync_folder`` the folder is fsync'ed too, so the rename survives a power cut (a
+    sweep's rows, :mod:`tm2nn.sweep.store`)."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise Tm2nnError(f"cannot write {path}: {e.strerror or e}") from None
     try:
-        os.chmod(tmp, mode)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
@@ -191,3 +198,15 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not sync_folder:
+        return
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
