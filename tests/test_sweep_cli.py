@@ -51,6 +51,8 @@ def test_usage_errors(tmp_path, run_cli):
     assert run_cli("sweep", spec).code == 2  # no -o
     r = run_cli("sweep", spec, "extra", "-o", tmp_path / "r")
     assert r.code == 2 and "the results folder goes after -o" in r.err
+    r = run_cli("sweep", spec, "-o", tmp_path / "r", "--ray", "auto", "--workers", "2")
+    assert r.code == 2 and "--workers sizes the local pool" in r.err
     r = run_cli("sweep", "report")
     assert r.code == 2 and "needs the results folder" in r.err
     bad = tmp_path / "bad.toml"

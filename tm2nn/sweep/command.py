@@ -51,6 +51,8 @@ def run(args) -> int:
         return 0
     if not args.output:
         raise Tm2nnError("sweep needs -o RESULTS: the folder its results table is written to")
+    if args.ray and args.workers:
+        raise Tm2nnError("--workers sizes the local pool; on Ray the cluster's CPUs decide (drop one of the two)")
     from tm2nn.sweep.store import Store
 
     store = Store(args.output)
