@@ -39,6 +39,8 @@ BASES = {
               [EX / "learner_match.tm", "--train", EX / "learner_match.csv", "--test", "4"]],
     "viz": [["spacetime", EX / "bb3.tm", "-o", "{tmp}/s.png", "--interpreter-only"],
             ["weights", EX / "full_adder.circ", "-o", "{tmp}/w.png"]],
+    # --dry-run: the spec is checked and expanded, nothing runs (a pool per case would take seconds)
+    "sweep": [[EX / "sweep" / "first.toml", "--dry-run"], ["report", "{tmp}"]],
 }
 #: Flags whose value is a path (drawn inside the case's folder).
 PATHS = {"output", "export_before", "export_after", "inputs", "train", "examples", "out"}
@@ -141,7 +143,7 @@ def _fuzz(verb: str, n: int, tmp_path: Path, model: str):
 
 #: Cases per verb in the fast profile (2,000 in all with the parser and model fuzz).
 PER_VERB = {"check": 60, "run": 80, "convert": 50, "compile": 60, "eval": 50, "info": 60, "verify": 40,
-            "margin": 30, "learn": 40, "viz": 30}
+            "margin": 30, "learn": 40, "viz": 30, "sweep": 30}
 
 
 @pytest.mark.parametrize("verb", sorted(PER_VERB))
