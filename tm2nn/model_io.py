@@ -238,7 +238,8 @@ def save(compiled, out) -> Path:
 # -- reading back -------------------------------------------------------------------------------
 def read_metadata(path) -> tuple[dict, bytes | None, object]:
     """``(metadata, ONNX bytes or None, what else holds the weights)`` of a model file:
-    a ``.pt``'s state dict, a ``.safetensors``' network (rebuilt from its manifest), or
+    a ``.pt``'s state dict, for a ``.safetensors`` a function that rebuilds its network
+    from the manifest (called once the metadata is checked, so its errors come first), or
     None for an ``.onnx``."""
     from tm2nn.fileio import read_input
 
@@ -247,13 +248,10 @@ def read_metadata(path) -> tuple[dict, bytes | None, object]:
         raise Tm2nnError("a model file ends in .onnx, .pt or .safetensors", file=str(path))
     blob = read_input(p, "model", limit=MAX_MODEL_BYTES)  # a regular file, of at most 2 GiB
     if p.suffix == ".safetensors":
-        from tm2nn import model_schema as schema
         from tm2nn.manifest import flat_metadata, net_of, read_safetensors
 
         manifest, arrays = read_safetensors(path, blob)
-        meta = flat_metadata(manifest)
-        schema.parse_metadata(meta, path)  # the metadata's own errors first, then the network's
-        return meta, None, net_of(manifest, arrays, path)
+        return flat_metadata(manifest), None, lambda: net_of(manifest, arrays, path)
     if p.suffix == ".onnx":
         from tm2nn.emit.onnx_emit import onnx_metadata
 
@@ -286,14 +284,15 @@ def load_model(path):
 
     raw, blob, weights = read_metadata(path)
     meta = schema.parse_metadata(raw, path)
+    net = weights() if callable(weights) else None  # a .safetensors' network
     backend = get(meta["tm2nn.backend"])
     meta.update(schema.parse_backend_keys(raw, meta, backend, path))
     compiled = _located(path, lambda: _rebuild(backend, meta, path))
     schema.check_encodings(meta, compiled, path)
-    state = weights if isinstance(weights, dict) else None
-    if blob is None and state is None:  # a .safetensors: its network replaces the construction's
-        compiled.edited = schema.net_edit(weights, compiled.net, path, compiled.backend)
-        compiled.net = weights
+    state = None if net is not None else weights
+    if net is not None:  # a .safetensors: its network replaces the construction's
+        compiled.edited = schema.net_edit(net, compiled.net, path, compiled.backend)
+        compiled.net = net
     else:
         compiled.edited = _edit(compiled, blob, state, path)
     compiled.build = meta["tm2nn.build"]

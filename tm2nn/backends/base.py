@@ -210,7 +210,7 @@ class Backend(abc.ABC):
 
     def margin(self, ir, opts, *, samples: int, trials: int, seed: int, engines=None) -> Table:
         raise Tm2nnError(f"the {self.name} backend has no margin analysis (backends with one: "
-                         f"{', '.join(b.name for b in _registry().all() if type(b).margin is not Backend.margin)})")
+                         f"{_having('margin')})")
 
     def find_beta(self, ir, values: dict, *, inputs, samples, seed) -> dict:
         raise Tm2nnError(f"the {self.name} backend has no softmax beta to search")
@@ -245,9 +245,14 @@ def _registry():
     return reg
 
 
+def overrides(backend: Backend, method: str) -> bool:
+    """Whether ``backend`` has its own ``method`` (an analysis the base class only refuses)."""
+    return getattr(type(backend), method) is not getattr(Backend, method)
+
+
 def _having(method: str) -> str:
     """The backends that override ``method`` (for the error of one that does not)."""
-    names = [b.name for b in _registry().all() if getattr(type(b), method) is not getattr(Backend, method)]
+    names = [b.name for b in _registry().all() if overrides(b, method)]
     return ", ".join(names) or "none"
 
 

@@ -760,9 +760,9 @@ def _option_names(b, learn: bool) -> tuple[str, ...]:
 
 
 def _lacks(b, kind: str) -> bool:
-    from tm2nn.backends.base import Backend
+    from tm2nn.backends.base import overrides
 
-    return {"margin": type(b).margin is Backend.margin, "find-beta": type(b).find_beta is Backend.find_beta,
+    return {"margin": not overrides(b, "margin"), "find-beta": not overrides(b, "find_beta"),
             "learn": b.LearnOptions is None, "run": b.run_steps is None}.get(kind, False)
 
 

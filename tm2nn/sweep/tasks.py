@@ -190,7 +190,7 @@ def run_task(task: dict) -> dict:
     Never raises for the task itself: see the module doc."""
     from tm2nn.errors import Tm2nnError
 
-    reset = _reset_peak()
+    _reset_peak()
     t0 = time.perf_counter()
     try:
         args = _task_args(task)
@@ -200,8 +200,7 @@ def run_task(task: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a bug in tm2nn: recorded, and the sweep goes on (MemoryError too)
         outcome, figures, message = "crash", {}, _error_text(e)
     seconds = time.perf_counter() - t0
-    row = failed_row(task, outcome, message, seconds=seconds,
-                     peak_rss_mb=_peak_mb() if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    row = failed_row(task, outcome, message, seconds=seconds, peak_rss_mb=_peak_mb())  # lifetime peak if not reset
     row["figures"] = figures_json(figures)
     return row
 
