@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
 
 from tm2nn.errors import Tm2nnError
-from tm2nn.options import NoOptions, make
+from tm2nn.options import NoOptions, make, to_dict
 
 #: the engines every backend's network runs on (dense: the emitted torch module and ONNX model)
 DENSE = ("torch", "onnxruntime")
@@ -106,8 +106,6 @@ class Model:
 
     def with_options(self, opts) -> "Model":
         """Record the validated compile options (what a rebuild reads)."""
-        from tm2nn.options import to_dict
-
         self.build = {**self.build, "options": to_dict(opts)}
         return self
 
@@ -167,13 +165,13 @@ class Trainer:
 
 @dataclass(frozen=True)
 class Example:
-    """One row of ``tm2nn demo``: an example file (under ``examples/``), the compile
-    options, the inputs it is verified on, and a few words on what it shows."""
+    """One row of ``tm2nn demo``: an example file (under ``examples/``) and the ``tm2nn``
+    command lines that show it (``{ex}``: the examples folder, ``{out}``: the output
+    folder), under ``label`` (default: the backend's name)."""
 
     file: str
-    options: Mapping = field(default_factory=dict)
-    inputs: tuple[str, ...] | None = None
-    what: str = ""
+    commands: tuple[str, ...]
+    label: str = ""
 
 
 @dataclass(frozen=True)
