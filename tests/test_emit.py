@@ -30,7 +30,8 @@ from tm2nn.emit import (
 )
 from tm2nn.emit import onnx_emit as onnx_emit_mod
 from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, save_onnx, to_onnx
-from tm2nn.emit.torch_emit import NetModule, run_torch, to_torch
+from tm2nn.emit.torch_emit import run_torch, to_torch
+from tm2nn.emit.torch_net import NetModule
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import (
     Activation,

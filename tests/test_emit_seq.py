@@ -237,9 +237,9 @@ def assert_close(got, want, tol: float = 1e-5) -> None:
 
 def torch_module(net: Net):
     """The torch emitter's module, or a skip while it does not know the sequence ops."""
-    from tm2nn.emit import torch_emit
+    from tm2nn.emit import torch_emit, torch_seq
 
-    if not hasattr(torch_emit, "DecodeModule"):
+    if not hasattr(torch_seq, "DecodeModule"):
         pytest.skip("the torch emitter has no Attention/Embed/Decode support yet")
     return torch_emit.to_torch(net)
 

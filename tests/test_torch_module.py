@@ -15,15 +15,10 @@ import pytest
 import torch
 
 from tests.conftest import EXAMPLES
-from tm2nn.emit.torch_emit import (
-    AffineModule,
-    AttentionModule,
-    DecodeModule,
-    LoopModule,
-    NetModule,
-    OpModule,
-    to_torch,
-)
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_net import NetModule, OpModule
+from tm2nn.emit.torch_ops import AffineModule, LoopModule
+from tm2nn.emit.torch_seq import AttentionModule, DecodeModule
 from tm2nn.nets import Affine, Loop, MemoryGrid, Net, Param, Port, ReLU, Space, SparseMatrix
 
 NETS = ["circuit", "unrolled", "transformer", "rcnn", "gd-trace", "abbe-sandon", "rcnn-learner", "extended"]

@@ -12,7 +12,7 @@ The public API (re-exports only; docs/api.md walks through it):
   ``backends.register(backend)``).
 """
 
-__version__ = "0.1.0"
+from tm2nn._version import __version__
 
 from tm2nn import backends  # noqa: E402
 from tm2nn.api import load, load_all, run, run_circuit  # noqa: E402

@@ -92,9 +92,9 @@ def affine_form(op: "Affine", batch: int = BULK_BATCH) -> str:
 _LAZY = {
     "to_torch": "tm2nn.emit.torch_emit",
     "run_torch": "tm2nn.emit.torch_emit",
-    "NetModule": "tm2nn.emit.torch_emit",
-    "OpModule": "tm2nn.emit.torch_emit",
-    "AffineModule": "tm2nn.emit.torch_emit",
+    "NetModule": "tm2nn.emit.torch_net",
+    "OpModule": "tm2nn.emit.torch_net",
+    "AffineModule": "tm2nn.emit.torch_ops",
     "to_onnx": "tm2nn.emit.onnx_emit",
     "to_onnx_step": "tm2nn.emit.onnx_emit",
     "save_onnx": "tm2nn.emit.onnx_emit",

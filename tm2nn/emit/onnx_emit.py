@@ -93,7 +93,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tm2nn import __version__
+from tm2nn._version import __version__
 from tm2nn.emit import BULK_BATCH, STEP_BATCH, affine_form, onnx_grid
 from tm2nn.nets import (
     Activation,
