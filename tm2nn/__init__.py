@@ -12,9 +12,8 @@ The public API (re-exports only; docs/api.md walks through it):
   ``backends.register(backend)``).
 """
 
-from tm2nn._version import __version__
-
 from tm2nn import backends  # noqa: E402
+from tm2nn._version import __version__
 from tm2nn.api import load, load_all, run, run_circuit  # noqa: E402
 from tm2nn.backends.base import Backend, Compiled, Learned  # noqa: E402
 from tm2nn.compiler import compile, learn  # noqa: E402
