@@ -26,7 +26,8 @@ from tm2nn.backends.rcnn.filter_net import (
     net_dtype,
 )
 from tm2nn.backends.rcnn.machine_io import value_tolerance
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.syntax import load, parse_text

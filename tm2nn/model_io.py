@@ -204,7 +204,7 @@ def onnx_model(compiled):
     the graph (:meth:`~tm2nn.backends.base.Backend.finish_onnx`).  The model computes in
     the float type its input encoding names (``"dtype"``, float32 by default: the rcnn
     backend's float64 machines)."""
-    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
 
     net = _net_of(compiled)
     model = to_onnx(net, metadata(compiled, net), dtype=(compiled.input_encoding or {}).get("dtype", "float32"))
@@ -222,7 +222,7 @@ def save(compiled, out) -> Path:
 
         return save_safetensors(compiled, out)
     if out.suffix == ".onnx":
-        from tm2nn.emit.onnx_emit import save_onnx
+        from tm2nn.emit.onnx_model import save_onnx
 
         save_onnx(compiled.onnx(), out)  # a loaded .onnx as the file is (edited weights too)
         return out
@@ -253,7 +253,7 @@ def read_metadata(path) -> tuple[dict, bytes | None, object]:
         manifest, arrays = read_safetensors(path, blob)
         return flat_metadata(manifest), None, lambda: net_of(manifest, arrays, path)
     if p.suffix == ".onnx":
-        from tm2nn.emit.onnx_emit import onnx_metadata
+        from tm2nn.emit.onnx_model import onnx_metadata
 
         try:
             meta = onnx_metadata(blob)

@@ -441,7 +441,7 @@ class NetModule(nn.Module):
     def to_net(self) -> Net:
         """A copy of the IR net with this module's current parameter values (after training
         or editing, say), nested nets included, ready for
-        :func:`tm2nn.emit.onnx_emit.to_onnx`.  Entries equal to the IR's (in the module's
+        :func:`tm2nn.emit.onnx_model.to_onnx`.  Entries equal to the IR's (in the module's
         dtype) keep the IR's float64 values, so an unedited module gives the net back; a
         sparse trainable weight keeps its pattern (a trained entry that became 0 is an
         error), other tensors drop the entries that became 0."""
