@@ -293,7 +293,7 @@ def history_attention(em: _Emitter, op: Attention, out: list, ins: list[str], ba
                   ("tie.cond", "Cast", ["@tie.any"], {"to": TensorProto.BOOL})]
             emit(s)
             s = [("n_items", "If", [got["tie.cond"]], tie_branches(em, base, got[scores[1:]], got["top"],
-                                                                          got["live"]))]
+                                                                   got["live"]))]
         s += [("count", "Add", ["@n_items", "@a0"], {}),
               ("inv", "Reciprocal", ["@count"], {})]
         if need_items:
@@ -476,13 +476,13 @@ def _decode(em: _Emitter, op: Decode, out: list, mem: str, base: str, final: str
     ], op.cite, bare=False)
     batch = got["batch"]
     penv = em.net_ops(pro, out, {pro.inputs[0].name: got["x0"], pro.inputs[1].name: mem},
-                        prefix=f"{base}/prologue/")
+                      prefix=f"{base}/prologue/")
     o0, tap0 = penv[pro.outputs[0]], penv[pro.outputs[1]]
     if op.steps == 0:
         em.steps(out, base, final, [("taps", "Unsqueeze", [tap0, em.ints(base, 0)], {})], bare=False)
         return
     first = em.steps(out, base, None, [("tap0", "Unsqueeze", [tap0, em.ints(base, 0)], {})],
-                       bare=False)["tap0"]
+                     bare=False)["tap0"]
     bprefix = f"{base}/body/"
     ctx = _DecodeCtx()
     for a in body.nodes:  # cross-attention over the decoder memory: keys/values once
@@ -518,7 +518,7 @@ def _decode(em: _Emitter, op: Decode, out: list, mem: str, base: str, final: str
         pos = [("position", "Gather", [positions, it], {"axis": 0})]                  # [w, 1]
     x = em.steps(nodes, base, None, pos + [("x", "Add", [o_prev, "@position"], {})], bare=False)["x"]
     benv = em.net_ops(body, nodes, {body.inputs[0].name: x, body.inputs[1].name: mem},
-                        prefix=bprefix, ctx=ctx)
+                      prefix=bprefix, ctx=ctx)
     new = [v for src in hists for v in ctx.new_histories[src]]
     widths = [len(c) for parts in hists.values() for c in parts]
     o, tap, *new = body_graph_outputs(em, nodes, base, [benv[body.outputs[0]], benv[body.outputs[1]], *new])
