@@ -243,7 +243,7 @@ def history_attention(em: _Emitter, op: Attention, out: list, ins: list[str], ba
             ctx.new_histories[op.source] = hist
     wk = op.wk.dense()
     # Constants are made where a step reads them: an initializer no node reads is
-    # dead weight that onnxruntime warns about (tests/test_onnx_clean.py).
+    # dead weight that onnxruntime warns about (tests/core/emit/test_onnx_clean.py).
     one = em.ints(base, 1)
     s = em.matrix_steps(op.wq, op.bq, h, base, _matrix_form(op.wq, em.batch), ("wq", "wq.cols", "bq"), "q.")
     q = "@" + s[-1][0]                                                                        # [dk, B]

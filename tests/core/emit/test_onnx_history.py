@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
+from tests.core.emit.test_emit_seq import Ref
+from tests.core.emit.test_onnx_clean import _graphs
 from tests.strategies import machines
-from tests.test_emit_seq import Ref
-from tests.test_onnx_clean import _graphs
 from tests.test_transformer import LINE_EXAMPLES, tapes
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.emit import onnx_seq
@@ -143,7 +143,7 @@ TOKENS = np.array([[0, 1, 2], [1, 1, 0], [2, 0, 1], [0, 2, 2], [1, 0, 0], [2, 2,
 
 def check_tiny(seed: int) -> TieCount:
     """ONNX (and torch) = the reference on a tiny net; returns the reference's counts."""
-    from tests.test_emit_seq import run_torch_module, torch_module
+    from tests.core.emit.test_emit_seq import run_torch_module, torch_module
 
     net = tiny_net(seed)
     ref = TieCount()

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.test_emit import np_vector_op
+from tests.core.emit.test_emit import np_vector_op
 from tm2nn.emit import onnx_graph
 from tm2nn.emit.onnx_model import onnx_metadata, to_onnx, to_onnx_step
 from tm2nn.emit.onnx_runtime import run_onnx
@@ -40,7 +40,7 @@ from tm2nn.nets import (
     SparseMatrix,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- the reference ------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def test_emission_is_deterministic():
 
 
 def test_emission_is_deterministic_across_processes():
-    code = ("import hashlib; from tests.test_emit_seq import decode_net; "
+    code = ("import hashlib; from tests.core.emit.test_emit_seq import decode_net; "
             "from tm2nn.emit.onnx_model import to_onnx, to_onnx_step; n = decode_net(2); "
             "print(hashlib.sha256(to_onnx(n).SerializeToString()"
             " + to_onnx_step(n.node('dec')).SerializeToString()).hexdigest())")

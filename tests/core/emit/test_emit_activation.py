@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_emit import np_eval
+from tests.core.emit.test_emit import np_eval
 from tm2nn.backends.abbe_sandon import activation as act
 from tm2nn.backends.abbe_sandon import float64 as f64
 from tm2nn.emit.onnx_model import to_onnx

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_emit import np_eval
+from tests.core.emit.test_emit import np_eval
 from tm2nn.emit.onnx_model import to_onnx
 from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch

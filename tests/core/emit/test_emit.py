@@ -49,7 +49,7 @@ from tm2nn.nets import (
     activations,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- the reference ------------------------------------------------------------------------
