@@ -239,11 +239,12 @@ def test_a_non_binary_value_is_refused_not_approximated():
             op = dataclasses.replace(op, weight=type(w)(w.shape, w.rows, w.cols, w.vals * 0.5))
         nodes.append(op)
     body = Net(dec.body.name, dec.body.inputs, tuple(nodes), dec.body.outputs)
-    net = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body)), c.net.outputs)
+    net = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body), *c.net.nodes[2:]),
+              c.net.outputs)
     with pytest.raises(EngineRefused, match="decoder step 1 .*not 0 or 1|non-integer"):
         IndexEngine(net).run(c.encode([""]))
     enc = dataclasses.replace(c.net.nodes[0], table=c.net.nodes[0].table * 0.5)  # E[:, a] = 0.5 e_a
-    net = Net(c.net.name, c.net.inputs, (enc, dec), c.net.outputs)
+    net = Net(c.net.name, c.net.inputs, (enc, dec, *c.net.nodes[2:]), c.net.outputs)
     with pytest.raises(EngineRefused, match="encoder position 0, coordinate .* is 0.5"):
         IndexEngine(net).run(c.encode(["1"]))
 

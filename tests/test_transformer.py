@@ -199,7 +199,8 @@ def test_a_wrong_weight_is_caught_at_the_right_step():
     from tm2nn.nets import Net
 
     body2 = Net(body.name, body.inputs, nodes, body.outputs)
-    net2 = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body2)), c.net.outputs)
+    net2 = Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body2), *c.net.nodes[2:]),
+               c.net.outputs)
     bad = dataclasses.replace(c, net=net2)
     rep = verify_compiled(bad, inputs=["1011"], use_onnx=False)
     assert not rep.ok and rep.first.step is not None

@@ -41,13 +41,13 @@ def machine(name):
 
 def map_attention(compiled, fn):
     """A copy of a compiled transformer with every attention op replaced by ``fn(op)``."""
-    embed, dec = compiled.net.nodes
+    embed, dec, *readouts = compiled.net.nodes
 
     def sub(net):
         return dataclasses.replace(net, nodes=tuple(fn(op) if isinstance(op, Attention) else op
                                                    for op in net.nodes))
     dec = dataclasses.replace(dec, prologue=sub(dec.prologue), body=sub(dec.body))
-    return dataclasses.replace(compiled, net=dataclasses.replace(compiled.net, nodes=(embed, dec)))
+    return dataclasses.replace(compiled, net=dataclasses.replace(compiled.net, nodes=(embed, dec, *readouts)))
 
 
 def null_key_mutant(compiled, below=0.001):

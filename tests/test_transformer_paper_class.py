@@ -321,8 +321,8 @@ def test_a_wrong_theta_cls_is_caught_by_verify():
                                                               -op.weight.vals))
                   if op.name == "S.cls" else op for op in dec.body.nodes)
     body = Net(dec.body.name, dec.body.inputs, nodes, dec.body.outputs)
-    bad = dataclasses.replace(c, net=Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body)),
-                                         c.net.outputs))
+    bad = dataclasses.replace(c, net=Net(c.net.name, c.net.inputs, (c.net.nodes[0], dataclasses.replace(dec, body=body),
+                                                                    *c.net.nodes[2:]), c.net.outputs))
     rep = verify_compiled(bad, inputs=["0110", "1011"], use_onnx=False)
     assert not rep.ok and rep.first.field.startswith("cls") and rep.first.expected == 1.0 and rep.first.got == pytest.approx(-1.0)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.nets.serial import with_readouts_of
 
 SUFFIXES = (".onnx", ".pt", ".safetensors")
 #: The largest model file read (protobuf's own limit for a self-contained ONNX model).
@@ -291,6 +292,7 @@ def load_model(path):
     schema.check_encodings(meta, compiled, path)
     state = None if net is not None else weights
     if net is not None:  # a .safetensors: its network replaces the construction's
+        net = with_readouts_of(net, compiled.net)  # a file from before readouts were ops
         compiled.edited = schema.net_edit(net, compiled.net, path, compiled.backend)
         compiled.net = net
     else:

@@ -184,6 +184,9 @@ class _Emitter:
         #: the batch the ops being emitted run at (:func:`tm2nn.emit.affine_form`): a
         #: decoder's prologue and body run per step
         self.batch = BULK_BATCH
+        #: what emitters share between the ops of one model, by a key of their choosing
+        #: (the readouts of one run share their nodes, :mod:`tm2nn.emit.onnx_readout`)
+        self.shared: dict = {}
 
     def init(self, name: str, array: np.ndarray) -> str:
         name = self.values.fresh(name)
@@ -285,11 +288,12 @@ class _Emitter:
         emitter_of(op).emit(self, op, out, [env[i] for i in op.inputs], base, final, ctx)
 
     def net_ops(self, net: Net, out: list, env: dict[str, str], prefix: str = "",
-                finals: dict[str, str] | None = None, ctx: _DecodeCtx | None = None) -> dict[str, str]:
-        """Emit ``net``'s ops; ``ctx`` is given for a decoder body (its self-attention
-        caches).  Nets nested in ``net``'s ops get no ``ctx``."""
+                finals: dict[str, str] | None = None, ctx: _DecodeCtx | None = None,
+                ops: tuple[Op, ...] | None = None) -> dict[str, str]:
+        """Emit ``net``'s ops (or those of them given as ``ops``); ``ctx`` is given for a
+        decoder body (its self-attention caches).  Nets nested in ``net``'s ops get no ``ctx``."""
         env = dict(env)
-        for op in net.nodes:
+        for op in net.nodes if ops is None else ops:
             base = prefix + op.name
             final = finals[op.name] if finals else self.values.fresh(base)
             self.op(op, out, env, base, final, ctx)

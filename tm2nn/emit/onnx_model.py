@@ -29,11 +29,12 @@ import onnx
 from onnx import TensorProto, helper
 
 from tm2nn._version import __version__
-from tm2nn.emit import STEP_BATCH, onnx_grid, onnx_ops, onnx_seq  # noqa: F401 - their emitters fill the table
+from tm2nn.emit import STEP_BATCH, onnx_grid, onnx_ops, onnx_readout, onnx_seq  # noqa: F401 - they fill the table
 from tm2nn.emit.onnx_graph import BATCH, DEFAULT_OPSET, _DecodeCtx, _Emitter, weight_bytes
 from tm2nn.fileio import write_atomic
 from tm2nn.gc_pause import gc_paused
 from tm2nn.nets import BinaryPositions, Decode, Net, NetIRError
+from tm2nn.nets.ops import network_outputs, readout_split
 
 MIN_OPSET = 13
 #: protobuf cannot serialise a message of 2 GiB or more.
@@ -84,6 +85,9 @@ def _model(graph: onnx.GraphProto, opset: int, doc: str, props: dict[str, str],
 #: transposed: a grid is ``[B, H, W]`` inside too).
 _TO_BATCH_MAJOR = {"vector": [1, 0], "sequence": [2, 0, 1], "grids": [1, 0, 2, 3]}
 _TO_FEATURE_MAJOR = {"vector": [1, 0], "sequence": [1, 2, 0]}
+#: The element type of each readout kind's graph output (None: the model's float type).
+_READOUT_TYPES = {"scalar": None, "integer": TensorProto.INT64, "flag": TensorProto.BOOL,
+                  "integers": TensorProto.INT64}
 
 
 def to_onnx(net: Net, metadata: dict[str, str] | None = None, opset: int = DEFAULT_OPSET,
@@ -107,6 +111,7 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int, dtype: str =
     if size > PROTO_MAX_BYTES:
         raise NetIRError(f"net {net.name!r}: the weights would take {size / 2**30:.2f} GiB, "
                          "more than one ONNX file can hold (2 GiB)")
+    network, readouts = readout_split(net)
     model = onnx.ModelProto()
     em = _Emitter(opset, model, dtype)
     inputs = {p.name for p in net.inputs}
@@ -116,10 +121,12 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int, dtype: str =
         if o not in inputs:
             em.values.reserve(o)
     finals = {}
-    for op in net.nodes:
+    for op in network:
         if op.name not in net.outputs:
             finals[op.name] = em.values.reserve(op.name)
-    for op in net.nodes:
+    for op in readouts:  # batch-major: a readout's value is named after it
+        finals[op.name] = op.name if op.name in net.outputs else em.values.reserve(op.name)
+    for op in network:
         if op.name in net.outputs:
             finals[op.name] = em.values.fresh(f"{op.name}/fm")
 
@@ -132,8 +139,9 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int, dtype: str =
         env[p.name] = em.values.fresh(f"{p.name}/fm")
         em.steps(nodes, f"{p.name}/transpose", env[p.name],
                  [("transpose", "Transpose", [p.name], {"perm": _TO_FEATURE_MAJOR[p.kind]})])
-    env = em.net_ops(net, nodes, env, finals=finals)
-    for o in net.outputs:
+    env = em.net_ops(net, nodes, env, finals=finals, ops=network)
+    done = network_outputs(net)
+    for o in done:
         if o in inputs:
             continue
         if net.kinds[o] in _TO_BATCH_MAJOR:
@@ -141,11 +149,17 @@ def _to_onnx(net: Net, metadata: dict[str, str] | None, opset: int, dtype: str =
                      [("transpose", "Transpose", [env[o]], {"perm": _TO_BATCH_MAJOR[net.kinds[o]]})])
         else:
             em.steps(nodes, f"{o}/identity", o, [("identity", "Identity", [env[o]], {})])
+    # the readouts, on the batch-major graph inputs and outputs (tm2nn.nets.ops)
+    bm = {name: name for name in (*inputs, *done)}
+    em.net_ops(net, nodes, bm, finals=finals, ops=readouts)
 
     ports = {p.name: p for p in net.inputs}
 
     def io(name: str) -> onnx.ValueInfoProto:
         kind, width = net.kinds[name], len(net.spaces[name])
+        if kind in _READOUT_TYPES:  # batch-major: [batch], or [batch, width] for integers
+            return helper.make_tensor_value_info(name, _READOUT_TYPES[kind] or em.elem,
+                                                 [BATCH, width] if kind == "integers" else [BATCH])
         if kind == "vector":
             return helper.make_tensor_value_info(name, em.elem, [BATCH, width])
         if kind == "grid":

@@ -5,7 +5,8 @@ The module is a :class:`~tm2nn.emit.torch_net.NetModule` (its layout, Parameters
 and hooks are described there) with one submodule per op, from the torch emitter's table
 (:data:`~tm2nn.emit.torch_net.TORCH_MODULES`), which the op modules imported here fill:
 :mod:`tm2nn.emit.torch_ops` (vector ops), :mod:`tm2nn.emit.torch_seq` (attention, embedding,
-decoder) and :mod:`tm2nn.emit.torch_grid` (grid ops).
+decoder), :mod:`tm2nn.emit.torch_grid` (grid ops) and :mod:`tm2nn.emit.torch_readout`
+(readouts).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tm2nn.emit import torch_grid  # noqa: F401 - its classes fill the table too
+from tm2nn.emit import torch_grid, torch_readout  # noqa: F401 - their classes fill the table too
 from tm2nn.emit.torch_net import NetModule
 from tm2nn.emit.torch_ops import LoopModule
 from tm2nn.emit.torch_seq import DecodeModule

@@ -82,6 +82,7 @@ from torch.nn.modules import module as _torch_module
 
 from tm2nn.emit import BULK_BATCH
 from tm2nn.nets import Attention, Loop, Net, NetIRError, Op, Param, ReLU, SparseMatrix, StopGradient
+from tm2nn.nets.ops import READOUT_KINDS, network_outputs, readout_split
 
 
 # -- layouts and hooks ---------------------------------------------------------------------
@@ -389,26 +390,36 @@ class NetModule(nn.Module):
         self.input_names = tuple(p.name for p in net.inputs)
         self.input_widths = tuple(len(p.space) for p in net.inputs)
         self.input_kinds = tuple(p.kind for p in net.inputs)
-        self.output_kinds = tuple(net.kinds[o] for o in net.outputs)
-        self.output_names = tuple(net.outputs)
-        self.output_widths = tuple(len(net.spaces[o]) for o in net.outputs)
+        network, readouts = readout_split(net)
+        #: what ``forward`` returns: the outputs that are not readouts (:meth:`outputs` has all)
+        self.output_names = network_outputs(net)
+        self.output_kinds = tuple(net.kinds[o] for o in self.output_names)
+        self.output_widths = tuple(len(net.spaces[o]) for o in self.output_names)
+        #: the net's outputs that readouts compute (:mod:`tm2nn.nets.ops`): :meth:`outputs`
+        self.readout_names = tuple(o for o in net.outputs if o not in self.output_names)
         self.op_attrs: dict[str, str] = {}
         self.register_buffer("_dtype_probe", torch.empty(0, dtype=dtype), persistent=False)
 
         outputs = set(net.outputs)
         last_use: dict[str, int] = {}
-        for i, op in enumerate(net.nodes):
+        for i, op in enumerate(network):
             for v in op.inputs:
                 last_use[v] = i
         slot = {name: i for i, name in enumerate(self.input_names)}
         owned: set[str] = set()  # values this net allocated itself (safe to overwrite)
         taken: set[str] = set()
         plan = []
-        for i, op in enumerate(net.nodes):
+        readout_plan = []
+        network_ops = iter(range(len(network)))
+        for op in net.nodes:  # the modules in the net's order; the readouts run after the rest
             mod = emit_module(op, dtype, batch)
             attr = _attr_name(op.name, taken, self)
             self.add_module(attr, mod)
             self.op_attrs[op.name] = attr
+            if op.readout:
+                readout_plan.append((mod, op.inputs, op.name))
+                continue
+            i = next(network_ops)
             slot[op.name] = len(slot)
             ins = tuple(slot[v] for v in op.inputs)
             wants_ctx = isinstance(op, Attention)
@@ -426,9 +437,10 @@ class NetModule(nn.Module):
             else:
                 owned.add(op.name)
         self._plan = plan
+        self._readout_plan = readout_plan
         self._n_slots = len(slot)
         self._slots = slot
-        self._out_slots = tuple(slot[o] for o in net.outputs)
+        self._out_slots = tuple(slot[o] for o in self.output_names)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -451,7 +463,8 @@ class NetModule(nn.Module):
     def extra_repr(self) -> str:
         ins = ", ".join(f"{n}[{w}]" for n, w in zip(self.input_names, self.input_widths))
         outs = ", ".join(f"{n}[{w}]" for n, w in zip(self.output_names, self.output_widths))
-        return f"name={self.net_name!r}, inputs=({ins}), outputs=({outs})"
+        extra = ", ".join(f"{n}[{len(self.net.spaces[n])}]" for n in self.readout_names)
+        return f"name={self.net_name!r}, inputs=({ins}), outputs=({outs})" + (f", readouts=({extra})" if extra else "")
 
     # -- running ---------------------------------------------------------------------------
     def _prepare(self, inputs) -> list[torch.Tensor]:
@@ -523,18 +536,40 @@ class NetModule(nn.Module):
                                                           self.output_kinds))
         return outs[0] if len(outs) == 1 else outs
 
+    def outputs(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every output of the net by name, in ``net.outputs`` order, batch-major: what
+        :meth:`forward` returns (through ``self(...)``, so hooks fire) and the readouts'
+        values (:mod:`tm2nn.nets.ops`: the decoded report fields the ONNX model outputs too),
+        computed from them by the readout submodules."""
+        ys = self(*inputs)
+        ys = (ys,) if len(self.output_names) == 1 else tuple(ys)
+        env = dict(zip(self.output_names, ys))
+        return self._readouts(env, inputs, list(self.net.outputs))
+
+    def _readouts(self, env: dict, inputs, names: list[str]) -> dict[str, torch.Tensor]:
+        """Run the readout submodules on the batch-major values ``env`` (the net's inputs
+        added from ``inputs``); returns ``names``' values."""
+        if self._readout_plan:
+            for p, x in zip(self.net.inputs, self._prepare(inputs)):
+                env.setdefault(p.name, _batch_major(x, p.kind))
+            for mod, ins, name in self._readout_plan:
+                env[name] = mod(*[env[v] for v in ins])
+        return {n: env[n] for n in names}
+
     def trace(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every value of the net (inputs and op outputs, by name), ``[batch, width]`` each.
-        A loop's value is the one after its last trip."""
+        """Every value of the net (inputs, op outputs and readouts, by name), ``[batch,
+        width]`` each.  A loop's value is the one after its last trip."""
         vals = self._run_fm(self._prepare(inputs), keep=True)
         kinds = {**{p.name: p.kind for p in self.net.inputs}, **self.net.kinds}
-        return {name: _batch_major(vals[s], kinds[name]) for name, s in self._slots.items()}
+        env = {name: _batch_major(vals[s], kinds[name]) for name, s in self._slots.items()}
+        return self._readouts(env, inputs, [*self._slots, *(r[2] for r in self._readout_plan)])
 
 
 def _batch_major(x: torch.Tensor, kind: str) -> torch.Tensor:
     """Feature-major ``[w, B]`` / ``[L, w, B]`` -> ``[B, w]`` / ``[B, L, w]``; grids are
-    batch-major already, ``grids`` ``[T, B, H, W]`` -> ``[B, T, H, W]``; tokens stay."""
-    if kind in ("tokens", "grid"):
+    batch-major already, ``grids`` ``[T, B, H, W]`` -> ``[B, T, H, W]``; tokens and
+    readouts' values stay."""
+    if kind in ("tokens", "grid") or kind in READOUT_KINDS:
         return x
     if kind == "grids":
         return x.transpose(0, 1).contiguous()

@@ -55,6 +55,7 @@ from tm2nn.engines.hardmax_index import (
     MAX_KEY_BITS,
 )
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Net, ReLU, Slice
+from tm2nn.nets.ops import network_outputs, readout_split
 from tm2nn.nets.positions import BinaryPositions
 
 #: the history id of an index over the decoder memory (``IndexSpec.hist``)
@@ -247,10 +248,11 @@ def _key_order(chain: list[Attention]) -> list[int]:
 
 
 def decode_ops(net: Net) -> tuple[Embed, Decode]:
-    """The encoder and decoder of a compiled transformer (``Embed`` -> ``Decode``)."""
-    ops = list(net.nodes)
+    """The encoder and decoder of a compiled transformer (``Embed`` -> ``Decode``; its
+    readouts, computed from the taps, aside: :mod:`tm2nn.nets.ops`)."""
+    ops = list(readout_split(net)[0])
     if (len(ops) != 2 or not isinstance(ops[0], Embed) or not isinstance(ops[1], Decode)
-            or ops[1].inputs != (ops[0].name,) or tuple(net.outputs) != (ops[1].name,)):
+            or ops[1].inputs != (ops[0].name,) or network_outputs(net) != (ops[1].name,)):
         raise EngineRefused("the index engine runs an encoder-decoder transformer (an Embed feeding a Decode, "
                             f"as the transformer backend builds it); net {net.name!r} is not one")
     return ops[0], ops[1]

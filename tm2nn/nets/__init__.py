@@ -15,13 +15,15 @@ from tm2nn.nets.ops import (
            NetIRError,
            Op,
            Param,
+           Pick,
            Port,
            ReLU,
+           RunReadout,
            Slice,
            StopGradient,
 )
 from tm2nn.nets.positions import BinaryPositions
 from tm2nn.nets.space import Space
 
-__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Activation", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "Param", "StopGradient", "Mul", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
+__all__ = ["Net", "Port", "Op", "Affine", "ReLU", "Activation", "Concat", "Slice", "Loop", "Attention", "Embed", "Decode", "Param", "StopGradient", "Mul", "RunReadout", "Pick", "BinaryPositions", "PatchMap", "MemoryGrid", "GridReadout", "patch_space", "Space",
            "SparseMatrix", "NetIRError"]

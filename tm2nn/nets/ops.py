@@ -1,7 +1,19 @@
 """Operations of the network IR.  Each op names its output value (``name``) and the
 values it reads (``inputs``); ``out_space`` validates the input spaces and returns
-the output's labelled space.  Later constructions add ops here (attention,
-patch-MLPs, stop-gradient) and register them with both emitters.
+the output's labelled space.  A new op is a class here (or in :mod:`tm2nn.nets.grid`)
+with a ``kind`` of its own, which :mod:`tm2nn.nets.serial` writes and reads without a
+change, plus one entry in each emitter's table (``@torch_emitter(Op)`` in
+:mod:`tm2nn.emit.torch_net`, ``@onnx_emitter(Op)`` in :mod:`tm2nn.emit.onnx_graph`).
+
+Readouts.  An op with ``readout = True`` (:class:`RunReadout`, :class:`Pick`) gives the
+reader a decoded value computed from the network's outputs: it reads only the net's input
+ports, outputs of the net, and other readouts, and nothing but a readout reads it.  Its
+value is of a readout kind (:data:`READOUT_KINDS`: one number, integer or flag per batch
+row, or a row of integers), never a hidden vector.  The emitters compute readouts at the
+edge of the graph, on the batch-major outputs: the ONNX model has them as graph outputs
+after the network's, and the torch module computes them as additional named outputs
+(:meth:`tm2nn.emit.torch_net.NetModule.outputs`), while its ``forward`` returns the
+network's outputs, so a readout changes nothing a caller of the network sees.
 """
 
 from __future__ import annotations
@@ -46,6 +58,8 @@ class Op:
 
     #: The kind of value the op produces (see :data:`KINDS`).
     out_kind: ClassVar[str] = "vector"
+    #: A readout (module doc): computed from the network's outputs, at the graph's edge.
+    readout: ClassVar[bool] = False
 
     def in_kinds(self) -> tuple[str, ...]:
         """The kinds of value the op reads, one per input (default: all vectors)."""
@@ -196,7 +210,13 @@ class Loop(Op):
 #: ``tokens`` are integer ids per position (the transformer's input tape); a ``grid`` is
 #: one number per cell of a 2D grid (the RCNN's tape, :mod:`tm2nn.nets.grid`) and
 #: ``grids`` a sequence of grids.
-KINDS = ("vector", "sequence", "tokens", "grid", "grids")
+NETWORK_KINDS = ("vector", "sequence", "tokens", "grid", "grids")
+#: The kinds of a readout's value (module doc), batch-major: ``scalar`` one float per batch
+#: row (``[batch]``), ``integer`` one int64 and ``flag`` one bool per row (``[batch]``), and
+#: ``integers`` one int64 per labelled dimension (``[batch, width]``).  The space labels
+#: what the value is (``state``, ``cell:-3``, ...).
+READOUT_KINDS = ("scalar", "integer", "flag", "integers")
+KINDS = NETWORK_KINDS + READOUT_KINDS
 
 
 @dataclass(frozen=True)
@@ -210,8 +230,9 @@ class Port:
     kind: str = "vector"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise NetIRError(f"port {self.name!r}: unknown kind {self.kind!r}")
+        if self.kind not in NETWORK_KINDS:
+            raise NetIRError(f"port {self.name!r}: unknown kind {self.kind!r}"
+                             + (" (a readout's kind, not an input's)" if self.kind in KINDS else ""))
 
 
 def _as_f64(a, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -499,3 +520,169 @@ class Mul(Op):
         if self.out is not None and len(self.out) != len(ins[0]):
             raise NetIRError(f"mul {self.name!r}: output labels do not match the width")
         return ins[0] if self.out is None else self.out
+
+
+# -- readouts (module doc) -----------------------------------------------------------------
+def readout_split(net: "Net") -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """``(network ops, readout ops)`` of ``net``, each in order; a network op that reads a
+    readout, or a readout that reads a network value which is not an output of the net,
+    is an error (module doc)."""
+    network = tuple(op for op in net.nodes if not op.readout)
+    readouts = tuple(op for op in net.nodes if op.readout)
+    done = {p.name for p in net.inputs} | {o for o in net.outputs if o not in {r.name for r in readouts}}
+    names = {r.name for r in readouts}
+    for op in network:
+        bad = [i for i in op.inputs if i in names]
+        if bad:
+            raise NetIRError(f"net {net.name!r}: {op.kind} {op.name!r} reads the readout {bad[0]!r} "
+                             "(a readout is read by readouts only)")
+    for op in readouts:
+        bad = [i for i in op.inputs if i not in done]
+        if bad:
+            raise NetIRError(f"net {net.name!r}: readout {op.name!r} reads {bad[0]!r}, which is not an input, "
+                             "an output of the net or an earlier readout")
+        done.add(op.name)
+    return network, readouts
+
+
+def network_outputs(net: "Net") -> tuple[str, ...]:
+    """The outputs of ``net`` that are not readouts: what its torch module's ``forward``
+    returns."""
+    readouts = {op.name for op in net.nodes if op.readout}
+    return tuple(o for o in net.outputs if o not in readouts)
+
+
+def _ints(v) -> tuple[int, ...]:
+    return tuple(int(x) for x in v)
+
+
+CITE_RUN_READOUT = ("Wei, Chen & Ma §4.1 and App. C (C.2): the run read off the taps of o_i (state, symbol "
+                    "read, head position Bin(l_i)) and the symbol written (Lemma C.1)")
+
+
+@dataclass(frozen=True, eq=False)
+class RunReadout(Op):
+    """One field of a machine's run, read off a decoder's per-step taps (a readout, module
+    doc): the configuration at the first halting step, or after the last source step, of
+    the encoder–decoder transformer of Wei, Chen & Ma §4.1 / App. C, whose step ``i``
+    emits o_i's state, the symbol read and the head position ``Bin(l_i)`` (their (C.2)),
+    and the symbol written (Lemma C.1).  It computes what a reader of the taps computes
+    (:class:`tm2nn.backends.transformer.decoding.TraceDecoder`), vectorised over steps, so
+    the answer needs no code outside the model.
+
+    ``inputs = (taps, tokens)``: the ``sequence`` of taps (row ``i`` = decoder step ``i``)
+    and the ``tokens`` of the input tape (ids in the order of ``sym1``'s columns).  The tap
+    columns of App. C.1's groups: ``st`` (the state), ``sym1`` (the symbol read) and
+    ``sym2`` (the symbol written) are one-hot (their argmax is the state or symbol id),
+    ``pos2`` is the head's position ``Bin(l_i)``, worth ``bit_values`` each (a column
+    > 1/2 is a 1).  Tables: ``source_step[q]`` is 1 where a decoder step that ends
+    in state ``q`` is a step of the source machine (0: an auxiliary state of a stay
+    lowering); ``halts[q * n_symbols + a]`` is 1 where state ``q`` reading ``a`` halts (a
+    halting state, or no rule); ``halting[q]`` is 1 for a halting state.
+
+    Rows: step 0 and every step ending in a source state is a source step ``k`` (counted
+    from 0); the rows of ``k <= max_steps`` are valid.  The report row ``r`` is the first
+    valid row in a halting configuration, else the last valid one.  Then by ``field``:
+
+    * ``state`` (``integer``): the state id at ``r``;
+    * ``halted`` (``flag``): ``r`` halts and ``steps <= max_steps``;
+    * ``steps`` (``integer``): ``k`` at ``r``, plus 1 for a halt by a missing rule when
+      ``missing_rule_counts_step``, at most ``max_steps``;
+    * ``head`` (``integer``): the head's position at ``r`` minus ``offset``;
+    * ``final_tape`` (``integers``, cells ``-offset .. offset``): the input tape (cell
+      ``c`` at ``c + offset``, ``blank`` elsewhere) overwritten by the last write to each
+      cell among decoder steps ``1 .. r`` (step ``i`` writes ``sym2`` at the position of
+      step ``i - 1``).
+    """
+
+    field: str = ""
+    st: tuple[int, ...] = ()
+    sym1: tuple[int, ...] = ()
+    sym2: tuple[int, ...] = ()
+    pos2: tuple[int, ...] = ()
+    bit_values: tuple[int, ...] = ()
+    source_step: tuple[int, ...] = ()
+    halts: tuple[int, ...] = ()
+    halting: tuple[int, ...] = ()
+    missing_rule_counts_step: bool = False
+    max_steps: int = 0
+    offset: int = 0
+    blank: int = 0
+    cite: str = CITE_RUN_READOUT
+    kind: ClassVar[str] = "run_readout"
+    arity: ClassVar[int | None] = 2
+    readout: ClassVar[bool] = True
+    #: ``field`` -> the kind of its value
+    FIELDS: ClassVar[dict[str, str]] = {"state": "integer", "halted": "flag", "steps": "integer",
+                                        "head": "integer", "final_tape": "integers"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for f in ("st", "sym1", "sym2", "pos2", "bit_values", "source_step", "halts", "halting"):
+            object.__setattr__(self, f, _ints(getattr(self, f)))
+        for f in ("max_steps", "offset", "blank"):
+            object.__setattr__(self, f, int(getattr(self, f)))
+        object.__setattr__(self, "missing_rule_counts_step", bool(self.missing_rule_counts_step))
+        what = f"run readout {self.name!r}"
+        if self.field not in self.FIELDS:
+            raise NetIRError(f"{what}: field must be one of {list(self.FIELDS)}, not {self.field!r}")
+        q, a = len(self.st), len(self.sym1)
+        if not q or not a or len(self.sym2) != a:
+            raise NetIRError(f"{what}: needs state and symbol columns (sym1 and sym2 of one alphabet)")
+        if len(self.bit_values) != len(self.pos2):
+            raise NetIRError(f"{what}: one bit value per position column")
+        if len(self.source_step) != q or len(self.halting) != q or len(self.halts) != q * a:
+            raise NetIRError(f"{what}: source_step and halting need one entry per state, halts one per "
+                             "(state, symbol)")
+        if self.offset < 0 or self.max_steps < 0 or not 0 <= self.blank < a:
+            raise NetIRError(f"{what}: offset and max_steps must be >= 0, blank a symbol id")
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return ("sequence", "tokens")
+
+    @property
+    def out_kind(self) -> str:  # type: ignore[override]
+        return self.FIELDS[self.field]
+
+    @property
+    def cells(self) -> int:
+        """The cells of ``final_tape``: ``-offset .. offset``."""
+        return 2 * self.offset + 1
+
+    def out_space(self, ins: list[Space]) -> Space:
+        w = len(ins[0])
+        cols = (*self.st, *self.sym1, *self.sym2, *self.pos2)
+        if any(not 0 <= c < w for c in cols):
+            raise NetIRError(f"run readout {self.name!r}: a tap column is out of range for {w} dims")
+        if len(ins[1]) != len(self.sym1):
+            raise NetIRError(f"run readout {self.name!r}: the tokens have {len(ins[1])} ids, the symbols "
+                             f"{len(self.sym1)}")
+        if self.field == "final_tape":
+            return Space(tuple(f"cell:{c}" for c in range(-self.offset, self.offset + 1)))
+        return Space((self.field,))
+
+
+@dataclass(frozen=True, eq=False)
+class Pick(Op):
+    """One coordinate ``index`` of element ``step`` (Python's indexing: -1 is the last) of
+    a ``sequence``, per batch row: a ``scalar`` readout (module doc) labelled ``out``.  The
+    transformer's θ_clsᵀ o_T of the proof of Wei, Chen & Ma's Theorem 4.1 is the last
+    tap's ``cls`` column."""
+
+    step: int = -1
+    index: int = 0
+    out: Space = None  # type: ignore[assignment]
+    cite: str = ""
+    kind: ClassVar[str] = "pick"
+    out_kind: ClassVar[str] = "scalar"
+    readout: ClassVar[bool] = True
+
+    def in_kinds(self) -> tuple[str, ...]:
+        return ("sequence",)
+
+    def out_space(self, ins: list[Space]) -> Space:
+        if not 0 <= self.index < len(ins[0]):
+            raise NetIRError(f"pick {self.name!r}: index {self.index} is out of range for {len(ins[0])} dims")
+        if self.out is None or len(self.out) != 1:
+            raise NetIRError(f"pick {self.name!r}: the output is one labelled number")
+        return self.out

@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 
 from tm2nn.nets import BinaryPositions, Net, NetIRError, Op, Port, Space, SparseMatrix
+from tm2nn.nets.ops import network_outputs
 
 
 def _op_classes(cls: type = Op) -> list[type]:
@@ -198,3 +199,14 @@ def _array(tensors: dict, key, what: str) -> np.ndarray:
     if key not in tensors:
         raise NetIRError(f"tensor {what}: the file has no array {key!r}")
     return tensors[key]
+
+
+def with_readouts_of(net: Net, built: Net) -> Net:
+    """``net`` as a manifest written before readouts were ops of the net holds it (no
+    readout, :mod:`tm2nn.nets.ops`), with ``built``'s readouts appended and their outputs
+    in ``built``'s order; any other ``net`` as it is.  A readout holds no weights: it is
+    the construction's, whatever file the weights came from."""
+    readouts = [op for op in built.nodes if op.readout]
+    if not readouts or any(op.readout for op in net.nodes) or tuple(net.outputs) != network_outputs(built):
+        return net
+    return Net(net.name, net.inputs, (*net.nodes, *readouts), tuple(built.outputs), dict(net.metadata))

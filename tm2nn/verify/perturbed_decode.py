@@ -33,6 +33,7 @@ import numpy as np
 
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
+from tm2nn.nets.ops import readout_split
 
 #: the decoded fields of a tap group (:mod:`tm2nn.backends.transformer.decoding`)
 FIELDS = {"st": "state", "sym1": "symbol read", "pos2": "head", "sym2": "symbol written",
@@ -53,11 +54,12 @@ class UnsupportedNet(Tm2nnError, ValueError):
 
 def transformer_parts(net) -> tuple[Embed, Decode]:
     """The ``Embed`` and ``Decode`` ops of a transformer net (refuses any other form)."""
-    kinds = [type(op) for op in net.nodes]
-    if kinds != [Embed, Decode] or net.nodes[1].inputs != (net.nodes[0].name,):
+    ops = readout_split(net)[0]  # its readouts (computed from the taps) aside
+    kinds = [type(op) for op in ops]
+    if kinds != [Embed, Decode] or ops[1].inputs != (ops[0].name,):
         raise UnsupportedNet(f"net {net.name!r}: expected an Embed followed by a Decode (the transformer "
-                             f"backend's form), got {[op.kind for op in net.nodes]}")
-    return net.nodes[0], net.nodes[1]
+                             f"backend's form), got {[op.kind for op in ops]}")
+    return ops[0], ops[1]
 
 
 def net_of(compiled_or_net):

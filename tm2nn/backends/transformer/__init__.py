@@ -57,7 +57,7 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
                           f"{lay.w_pos} bits (the most is {MAX_POSITION_BITS}); lower {{steps}}", "steps")
     net = build(low.machine, lay, mode=attention, beta=beta, corrections=corrections,
                 shared_history=shared_history, placement=correction_placement, cls_readout=cls_readout)
-    from tm2nn.backends.transformer.readout import OUTPUTS
+    from tm2nn.backends.transformer.readout import OUTPUTS, with_readout
 
     no_rule = [[q, a] for q in m.states if q not in m.halting for a in m.alphabet if (q, a) not in m.delta]
     enc = {"kind": "transformer_trace", "layout": lay.to_json(), "lowering": low.to_json(),
@@ -67,6 +67,7 @@ def compile(m: Machine, *, steps: int, attention: str = "hardmax", beta: float =
     if cls_readout:  # θ_clsᵀ o_i: the tap column after the groups (cls.py)
         enc["cls_column"] = lay.tap_indices[lay.tap_groups[-1]].stop
         enc["onnx_outputs"].append("cls")
+    net = with_readout(net, enc)  # the decoded run (and cls) as readout ops: outputs after trace
     from tm2nn.backends.transformer.bounds import size_report
 
     return Compiled(

@@ -171,15 +171,5 @@ class Transformer(Backend):
             return self.compile(ir, opts).with_options(opts)
         return find_beta(at, inputs=inputs, samples=samples, seed=seed)
 
-    def finish_onnx(self, model, compiled: Compiled):
-        """The ONNX model gets the decoded run as outputs besides the taps (:mod:`.readout`)."""
-        from tm2nn.backends.transformer.cls import add_cls_output, cls_column
-        from tm2nn.backends.transformer.readout import add_readout
-
-        model = add_readout(model, compiled.output_encoding)
-        if cls_column(compiled.output_encoding) is not None:
-            model = add_cls_output(model, compiled.output_encoding)
-        return model
-
 
 BACKEND = Transformer()

@@ -7,13 +7,14 @@ D.6's F(x) = 2G(x) − 1).  Here (θ_cls)_z = 0 for every other state (a plain `
 state, and states that have not halted), so the value is 0 when the machine halted
 without an outcome or has not halted.
 
-Where it lives (``compile(..., cls_readout=True)``).  The network IR has no op that
-takes the last element of the decoder's output sequence, so θ_cls is applied inside
-the decoder, to every o_i, and written as one more tap column ``cls`` (after ``st``,
-``sym1``, ``pos2``, ``sym2``): ``trace[:, T', cls]`` is θ_clsᵀ o_{T'}, the paper's
-readout, in the torch module and the ONNX model alike; the ONNX model also has it as
-an output ``cls`` (:func:`add_cls_output`).  The prologue carries its own copy of
-θ_cls (for o_0's column: both taps must have one width).
+Where it lives (``compile(..., cls_readout=True)``).  The decoder emits taps, not o_i,
+so θ_cls is applied inside the decoder, to every o_i, and written as one more tap column
+``cls`` (after ``st``, ``sym1``, ``pos2``, ``sym2``): ``trace[:, T', cls]`` is θ_clsᵀ
+o_{T'}, the paper's readout, in the torch module and the ONNX model alike.  The net then
+picks that column of the last tap as its output ``cls`` (:func:`cls_output`, a readout
+op: an ONNX graph output, and in the torch module the named output
+``module.outputs(tokens)["cls"]``).  The prologue carries its own copy of θ_cls (for
+o_0's column: both taps must have one width).
 
 T' is the decoder's step count: T for a machine without stay moves, 2T when
 :mod:`tm2nn.passes.stay` lowered some (App. C's head moves every step).  Halting is
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.transformer.layout import Layout
-from tm2nn.nets import Affine, Op, Slice, Space, SparseMatrix
+from tm2nn.nets import Affine, Op, Pick, Slice, Space, SparseMatrix
 
 CITE_CLS = ("Wei, Chen & Ma, proof of Theorem 4.1: theta_cls^T o_T, (theta_cls)_z = +1 for accept "
             "states, -1 for reject states (0 otherwise)")
@@ -63,21 +64,7 @@ def cls_column(enc: dict) -> int | None:
     return None if c is None else int(c)
 
 
-def add_cls_output(model, enc: dict, trace: str = "trace"):
-    """The ONNX model's output ``cls`` float32 ``[batch]``: θ_clsᵀ o_{T'}, the last
-    step's ``cls`` tap column.  Modifies and returns ``model``."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    col = cls_column(enc)
-    g = model.graph
-    consts = {"cls.last": [-1], "cls.end": [2**62], "cls.col": [col], "cls.col_end": [col + 1],
-              "cls.axis1": [1], "cls.axis2": [2], "cls.axes12": [1, 2]}
-    for name, v in consts.items():
-        g.initializer.append(numpy_helper.from_array(np.array(v, dtype=np.int64), name))
-    g.node.append(helper.make_node("Slice", [trace, "cls.last", "cls.end", "cls.axis1"], ["cls/last"],
-                                   name="cls/last_step"))
-    g.node.append(helper.make_node("Slice", ["cls/last", "cls.col", "cls.col_end", "cls.axis2"], ["cls/column"],
-                                   name="cls/column"))
-    g.node.append(helper.make_node("Squeeze", ["cls/column", "cls.axes12"], ["cls"], name="cls/squeeze"))
-    g.output.append(helper.make_tensor_value_info("cls", TensorProto.FLOAT, ["batch"]))
-    return model
+def cls_output(enc: dict, trace: str = "trace") -> Pick:
+    """The model's output ``cls`` (a ``scalar`` readout, :class:`tm2nn.nets.Pick`):
+    θ_clsᵀ o_{T'}, the last step's ``cls`` column of the taps ``trace``."""
+    return Pick(CLS_LABEL, (trace,), step=-1, index=cls_column(enc), out=Space((CLS_LABEL,)), cite=CITE_CLS)
