@@ -19,11 +19,16 @@ Each emitter is a table, op type -> emitter, filled beside each op's emitter cod
 a new op is one entry in each:
 
 * torch: :mod:`.torch_net` (:class:`NetModule`, the op modules' base, the table),
-  :mod:`.torch_ops`, :mod:`.torch_seq`, :mod:`.torch_grid` (the op modules),
-  :mod:`.torch_emit` (:func:`to_torch`, :func:`run_torch`, progress);
+  :mod:`.torch_ops`, :mod:`.torch_seq`, :mod:`.torch_grid`, :mod:`.torch_readout` (the op
+  modules), :mod:`.torch_emit` (:func:`to_torch`, :func:`run_torch`, progress);
 * ONNX: :mod:`.onnx_graph` (the emitter's state and the table), :mod:`.onnx_ops`,
-  :mod:`.onnx_seq`, :mod:`.onnx_grid` (the op emitters), :mod:`.onnx_model` (model
-  assembly, metadata, files), :mod:`.onnx_runtime` (onnxruntime sessions, :func:`run_onnx`).
+  :mod:`.onnx_seq`, :mod:`.onnx_grid`, :mod:`.onnx_readout` (the op emitters),
+  :mod:`.onnx_model` (model assembly, metadata, files), :mod:`.onnx_runtime` (onnxruntime
+  sessions, :func:`run_onnx`).
+
+Readouts (:mod:`tm2nn.nets.ops`) are computed at the edge of the graph, on the batch-major
+outputs: ONNX graph outputs after the network's, and the torch module's named outputs
+(:meth:`NetModule.outputs`; its ``forward`` returns the network's outputs).
 
 The entry points are imported lazily, so the ONNX modules (``tm2nn eval`` on an ``.onnx``
 file) do not import torch.

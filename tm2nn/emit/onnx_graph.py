@@ -292,6 +292,8 @@ class _Emitter:
                 ops: tuple[Op, ...] | None = None) -> dict[str, str]:
         """Emit ``net``'s ops (or those of them given as ``ops``); ``ctx`` is given for a
         decoder body (its self-attention caches).  Nets nested in ``net``'s ops get no ``ctx``."""
+        if ops is None and any(op.readout for op in net.nodes):
+            raise NetIRError(f"net {net.name!r}: a readout belongs to a model's net, not to a nested one")
         env = dict(env)
         for op in net.nodes if ops is None else ops:
             base = prefix + op.name

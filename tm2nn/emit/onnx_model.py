@@ -13,7 +13,10 @@ Graph inputs and outputs are named after the net's input ports and outputs and a
 batch-major, by value kind: a ``vector`` is ``[batch, width]`` float32, a ``sequence``
 ``[batch, length, width]`` float32 and ``tokens`` ``[batch, length]`` int64.  Inside,
 values are feature-major (:mod:`tm2nn.emit.onnx_graph`): one ``Transpose`` per input and
-per output.  ``metadata_props`` holds the net's metadata, the caller's and
+per output.  Readouts (:mod:`tm2nn.nets.ops`) come after the network's outputs and read
+them, and the graph inputs, batch-major (:mod:`tm2nn.emit.onnx_readout`); their values are
+graph outputs of their kind's type: ``scalar`` the model's float, ``integer`` int64 and
+``flag`` bool ``[batch]``, ``integers`` int64 ``[batch, width]``.  ``metadata_props`` holds the net's metadata, the caller's and
 ``tm2nn.version``, sorted by key.
 
 Emission is deterministic: the same Net gives byte-identical ``SerializeToString()``.

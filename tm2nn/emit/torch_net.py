@@ -410,7 +410,6 @@ class NetModule(nn.Module):
         taken: set[str] = set()
         plan = []
         readout_plan = []
-        network_ops = iter(range(len(network)))
         for op in net.nodes:  # the modules in the net's order; the readouts run after the rest
             mod = emit_module(op, dtype, batch)
             attr = _attr_name(op.name, taken, self)
@@ -419,7 +418,7 @@ class NetModule(nn.Module):
             if op.readout:
                 readout_plan.append((mod, op.inputs, op.name))
                 continue
-            i = next(network_ops)
+            i = len(plan)  # the op's place among the network's ops
             slot[op.name] = len(slot)
             ins = tuple(slot[v] for v in op.inputs)
             wants_ctx = isinstance(op, Attention)

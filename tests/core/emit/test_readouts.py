@@ -24,9 +24,16 @@ from tm2nn.emit.onnx_model import to_onnx
 from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.emit.torch_net import TORCH_MODULES
-from tm2nn.nets import Net, NetIRError, Op, Pick, Port, RunReadout, Slice, Space
+from tm2nn.nets import Net, NetIRError, Op, Pick, Port, Slice, Space
 from tm2nn.nets.ops import network_outputs
-from tm2nn.nets.serial import OP_KINDS, SpaceTable, net_from_json, net_to_json, space_from_json, with_readouts_of
+from tm2nn.nets.serial import (
+    OP_KINDS,
+    SpaceTable,
+    net_from_json,
+    net_to_json,
+    space_from_json,
+    with_readouts_of,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
