@@ -6,7 +6,7 @@ to a network that runs the machine for T steps:
 * ``transformer``: §4 / App. C, hard-max, Prop. 3.4 corrections after each group;
 * ``transformer, no corr.``: the same without corrections;
 * ``relu-circuit``: §3, the machine unrolled into a circuit of T steps over 2T+1 cells
-  (``tm2nn.passes.unroll``), whose width and depth grow with T.
+  (``tm2nn.backends.relu_circuit.unroll``), whose width and depth grow with T.
 
 Each row: the paper's w, d (transformer: paper layers per decoder step; circuit: ReLU
 layers), α = ‖θ‖₁, p; the certified all-layer margin γ (per layer, a lower bound:
@@ -88,8 +88,9 @@ def relu_row(name: str, m, texts: list[str], T: int, attacks: bool) -> dict:
     import numpy as np
 
     import tm2nn
-    from tm2nn.codec import encode_many
-    from tm2nn.verify.margin import certified_radius, empirical_margin
+    from tm2nn.backends.relu_circuit.attacks import empirical_margin
+    from tm2nn.backends.relu_circuit.codec import encode_tapes
+    from tm2nn.backends.relu_circuit.margin import certified_radius
 
     t0 = time.perf_counter()
     c = tm2nn.compile(m, "relu-circuit", steps=T)
@@ -99,7 +100,7 @@ def relu_row(name: str, m, texts: list[str], T: int, attacks: bool) -> dict:
            "w": fc["w"], "d": fc["d"], "d_total": fc["d"], "alpha": round(fc["alpha"], 1),
            "alpha_per_step": None, "p": fc["p"], "certified": cert}
     if attacks:
-        x = encode_many(c.input_encoding, texts) > 0.5
+        x = encode_tapes(c.input_encoding, texts) > 0.5
         rnd = empirical_margin(c, np.asarray(x), seed=0, trials=4, method="random")
         grd = empirical_margin(c, np.asarray(x), seed=0, trials=1, method="gradient", steps=60, eps0=rnd["eps"])
         row["attack"] = min(rnd["eps"], grd["eps"])

@@ -10,11 +10,11 @@ import pytest
 import tm2nn
 from tests.conftest import EXAMPLES
 from tm2nn.backends.relu_circuit import compile as relu_compile
+from tm2nn.backends.relu_circuit.margin import certified_radius
 from tm2nn.cli import main
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.ir import Circuit, Gate
-from tm2nn.verify.margin import certified_radius
 from tm2nn.verify.statistics import (
     corollary_a1,
     lemma23_error,

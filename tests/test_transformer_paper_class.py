@@ -19,7 +19,6 @@ from tests.conftest import EXAMPLES
 from tests.strategies import machines
 from tests.test_transformer import engines
 from tests.test_transformer import tapes as _tapes
-from tm2nn.backends.relu_circuit.layers import round_correction
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.attention import attention
 from tm2nn.backends.transformer.backend import BACKEND
@@ -47,6 +46,7 @@ from tm2nn.backends.transformer.paper_layers import (
 from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.nets import Attention, Net, Port, ReLU, Slice, Space, SparseMatrix, StopGradient
+from tm2nn.nets.round import round_correction
 from tm2nn.options import OptionError
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled

@@ -34,11 +34,6 @@ def _codec(enc: dict):
     if kind == "reals":  # Welper §5 with fixed-point data: the dataset's features as numbers
         n = len(enc["names"])
         return (lambda text: _reals(text, n), None)
-    if kind == "unrolled_tm":
-        from tm2nn.passes.unroll import UnrollLayout
-
-        layout = UnrollLayout.from_json(enc["layout"])  # parsed once, not per input
-        return layout.encode, layout.decode
     raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
 
 

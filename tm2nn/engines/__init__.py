@@ -6,18 +6,18 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
   branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
   step costs O(log T)-deep walks instead of O(T) scans.
-* :mod:`.layered_engine` (``--engine fused`` and ``fused-float``): relu-circuit nets
-  (circuits and unrolled machines), the batch as the vector dimension, one numba kernel
-  (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
-  ``fused`` program computes in exact integers and runs only the rows that compute a value
-  not computed before.
+* relu-circuit's ``--engine fused`` and ``fused-float`` live with that backend
+  (:mod:`tm2nn.backends.relu_circuit.layered_engine`).
 * :mod:`.grid_engine` (``--engine fused`` on rcnn): the RCNN machine-mode filter loop.
   The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
   and a trip evaluates only the cells whose patch changed (the filter is a function of
   its patch, bit for bit).
 
-Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
-call compiles them (a few seconds, then cached on disk).
+What every fused engine shares is here: numba's threading layer, the :data:`PARALLEL`
+lock and :class:`EngineRefused`; :mod:`.chain` reads a network as one chain of
+affine+ReLU layers (relu-circuit's nets and the RCNN filter).  Kernels are numba
+functions (``cache=True``): numba installs from wheels, and the first call compiles them
+(a few seconds, then cached on disk).
 """
 
 import threading

@@ -105,7 +105,7 @@ def build_program(net, dtype=np.float32) -> GridProgram:
     if len(body.nodes) != 1 or not isinstance(body.nodes[0], PatchMap) or body.outputs != (body.nodes[0].name,):
         raise _refuse(f"the body of loop {loop.name!r} is not one PatchMap")
     pm = body.nodes[0]
-    from tm2nn.engines.layered_program import layers as chain
+    from tm2nn.engines.chain import layers as chain
 
     try:  # the filter: Affine ops in a chain, each optionally followed by a ReLU
         _n_in, layers, _out = chain(pm.body)

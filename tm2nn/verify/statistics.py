@@ -5,7 +5,7 @@ explicit, the all-layer-margin loss ℓ_γ of eq. (2.2) on data, and Corollary A
 * :func:`surrogate_loss_on` — ℓ_γ on a compiled net and a labelled dataset.  ρ (eq. 2.1)
   is not computable exactly, so each example's ρ is bracketed: the certified margin below
   (it holds at every binary input; ρ = 0 where the net disagrees with the label), the joint
-  attack (:func:`tm2nn.verify.margin.empirical_margin` with ``joint=True``) above; ℓ_γ
+  attack (:func:`tm2nn.backends.relu_circuit.attacks.empirical_margin` with ``joint=True``) above; ℓ_γ
   decreases in ρ, so ``ℓ_γ(ρ_upper) ≤ ℓ_γ(ρ) ≤ ℓ_γ(ρ_lower)``.
 * :func:`rademacher_bound`, :func:`sample_complexity` — Lemma 2.3's
   ``n = Õ(α² log p / (γ² ε²))`` with explicit constants (docs/statistics.md derives them).
@@ -271,8 +271,8 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     A transformer with the θ_cls readout (``cls_readout=True``) is Theorem 4.1's binary
     classifier F(x) = θ_clsᵀ o_T' ∈ {−1, +1}: its ``dataset`` is a pair ``(tapes, labels)``
     with labels ``"accept"``/``"reject"`` or ±1 (see :func:`_machine_loss_on`)."""
+    from tm2nn.backends.relu_circuit.attacks import empirical_margin
     from tm2nn.emit.torch_emit import run_torch
-    from tm2nn.verify.margin import empirical_margin
 
     g = _check_gamma(gamma)
     if compiled.output_encoding.get("kind") == "transformer_trace":

@@ -34,13 +34,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tm2nn.backends.relu_circuit.layers import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import Affine, Attention, BinaryPositions, Concat, ReLU, Slice
+from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
+from tm2nn.nets.round import ROUND_RADIUS as SIGMA  # round is exact within SIGMA of a bit
 
-# The circuit margin's private helpers, imported on purpose so that there is one copy:
-# ``_lin`` (an affine layer's ‖W‖_op by Schur's bound) and ``_sup`` (bisection on log ε).
-from tm2nn.verify.margin import SIGMA, _lin, _sup
+# The margin toolkit, shared with the circuit margin so that there is one copy: ``_lin`` (an
+# affine layer's ‖W‖_op by Schur's bound) and ``_sup`` (bisection on log ε).
+from tm2nn.verify.margin_toolkit import affine_bounds as _lin
+from tm2nn.verify.margin_toolkit import sup_log as _sup
 from tm2nn.verify.perturbed_decode import UnsupportedNet, attack, net_of, transformer_parts
 
 #: a decoded coordinate (argmax of a one-hot group, or a bit > 1/2) keeps its value while

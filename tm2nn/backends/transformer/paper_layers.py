@@ -92,7 +92,7 @@ def _round_ops(net: Net, ops: tuple[Op, ...], i: int, cur: str) -> tuple[str, ..
             or not b.name.endswith(".round_b"):
         raise PaperLayerError(f"{net.name}: the round correction {names} is not one chain "
                               "round_a -> ReLU -> round_b -> ReLU")
-    from tm2nn.backends.relu_circuit.layers import ROUND_HI, ROUND_LO, ROUND_SCALE
+    from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 
     n = len(net.spaces[cur])
     wa, wb = a.weight, b.weight

@@ -11,20 +11,20 @@ from hypothesis import strategies as st
 from tests.conftest import EXAMPLES
 from tests.strategies import machines, tape_inputs
 from tm2nn import load
-from tm2nn.errors import Tm2nnError
-from tm2nn.interp import eval_circuit, run_machine
-from tm2nn.interp.machine import configurations
-from tm2nn.ir import GridMachine, Machine, Rule
-from tm2nn.passes.basis import is_basis, to_basis
-from tm2nn.passes.layering import layer_circuit
-from tm2nn.passes.unroll import (
-    UnrollLayout,
+from tm2nn.backends.relu_circuit.codec import UnrollLayout
+from tm2nn.backends.relu_circuit.unroll import (
     _Plan,
     _Shape,
     default_origin,
     estimate_unroll_size,
     unroll,
 )
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp import eval_circuit, run_machine
+from tm2nn.interp.machine import configurations
+from tm2nn.ir import GridMachine, Machine, Rule
+from tm2nn.passes.basis import is_basis, to_basis
+from tm2nn.passes.layering import layer_circuit
 
 
 def run_circuit(c, layout, x: str) -> dict:

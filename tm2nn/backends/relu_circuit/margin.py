@@ -1,4 +1,4 @@
-"""All-layer margin of relu-circuit nets: certified lower bounds and attacks.
+"""All-layer margin of relu-circuit nets: certified lower bounds.
 
 Wei, Chen & Ma define the parameter-space all-layer margin (eq. 2.1)
 ``ρ(θ, x, y) = min ‖δ‖₂ s.t. (y - 1/2)·F(x, θ + δ) ≤ 0`` and lower-bound it through
@@ -17,89 +17,53 @@ Since ``max_B ‖δ_B‖ ≤ ‖δ‖₂``, the per-layer margin is at most Wei'
 * :func:`theorem_d6_bound` — the paper's own bound (D.5), with the constants of
   Conditions D.3/D.4 computed from the weights (looser: one constant per kind of layer).
 * :func:`correction_radius` — Definition D.1's σζ of a correction, read from its weights.
-* :func:`empirical_margin` — attacks (random directions, and a gradient attack) giving
-  upper bounds: a reported ``ε`` was seen to flip an output bit.  Per layer by default;
-  ``joint=True`` spends one ℓ2 budget on all parameters, which is eq. (2.1)'s ρ, so
-  ``certified ≤ ρ ≤ joint attack`` brackets it.
-* :func:`perturbed_outputs` — the net's outputs under one random perturbation of size ε.
 
-The attacks run the emitted torch module (``to_torch(net, torch.float64)``) and never
-touch the compiled net: they wrap each affine submodule's ``fm`` on a fresh module.
+The attacks that bound the margin from above are :mod:`.attacks` (they run torch).  The
+generic pieces (affine constants, bisections) are :mod:`tm2nn.verify.margin_toolkit`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.backends.relu_circuit.layers import ROUND_LO, Block, blocks
-from tm2nn.errors import Tm2nnError
+from tm2nn.backends.relu_circuit.build import compile_circuit
+from tm2nn.backends.relu_circuit.layers import Block, blocks
+from tm2nn.backends.relu_circuit.options import Options
 from tm2nn.ir import Circuit
-from tm2nn.nets import Affine
+from tm2nn.nets.round import ROUND_RADIUS
+from tm2nn.verify.margin_toolkit import (
+    AffineBounds,
+    affine_bounds,
+    fixed_point,
+    hypercube_norm,
+    sup_below,
+    sup_log,
+)
 
 #: The error budget the local bound gives the last circuit layer before the ±1 map (a free
 #: choice; Prop. 3.4's radius 1/3, which is what the corrections give every other layer).
-SIGMA = ROUND_LO
+SIGMA = ROUND_RADIUS
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-affine constants
+# Per-affine constants (the margin toolkit's), per parameter group
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class _Lin:
-    """Constants of one affine layer ``z = W h + b`` for the error bounds."""
-
-    name: str
-    n_out: int
-    rows: np.ndarray
-    cols: np.ndarray
-    absv: np.ndarray
-    r2: np.ndarray  # ℓ2 norm of each row of W
-    omega: float  # ‖W‖_op ≤ sqrt(max row ℓ1 · max column ℓ1) (Schur)
-    lam: float  # bound on ‖h‖₂ for the unperturbed input (binary-input runs)
-
-    def absmul(self, v: np.ndarray) -> np.ndarray:
-        """|W| v for v of shape (n_in,) or (n_in, T)."""
-        if v.ndim == 1:
-            return np.bincount(self.rows, weights=self.absv * v[self.cols], minlength=self.n_out)
-        return np.stack([self.absmul(v[:, t]) for t in range(v.shape[1])], 1) if v.shape[1] \
-            else np.zeros((self.n_out, 0))
-
-
-def _hypercube_norm(op: Affine) -> float:
-    """max over binary h of ‖φ(W h + b)‖₂ ≤ sqrt(Σ_j φ(b_j + Σ_k max(W_jk, 0))²)."""
-    w = op.weight
-    pos = np.bincount(w.rows, weights=np.maximum(w.vals, 0.0), minlength=w.shape[0])
-    return float(np.sqrt(np.sum(np.maximum(op.bias + pos, 0.0) ** 2)))
-
-
-def _lin(op: Affine, lam: float) -> _Lin:
-    w = op.weight
-    n_out, n_in = w.shape
-    absv = np.abs(w.vals)
-    row1 = np.bincount(w.rows, weights=absv, minlength=n_out)
-    col1 = np.bincount(w.cols, weights=absv, minlength=n_in)
-    r2 = np.sqrt(np.bincount(w.rows, weights=absv ** 2, minlength=n_out))
-    omega = float(np.sqrt(row1.max(initial=0.0) * col1.max(initial=0.0)))
-    return _Lin(op.name, n_out, w.rows, w.cols, absv, r2, omega, lam)
-
-
-def _block_lins(b: Block) -> list[_Lin]:
+def _block_lins(b: Block) -> list[AffineBounds]:
     """The first affine of every block reads a binary vector (a circuit layer), so its
     λ is sqrt(width); the second reads φ(W h + b) of a binary h (App. D, Condition D.4)."""
     out = []
     for t, op in enumerate(b.affines):
-        lam = math.sqrt(op.weight.shape[1]) if t == 0 else _hypercube_norm(b.affines[t - 1])
-        out.append(_lin(op, lam))
+        lam = math.sqrt(op.weight.shape[1]) if t == 0 else hypercube_norm(b.affines[t - 1])
+        out.append(affine_bounds(op, lam))
     return out
 
 
 def _plan(compiled: Compiled):
-    """(blocks, their _Lin constants, the correction radius of each round block by index)."""
+    """(blocks, their AffineBounds constants, the correction radius of each round block by index)."""
     bl = blocks(compiled.net)
     sig = {i: correction_radius(b) for i, b in enumerate(bl) if b.kind == "round"}
     return bl, [_block_lins(b) for b in bl], sig
@@ -194,7 +158,7 @@ def _val(c, K, eps):
     return np.where(np.isnan(v), np.inf, v)
 
 
-def _propagate(lins: list[_Lin], eps: float, pc: np.ndarray, sc: float,
+def _propagate(lins: list[AffineBounds], eps: float, pc: np.ndarray, sc: float,
                offset: float) -> tuple[np.ndarray, float]:
     """Push error bounds through one block whose parameters move by ≤ eps (ℓ2, jointly).
 
@@ -236,7 +200,7 @@ def _propagate(lins: list[_Lin], eps: float, pc: np.ndarray, sc: float,
     return _val(pc, pK, eps), float(_val(np.array(sc), sk, eps))
 
 
-def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float, sigmas: dict):
+def _chain(bl: list[Block], lins: list[list[AffineBounds]], eps: float, thr: float, sigmas: dict):
     """Evaluate the chained bound at ``eps`` (``sigmas``: each round block's correction
     radius, :func:`correction_radius`).  Returns (ok, index of the first failing
     check or -1, per-check worst values)."""
@@ -267,39 +231,10 @@ def _chain(bl: list[Block], lins: list[list[_Lin]], eps: float, thr: float, sigm
     return True, -1, stats
 
 
-def _sup(passes, lo_log: float = math.log(1e-300), hi_log: float = math.log(16.0),
-         iters: int = 60) -> float:
-    """sup{ε : passes(ε)} for a monotone predicate, by bisection on log ε."""
-    if not passes(math.exp(lo_log)):
-        return 0.0
-    if passes(math.exp(hi_log)):
-        return math.exp(hi_log)
-    for _ in range(iters):
-        mid = 0.5 * (lo_log + hi_log)
-        if passes(math.exp(mid)):
-            lo_log = mid
-        else:
-            hi_log = mid
-        if hi_log - lo_log < 1e-7:
-            break
-    return math.exp(lo_log)
-
-
 # ---------------------------------------------------------------------------------------------
 # The local bound (Theorem D.6's per-layer budgets, (D.6)-(D.8), with concrete constants)
 # ---------------------------------------------------------------------------------------------
-def _sup_scalar(f, limit: float, slope0: float) -> float:
-    """sup{ε ≥ 0 : f(ε) ≤ limit} for increasing f with f(ε) ≥ slope0·ε."""
-    if limit <= 0:
-        return 0.0
-    lo, hi = 0.0, limit / slope0
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if f(mid) <= limit else (lo, mid)
-    return lo
-
-
-def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float, sigmas: dict):
+def _local(bl: list[Block], lins: list[list[AffineBounds]], thr: float, share: float, sigmas: dict):
     """Per-group budgets (the decoupled induction of Lemmas D.7/D.8, all in ℓ2).
 
     Hypothesis at circuit layer i: its pre-correction output is within σ_i in ℓ2 of the
@@ -332,7 +267,7 @@ def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float, si
 
         slope = math.hypot(L2.omega * math.hypot(L1.lam + d, 1.0), math.hypot(L2.lam, 1.0))
         row = {"layer": bl[i].layer, "width": L1.n_out, "lambda": L1.lam,
-               "lipschitz": L1.omega * L2.omega, "eps_f": _sup_scalar(f_err, own, slope)}
+               "lipschitz": L1.omega * L2.omega, "eps_f": sup_below(f_err, own, slope)}
         if i + 1 < len(bl) and bl[i + 1].kind == "round":
             A, B = lins[i + 1]
             s_in = sig[j]
@@ -343,7 +278,7 @@ def _local(bl: list[Block], lins: list[list[_Lin]], thr: float, share: float, si
                 return e * math.hypot(B.omega * xa, xb)
 
             slope = math.hypot(B.omega * math.hypot(A.lam + s_in, 1.0), math.hypot(B.lam, 1.0))
-            row["eps_zeta"] = _sup_scalar(z_err, delta[j + 1], slope)
+            row["eps_zeta"] = sup_below(z_err, delta[j + 1], slope)
         rows.append(row)
     out_eps = None
     if has_out and q:
@@ -376,7 +311,7 @@ def certified_radius(compiled: Compiled, corrections: bool | None = None) -> dic
         return {"corrections": corr, "radius": math.inf, "radius_chain": math.inf,
                 "radius_local": None, "per_group": [], "blocks": 0}
     t0 = time.perf_counter()
-    chain = _sup(lambda e: _chain(bl, lins, e, thr, sigmas)[0])
+    chain = sup_log(lambda e: _chain(bl, lins, e, thr, sigmas)[0])
     _, fail, stats = _chain(bl, lins, chain * 1.001 if chain > 0 else 1e-300, thr, sigmas)
     binding = stats[fail][0] if fail >= 0 and fail < len(stats) else None
     local, rows, out_eps, share = None, [], None, None
@@ -422,19 +357,6 @@ def _gain(omegas: list[float], lams: list[float], eps: float) -> float:
     return math.sqrt(sq)
 
 
-def _fixed_point(f, iters: int = 80) -> float:
-    """sup{s ≥ 0 : s ≤ f(s)} for a non-increasing f (the best free constant σ when a bound
-    is min(σ, terms decreasing in σ))."""
-    hi = f(0.0)
-    if not math.isfinite(hi):
-        return math.inf
-    lo = 0.0
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if mid <= f(mid) else (lo, mid)
-    return lo
-
-
 def theorem_d6_bound(compiled: Compiled) -> dict:
     """Wei, Chen & Ma's bound (D.5) on the all-layer margin, with every constant of
     Conditions D.3/D.4 computed from this net's weights (docs/relu_circuit.md, "Theorem D.6
@@ -472,7 +394,7 @@ def theorem_d6_bound(compiled: Compiled) -> dict:
         if b.kind == "out":
             groups[-1] += lins[i]  # the ±1 map belongs to the last paper layer f_d
     # Condition D.4: the true layer values (bits; ±1 after the map)
-    norms = [_hypercube_norm(bl[i].affines[-1]) for i in fs]
+    norms = [hypercube_norm(bl[i].affines[-1]) for i in fs]
     if any(b.kind == "out" for b in bl):
         norms[-1] = math.sqrt(bl[-1].affines[0].weight.shape[0])
     lam = max([1.0, *norms])
@@ -515,7 +437,7 @@ def theorem_d6_bound(compiled: Compiled) -> dict:
 
     def xi_best(st):  # σξ = min(σζ/(4λμκξ), 1/(4μκξ)) = min(σζ/λ, 1)/(4μκξ(σξ))
         m = mu(st)
-        return _fixed_point(lambda sx: min(sz / lam, 1.0) / (4 * m * kappa_xi(sx)))
+        return fixed_point(lambda sx: min(sz / lam, 1.0) / (4 * m * kappa_xi(sx)))
 
     consts = {"lambda": lam, "sigma_zeta": sz, "sigma_zeta_how": sz_how, "mu0": mu0,
               "sigma_h": math.inf}
@@ -524,7 +446,7 @@ def theorem_d6_bound(compiled: Compiled) -> dict:
             k = kappa_theta(st)
             return min(1 / (2 * k), sz / (2 * k * lam), xi_best(st) if rounds else math.inf)
 
-        st = _fixed_point(theta_terms)
+        st = fixed_point(theta_terms)
         k_th, m = kappa_theta(st), mu(st)
         terms.update({"sigma_theta": st, "1/(2 kappa_theta)": 1 / (2 * k_th),
                       "sigma_zeta/(2 kappa_theta lambda)": sz / (2 * k_th * lam)})
@@ -552,313 +474,5 @@ def _as_variant(compiled: Compiled, corrections: bool | None) -> Compiled:
     if not isinstance(compiled.source, Circuit):
         raise ValueError("can only recompile a circuit with other corrections; compile the "
                          "variant you want and pass it")
-    from tm2nn.backends.relu_circuit import compile as relu_compile
-
-    return relu_compile(compiled.source, corrections=bool(corrections),
-                        pm_one_output=bool(compiled.options.get("pm_one_output", False)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Attacks (upper bounds)
-# ---------------------------------------------------------------------------------------------
-class _Perturbed:
-    """A fresh float64 torch module whose affine ops add a perturbation effect ``t``.
-
-    For one input, the cheapest parameter change of an affine layer with (perturbed)
-    input h̃ that adds ``t`` to its output is ``ΔW = t h̃ᵀ/(‖h̃‖²+1), Δb = t/(‖h̃‖²+1)``,
-    of norm ``‖t‖/sqrt(‖h̃‖²+1)``; every parameter change acts through such a ``t``.  So
-    ``t = ε·sqrt(‖h̃‖²+1)·a`` with ``Σ_(ℓ in block) ‖a_ℓ‖² ≤ 1`` ranges over exactly the
-    perturbations with block norm ≤ ε (per input, as in eq. 2.1).  With ``joint`` the
-    whole net is one block: ``Σ_ℓ ‖a_ℓ‖² ≤ 1`` over every layer, so the perturbation's
-    norm ``sqrt(Σ_B ‖δ_B‖²)`` is ≤ ε (eq. 2.1's ‖δ‖₂ itself).  ``mode="dense"`` instead
-    applies one explicit dense (ΔW, Δb) to every input.
-    """
-
-    def __init__(self, compiled: Compiled, joint: bool = False):
-        import torch
-
-        from tm2nn.emit.torch_emit import to_torch
-
-        self.torch = torch
-        self.module = to_torch(compiled.net, torch.float64)
-        self.blocks = blocks(compiled.net)
-        self.names = [op.name for b in self.blocks for op in b.affines]
-        self.block_of = [0 if joint else bi for bi, b in enumerate(self.blocks) for _ in b.affines]
-        self.shapes = {op.name: op.weight.shape for b in self.blocks for op in b.affines}
-        self.mode = "aligned"
-        self.eps = None  # [R]
-        self.a: dict[str, object] = {}  # aligned: name -> [n_out, R]
-        self.dense: dict[str, tuple] = {}  # dense: name -> (ΔW, Δb)
-        for name in self.names:
-            mod = self.module.op(name)
-            mod.fm = self._wrap(name, mod.fm)
-        self.fused = None  # the fused engine the aligned runs use instead (:meth:`use`)
-        self._stacked: tuple = (None, None)
-
-    def use(self, engine: str, net) -> None:
-        """Run the aligned perturbations on ``engine``: ``torch`` (this module) or
-        ``fused-float`` (:mod:`tm2nn.engines.layered_engine` in float64, the same
-        perturbation added in its kernel).  Gradients need torch: a gradient step always
-        runs the module."""
-        if engine == "fused-float":
-            from tm2nn.engines.layered_engine import LayeredEngine
-
-            self.fused = LayeredEngine.for_net(net, "float", np.float64)
-        elif engine != "torch":
-            raise Tm2nnError(f"the margin attacks run on torch or fused-float, not {engine!r}")
-
-    def _wrap(self, name, fm):
-        torch = self.torch
-
-        def fm_perturbed(x):
-            z = fm(x)
-            if self.mode == "dense":
-                dw, db = self.dense[name]
-                return z + (dw @ x + db[:, None])
-            scale = self.eps * torch.sqrt((x * x).sum(0) + 1.0)  # [R]
-            return z + self.a[name] * scale[None, :]
-        return fm_perturbed
-
-    def run(self, x):
-        torch = self.torch
-        if self.fused is None or self.mode != "aligned" or torch.is_grad_enabled():
-            return self.module(x)
-        if self._stacked[0] is not self.a:  # the directions, stacked in net order once per set
-            self._stacked = (self.a, torch.cat([self.a[n] for n in self.names]).numpy())
-        return torch.from_numpy(self.fused.run_perturbed(x.numpy(), self._stacked[1], self.eps.numpy()))
-
-    def random_directions(self, rows: int, gen) -> dict:
-        """Uniformly random unit vectors over each block's stacked a's, one per row."""
-        torch = self.torch
-        a = {n: torch.randn((self.shapes[n][0], rows), generator=gen, dtype=torch.float64)
-             for n in self.names}
-        return self.normalise(a, project=False)
-
-    def normalise(self, a: dict, project: bool = True) -> dict:
-        """Scale each block to norm 1 (or, with ``project``, into the unit ball), per row."""
-        torch = self.torch
-        sq: dict[int, object] = {}
-        for n, bi in zip(self.names, self.block_of):
-            sq[bi] = sq.get(bi, 0.0) + (a[n] ** 2).sum(0)
-        out = {}
-        for n, bi in zip(self.names, self.block_of):
-            norm = torch.sqrt(sq[bi]).clamp_min(1e-300)
-            f = (1.0 / norm).clamp_max(1.0) if project else 1.0 / norm
-            out[n] = a[n] * f[None, :]
-        return out
-
-
-def _labels(compiled: Compiled, x: np.ndarray) -> np.ndarray:
-    """The labels G(x): the circuit interpreter's outputs (a non-circuit source falls back
-    to the unperturbed net's decoded outputs)."""
-    from tm2nn.interp import eval_circuit
-
-    if isinstance(compiled.source, Circuit):
-        return eval_circuit(compiled.source, x.astype(bool))
-    import torch
-
-    from tm2nn.emit.torch_emit import run_torch, to_torch
-
-    y = run_torch(to_torch(compiled.net, torch.float64), x.astype(np.float64))
-    return y > compiled.output_encoding.get("threshold", 0.5)
-
-
-def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, seed: int = 0,
-                      kind: str = "aligned", joint: bool = False) -> np.ndarray:
-    """Outputs (float64, [n, n_out]) after perturbing every block by exactly ``eps`` (with
-    ``joint``: the whole parameter vector, ``‖δ‖₂ = eps``):
-
-    * ``kind="aligned"``: a random direction per input, the rank-one form of
-      :class:`_Perturbed` (the strongest random directions);
-    * ``kind="dense"``: one dense Gaussian (ΔW, Δb) per block, the same for every input
-      (a genuine θ + δ; only for small nets).
-    """
-    import torch
-
-    P = _Perturbed(compiled, joint=joint)
-    x = torch.as_tensor(np.asarray(inputs, dtype=np.float64))
-    gen = torch.Generator().manual_seed(seed)
-    if kind == "dense":
-        total = sum(m * (n + 1) for m, n in P.shapes.values())
-        if total > 50_000_000:
-            raise ValueError(f"a dense perturbation would have {total} entries")
-        raw = {n: (torch.randn(P.shapes[n], generator=gen, dtype=torch.float64),
-                   torch.randn(P.shapes[n][0], generator=gen, dtype=torch.float64))
-               for n in P.names}
-        sq: dict[int, float] = {}
-        for n, bi in zip(P.names, P.block_of):
-            sq[bi] = sq.get(bi, 0.0) + float((raw[n][0] ** 2).sum() + (raw[n][1] ** 2).sum())
-        P.mode = "dense"
-        P.dense = {n: (raw[n][0] * eps / math.sqrt(sq[bi]), raw[n][1] * eps / math.sqrt(sq[bi]))
-                   for n, bi in zip(P.names, P.block_of)}
-    elif kind == "aligned":
-        P.a = P.random_directions(x.shape[0], gen)
-        P.eps = torch.full((x.shape[0],), float(eps), dtype=torch.float64)
-    else:
-        raise ValueError(f"unknown perturbation kind {kind!r}")
-    with torch.no_grad():
-        return P.run(x).numpy()
-
-
-def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
-                     method: str = "random", steps: int = 150, max_eps: float = 8.0,
-                     eps0: float | None = None, joint: bool = False,
-                     labels: np.ndarray | None = None, engine: str = "torch") -> dict:
-    """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
-    the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
-    some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
-    ``max_eps``); ``per_input`` holds each input's smallest.
-
-    With ``joint`` the budget is one ℓ2 ball over all parameters, ``‖δ‖₂ ≤ ε`` (eq. 2.1):
-    each reported ε is then an upper bound on Wei's ρ(θ, x, y) itself, and with the
-    certified radius it brackets ρ: ``certified ≤ ρ ≤ joint attack``.  ``labels`` (0/1,
-    [n, n_outputs]) are the y to flip away from (default: the circuit's outputs); an
-    input whose unperturbed output is already not its label gets ε = 0.
-
-    * ``method="random"``: ``trials`` random directions per input (rank-one, aligned with
-      each layer's input; see :class:`_Perturbed`), bisection on ε along each direction;
-    * ``method="gradient"``: ``trials`` random starts per input, then ``steps`` projected
-      gradient steps on the directions that maximise the wrong-side amount of the worst
-      output bit, with ε shrunk after each step that flips and grown after each that
-      does not (a decoupled direction/norm attack), starting from ``eps0`` (default
-      ``max_eps/8``); the smallest flipping ε is kept.
-
-    ``engine``: where the random attack's forward passes run, ``torch`` or ``fused-float``
-    (the same directions and bisection; the gradient attack runs in torch).
-    """
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
-    try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None,
-            engine="torch") -> dict:
-    import torch
-
-    from tm2nn.limits import check_memory
-
-    t0 = time.perf_counter()
-    x_np = np.asarray(inputs)
-    if labels is None:
-        labels = _labels(compiled, x_np)
-    labels = np.asarray(labels)
-    if labels.ndim != 2 or labels.shape[0] != x_np.shape[0]:
-        raise Tm2nnError(f"labels must have shape [n_inputs, n_outputs] = [{x_np.shape[0]}, ...], got {labels.shape}")
-    want = torch.as_tensor(labels.astype(bool))
-    thr = float(compiled.output_encoding.get("threshold", 0.5))
-    P = _Perturbed(compiled, joint=joint)
-    P.use(engine, compiled.net)
-    if not P.names or want.shape[1] == 0:
-        return {"method": method, "joint": joint, "eps": math.inf, "input": None,
-                "per_input": np.full(x_np.shape[0], math.inf), "seconds": 0.0}
-    rows = x_np.shape[0] * trials
-    # per row: a direction and an activation per affine output (x ~8 with the gradient
-    # attack's graph, leaves and gradients), float64
-    width = sum(P.shapes[n][0] for n in P.names) + x_np.shape[1]
-    check_memory(rows * width * 8 * 8, f"the {method} attack on {x_np.shape[0]:,} inputs x {trials:,} trials "
-                 f"({width:,} units each)", ("samples", "trials"))
-    x = torch.as_tensor(np.repeat(x_np.astype(np.float64), trials, axis=0))
-    w = want.repeat_interleave(trials, 0)
-    sign = w.to(torch.float64) * 2 - 1
-    gen = torch.Generator().manual_seed(seed)
-
-    def flipped(y):
-        return ((y > thr) != w).any(1)
-
-    best = torch.full((rows,), math.inf, dtype=torch.float64)
-    if method == "random":
-        P.a = P.random_directions(rows, gen)
-        with torch.no_grad():
-            P.eps = torch.zeros(rows, dtype=torch.float64)
-            unperturbed_wrong = flipped(P.run(x))
-            best[unperturbed_wrong] = 0.0
-            hi = torch.full((rows,), float(max_eps), dtype=torch.float64)
-            P.eps = hi
-            ok_hi = flipped(P.run(x)) & ~unperturbed_wrong
-            lo = hi * 1e-6
-            for _ in range(24):
-                mid = torch.sqrt(lo * hi)
-                P.eps = mid
-                f = flipped(P.run(x))
-                hi = torch.where(f, mid, hi)
-                lo = torch.where(f, lo, mid)
-            best = torch.where(ok_hi, hi, best)
-    elif method == "gradient":
-        a = P.random_directions(rows, gen)
-        start = float(eps0) if eps0 and math.isfinite(eps0) else float(max_eps) / 8
-        eps = torch.full((rows,), min(start, max_eps), dtype=torch.float64)
-        with torch.no_grad():
-            P.a, P.eps = a, torch.zeros(rows, dtype=torch.float64)
-            best[flipped(P.run(x))] = 0.0
-        for step in range(steps):
-            gamma = 0.02 + 0.18 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
-            leaves = {n: v.detach().requires_grad_(True) for n, v in a.items()}
-            P.a, P.eps = leaves, eps
-            y = P.run(x)
-            margin = sign * (y - thr)  # > 0: right side
-            with torch.no_grad():
-                f = flipped(y)
-                best = torch.where(f, torch.minimum(best, eps), best)
-            loss = (0.05 * torch.logsumexp(-margin / 0.05, dim=1)).sum()
-            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-            with torch.no_grad():
-                g = {n: (gr if gr is not None else torch.zeros_like(leaves[n]))
-                     for n, gr in zip(leaves, grads)}
-                g = P.normalise(g, project=False)
-                a = P.normalise({n: leaves[n] + 0.2 * g[n] for n in leaves}, project=True)
-                eps = torch.where(f, eps * (1 - gamma), eps * (1 + gamma)).clamp(max=max_eps)
-        with torch.no_grad():  # the final iterate
-            P.a, P.eps = a, eps
-            f = flipped(P.run(x))
-            best = torch.where(f, torch.minimum(best, eps), best)
-    else:
-        raise ValueError(f"unknown method {method!r}")
-    per_input = best.view(x_np.shape[0], trials).min(1).values
-    i = int(torch.argmin(per_input))
-    e = float(per_input[i])
-    return {
-        "method": method,
-        "joint": joint,
-        "eps": e,
-        "input": "".join("1" if v else "0" for v in x_np[i].astype(bool)) if math.isfinite(e) else None,
-        "per_input": per_input.numpy(),
-        "trials": trials,
-        "seconds": time.perf_counter() - t0,
-    }
-
-
-def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
-                  steps: int = 150, pm_one_output: bool = False, engines=("torch",)) -> list[dict]:
-    """With and without corrections: (D.5) (:func:`theorem_d6_bound`), the certified radius,
-    and the per-layer and joint (ℓ2 over all parameters, eq. 2.1) attacks, random and
-    gradient.  ``(D.5), certified ≤ ρ_layer ≤ eps_random, eps_gradient`` and ``certified ≤ ρ
-    ≤ eps_joint_random, eps_joint_gradient``.  A row per engine the random attacks run on
-    (``engines``: torch, fused-float); the gradient attacks run in torch, once."""
-    from tm2nn.backends.relu_circuit import compile as relu_compile
-
-    out = []
-    for corr in (True, False):
-        comp = relu_compile(circuit, corrections=corr, pm_one_output=pm_one_output)
-        t0 = time.perf_counter()
-        cert = certified_radius(comp)
-        d5 = theorem_d6_bound(comp)
-        rnd = {(e, j): empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=j,
-                                        engine=e)["eps"] for e in engines for j in (False, True)}
-        grd = {j: empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
-                                   steps=steps, eps0=rnd[engines[0], j], joint=j)["eps"] for j in (False, True)}
-        for e in engines:
-            att = {"eps_random": rnd[e, False], "eps_gradient": grd[False],
-                   "eps_joint_random": rnd[e, True], "eps_joint_gradient": grd[True]}
-            out.append({"circuit": circuit.name, "engine": e, "corrections": corr,
-                        "layers": comp.options["layers"], "width": comp.options["width"],
-                        "d5": d5["d5"], "d5_binding": d5["binding"],
-                        "certified": cert["radius"], "certified_chain": cert["radius_chain"],
-                        "certified_local": cert["radius_local"], **att,
-                        "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
-                        "seconds": time.perf_counter() - t0})
-    return out
+    return compile_circuit(compiled.source, Options(corrections=bool(corrections),
+                                                    pm_one_output=bool(compiled.options.get("pm_one_output", False))))

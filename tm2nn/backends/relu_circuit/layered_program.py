@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tm2nn.engines import EngineRefused
-from tm2nn.nets import Affine, Net, ReLU, Slice
+from tm2nn.engines.chain import Layer, layers
+from tm2nn.nets import Net
 
 #: The integer mode's largest bias denominator (the construction's is 3; beyond it: refused)
 MAX_SCALE = 64
@@ -65,60 +66,6 @@ MAX_COMBOS = 4096
 EXACT_TYPES = ((np.float32, 2 ** 24), (np.float64, 2 ** 53))
 #: The made value 0 is the constant 0 (the origin of rows with no inputs); inputs follow
 CONST, INPUT0 = 0, 1
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One affine map ``W x + b`` (CSR rows, entries by increasing column), then the ReLU
-    when ``relu``."""
-
-    ptr: np.ndarray
-    cols: np.ndarray
-    vals: np.ndarray
-    bias: np.ndarray
-    relu: bool
-    name: str
-
-    @property
-    def n_out(self) -> int:
-        return self.bias.size
-
-
-def layers(net: Net) -> tuple[int, list[Layer], np.ndarray]:
-    """``(input width, layers, output indices)`` of a layered ReLU net (module doc); any
-    other net is an :class:`EngineRefused`.  Also reads the RCNN filter, a chain of five
-    affine maps (:mod:`.grid_engine`)."""
-    if len(net.inputs) != 1 or len(net.outputs) != 1 or net.inputs[0].kind != "vector":
-        raise EngineRefused(f"net {net.name!r}: the fused engine runs nets of one vector input and output")
-    cur, width = net.inputs[0].name, len(net.inputs[0].space)
-    out: list[Layer] = []
-    indices = None
-    for op in net.nodes:
-        if indices is not None or op.inputs != (cur,):
-            raise EngineRefused(f"net {net.name!r}: {op.kind} {op.name!r} does not extend one chain of layers")
-        if isinstance(op, Affine):
-            w = op.weight
-            order = np.lexsort((w.cols, w.rows))
-            rows, cols, vals = w.rows[order], w.cols[order], w.vals[order]
-            ptr = np.zeros(w.shape[0] + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rows, minlength=w.shape[0]), out=ptr[1:])
-            out.append(Layer(ptr, cols.astype(np.int64), vals.astype(np.float64),
-                             np.asarray(op.bias, dtype=np.float64), False, op.name))
-            width = w.shape[0]
-        elif isinstance(op, ReLU) and out and not out[-1].relu and cur == out[-1].name:
-            last = out[-1]
-            out[-1] = Layer(last.ptr, last.cols, last.vals, last.bias, True, last.name)
-        elif isinstance(op, Slice):
-            indices = np.asarray(op.indices, dtype=np.int64)
-        else:
-            raise EngineRefused(f"net {net.name!r}: the fused engine runs affine maps, ReLUs and a final "
-                                f"slice, not {op.kind} {op.name!r}")
-        cur = op.name
-    if indices is None:
-        indices = np.arange(width, dtype=np.int64)
-    if net.outputs[0] != cur:
-        raise EngineRefused(f"net {net.name!r}: its output is not the last op")
-    return len(net.inputs[0].space), out, indices
 
 
 @dataclass

@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from tests.conftest import EXAMPLES, example_circuits
 from tests.strategies import circuits
 from tm2nn.backends.relu_circuit import compile as relu_compile
+from tm2nn.backends.relu_circuit import layered_program
+from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
+from tm2nn.backends.relu_circuit.layered_program import integer_program
 from tm2nn.compiler import compile as tm2nn_compile
 from tm2nn.emit.torch_emit import run_torch, to_torch
-from tm2nn.engines import EngineRefused, layered_program
-from tm2nn.engines.layered_engine import LayeredEngine
-from tm2nn.engines.layered_program import integer_program
+from tm2nn.engines import EngineRefused
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.nets import Affine, Net

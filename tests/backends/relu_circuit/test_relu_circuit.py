@@ -11,18 +11,12 @@ from hypothesis import strategies as st
 from tests.conftest import CORPUS, EXAMPLES, example_circuits
 from tests.strategies import circuits
 from tm2nn.backends.relu_circuit import compile as relu_compile
-from tm2nn.backends.relu_circuit.layers import (
-    ROUND_HI,
-    ROUND_LO,
-    blocks,
-    build_net,
-    gate_rows,
-    round_correction,
-)
+from tm2nn.backends.relu_circuit.layers import blocks, build_net, gate_rows
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs, truth_table
 from tm2nn.ir import Circuit, Gate
 from tm2nn.nets import Affine, Net, Port, ReLU, Space
+from tm2nn.nets.round import ROUND_HI, ROUND_LO, round_correction
 from tm2nn.passes.basis import to_basis
 from tm2nn.passes.layering import layer_circuit
 from tm2nn.syntax import load

@@ -8,21 +8,15 @@ import pytest
 
 from tests.conftest import CORPUS, EXAMPLES
 from tm2nn.backends.relu_circuit import compile as relu_compile
+from tm2nn.backends.relu_circuit.attacks import _Perturbed, empirical_margin, perturbed_outputs
 from tm2nn.backends.relu_circuit.layers import Block, blocks
+from tm2nn.backends.relu_circuit.margin import certified_radius, correction_radius, theorem_d6_bound
 from tm2nn.emit.torch_emit import run_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.ir import Circuit, Gate
 from tm2nn.nets import Net, SparseMatrix
 from tm2nn.syntax import load
-from tm2nn.verify.margin import (
-    _Perturbed,
-    certified_radius,
-    correction_radius,
-    empirical_margin,
-    perturbed_outputs,
-    theorem_d6_bound,
-)
 
 
 def full_adder():

@@ -100,7 +100,7 @@ def run_program(x, in_idx, in_reg, out_reg, ptr, col, w, bias, relu, dst, n_regs
     With ``lay_row`` not empty (a float program: layer ``L`` is rows ``lay_row[L] ..
     lay_row[L + 1]``, reading registers ``lay_src[L] .. + lay_width[L]``), Wei-Chen-Ma's
     all-layer perturbation is added to every affine output before its ReLU, as
-    :class:`tm2nn.verify.margin._Perturbed` adds it in torch: row ``r`` on input ``i``
+    :class:`tm2nn.backends.relu_circuit.attacks._Perturbed` adds it in torch: row ``r`` on input ``i``
     gets ``a[r, i] * eps[i] * sqrt(|h|^2 + 1)``, ``h`` the layer's input."""
     batch = x.shape[1]
     n_tiles = (batch + tile - 1) // tile

@@ -28,7 +28,7 @@ from tm2nn.ir import Circuit, Gate
 from tm2nn.model_io import weights_sha256
 from tm2nn.syntax import load, parse_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from gen_circuits import nand_chain, random_layered_circuit  # noqa: E402
 
 

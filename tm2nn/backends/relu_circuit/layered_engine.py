@@ -13,9 +13,12 @@ Both take and return what the torch module takes and returns: ``[batch, n_in]`` 
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from tm2nn.engines.layered_program import Program, float_program, integer_program
+from tm2nn.backends.relu_circuit.layered_kernel import run_program
+from tm2nn.backends.relu_circuit.layered_program import Program, float_program, integer_program
+from tm2nn.engines import PARALLEL
 from tm2nn.errors import Tm2nnError
 
 #: Inputs per tile: as many as fit :data:`TILE_BYTES` of registers, from TILE_MIN to
@@ -49,16 +52,11 @@ class LayeredEngine:
 
     def tile(self, batch: int) -> int:
         """Inputs per tile for a batch (see :data:`TILE_BYTES`)."""
-        import numba
-
         split = -(-batch // numba.get_num_threads())
         return int(max(TILE_MIN, min(TILE_MAX, self._fit, -(-split // 32) * 32)))
 
     def run(self, x, batch_size: int | None = None) -> np.ndarray:
         """Outputs ``[batch, n_out]`` (float) for inputs ``[batch, n_in]``."""
-        from tm2nn.engines import PARALLEL
-        from tm2nn.engines.layered_kernel import run_program
-
         p = self.program
         x = np.asarray(x)
         if x.ndim != 2:
@@ -84,9 +82,6 @@ class LayeredEngine:
         """The float mode's outputs with Wei-Chen-Ma's all-layer perturbation
         (:func:`.layered_kernel.run_program`): ``a`` ``[net rows, batch]`` (every affine's
         output rows in net order), ``eps`` ``[batch]``."""
-        from tm2nn.engines import PARALLEL
-        from tm2nn.engines.layered_kernel import run_program
-
         p = self.program
         if self.mode != "float":
             raise ValueError("perturbed runs are the float mode's")
