@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from tm2nn import backends
 from tm2nn.emit.onnx_emit import save_onnx, to_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import output_target, write_atomic
@@ -33,7 +34,7 @@ def onnx_model(compiled):
     backend's float64 machines)."""
     net = net_of(compiled)
     model = to_onnx(net, metadata(compiled, net), dtype=(compiled.input_encoding or {}).get("dtype", "float32"))
-    finish = getattr(compiled.spec, "finish_onnx", None)  # TRANSITION: legacy backends only
+    finish = getattr(backends.get(compiled.backend), "finish_onnx", None)  # TRANSITION: legacy backends only
     return finish(model, compiled) if finish is not None else model
 
 
