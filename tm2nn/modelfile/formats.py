@@ -9,7 +9,7 @@ import io
 from pathlib import Path
 
 from tm2nn import backends
-from tm2nn.emit.onnx_emit import save_onnx, to_onnx
+from tm2nn.emit.onnx_model import save_onnx, to_onnx
 from tm2nn.fileio import write_atomic
 from tm2nn.modelfile import check_model_path
 from tm2nn.modelfile.manifest import save_safetensors

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tm2nn import backends
 from tm2nn._version import __version__
-from tm2nn.emit.onnx_emit import onnx_metadata
+from tm2nn.emit.onnx_model import onnx_metadata
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input
 from tm2nn.modelfile import MAX_MODEL_BYTES, SUFFIXES, schema
