@@ -5,7 +5,7 @@ explicit, the all-layer-margin loss ℓ_γ of eq. (2.2) on data, and Corollary A
 * :func:`surrogate_loss_on` — ℓ_γ on a compiled net and a labelled dataset.  ρ (eq. 2.1)
   is not computable exactly, so each example's ρ is bracketed: the certified margin below
   (it holds at every binary input; ρ = 0 where the net disagrees with the label), the joint
-  attack (:func:`tm2nn.backends.relu_circuit.attacks.empirical_margin` with ``joint=True``) above; ℓ_γ
+  attacks above (the backend's ``statistics_bracket`` analysis computes both); ℓ_γ
   decreases in ρ, so ``ℓ_γ(ρ_upper) ≤ ℓ_γ(ρ) ≤ ℓ_γ(ρ_lower)``.
 * :func:`rademacher_bound`, :func:`sample_complexity` — Lemma 2.3's
   ``n = Õ(α² log p / (γ² ε²))`` with explicit constants (docs/statistics.md derives them).
@@ -271,28 +271,19 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     A transformer with the θ_cls readout (``cls_readout=True``) is Theorem 4.1's binary
     classifier F(x) = θ_clsᵀ o_T' ∈ {−1, +1}: its ``dataset`` is a pair ``(tapes, labels)``
     with labels ``"accept"``/``"reject"`` or ±1 (see :func:`_machine_loss_on`)."""
-    from tm2nn.backends.relu_circuit.attacks import empirical_margin
-    from tm2nn.emit.torch_emit import run_torch
-
     g = _check_gamma(gamma)
     if compiled.output_encoding.get("kind") == "transformer_trace":
         return _machine_loss_on(compiled, dataset, g, seed=seed, trials=trials, steps=steps, delta=delta)
-    X, Y = load_dataset(compiled, dataset)
-    thr = float(compiled.output_encoding.get("threshold", 0.5))
-    pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
-    agree = (pred == Y).all(1)
-    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
-    upper = np.full(len(X), math.inf)
-    for method in ("random", "gradient"):
-        att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
-                               joint=True, labels=pred)
-        upper = np.minimum(upper, att["per_input"])
-    return _bracketed(compiled, g, agree, cert, upper, delta)
+    for which in ("inputs", "outputs"):  # circuit models: bits in and out
+        _width(compiled, which)
+    bracket = compiled.analysis("statistics_bracket")  # the backend's certificate and attacks
+    return bracket(compiled, dataset, g, seed=seed, trials=trials, steps=steps, delta=delta)
 
 
-def _bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndarray, delta: float) -> dict:
+def bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndarray, delta: float) -> dict:
     """The report of :func:`surrogate_loss_on` from ρ's bracket: ``cert`` below and
-    ``upper`` above where the net agrees with the label, ρ = 0 where it does not."""
+    ``upper`` above where the net agrees with the label, ρ = 0 where it does not (a
+    backend's ``statistics_bracket`` analysis returns it)."""
     lower = np.where(agree, cert, 0.0)
     upper = np.where(agree, upper, 0.0)
     lo_loss, hi_loss = surrogate_loss(upper, g), surrogate_loss(lower, g)
@@ -358,7 +349,7 @@ def _machine_loss_on(compiled, dataset, g: float, *, seed: int, trials: int, ste
                  eps0=rnd["eps"])
     blocks = len(blocks_of(net_of(compiled)))
     upper = np.minimum(rnd["per_input"], grd["per_input"]) * math.sqrt(blocks)
-    return {**_bracketed(compiled, g, agree, cert, upper, delta), "blocks": blocks}
+    return {**bracketed(compiled, g, agree, cert, upper, delta), "blocks": blocks}
 
 
 def _alpha_p(compiled) -> tuple[float, int]:

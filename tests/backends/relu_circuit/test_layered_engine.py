@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -14,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import EXAMPLES, example_circuits
 from tests.strategies import circuits
-from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.backends.relu_circuit import layered_program
 from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
 from tm2nn.backends.relu_circuit.layered_program import integer_program
@@ -28,6 +29,9 @@ from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.nets import Affine, Net
 from tm2nn.options import OptionError
 from tm2nn.syntax import load
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 
 def _outputs(comp, x):

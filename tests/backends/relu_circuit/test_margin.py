@@ -2,12 +2,13 @@
 
 import dataclasses
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 
+import tm2nn
 from tests.conftest import CORPUS, EXAMPLES
-from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.backends.relu_circuit.attacks import _Perturbed, empirical_margin, perturbed_outputs
 from tm2nn.backends.relu_circuit.layers import Block, blocks
 from tm2nn.backends.relu_circuit.margin import certified_radius, correction_radius, theorem_d6_bound
@@ -17,6 +18,9 @@ from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.ir import Circuit, Gate
 from tm2nn.nets import Net, SparseMatrix
 from tm2nn.syntax import load
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 
 def full_adder():

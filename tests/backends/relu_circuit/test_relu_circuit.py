@@ -1,6 +1,7 @@
 """relu-circuit backend (Wei, Chen & Ma §3, App. B): per-gate blocks, round, whole nets."""
 
 import itertools
+from functools import partial
 
 import numpy as np
 import pytest
@@ -8,9 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import CORPUS, EXAMPLES, example_circuits
 from tests.strategies import circuits
-from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.backends.relu_circuit.layers import blocks, build_net, gate_rows
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs, truth_table
@@ -20,6 +21,9 @@ from tm2nn.nets.round import ROUND_HI, ROUND_LO, round_correction
 from tm2nn.passes.basis import to_basis
 from tm2nn.passes.layering import layer_circuit
 from tm2nn.syntax import load
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 GROUPS = {"in", "pre", "g", "rlo", "rhi", "out"}
 REF = {

@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import EXAMPLES
 from tests.strategies import circuits
-from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.ir import Circuit, Gate
 from tm2nn.modelfile.metadata import weights_sha256
 from tm2nn.syntax import load, parse_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from gen_circuits import nand_chain, random_layered_circuit  # noqa: E402
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 
 def structure_sha256(net) -> str:
@@ -195,8 +199,6 @@ def test_relu_circuit_corpus_nets_are_pinned(corpus, name):
 
 @pytest.mark.parametrize("example, options", sorted(MACHINE_PINNED), ids=lambda x: str(x))
 def test_relu_circuit_unrolled_machine_nets_are_pinned(example, options):
-    import tm2nn
-
     compiled = tm2nn.compile(EXAMPLES / example, "relu-circuit", **dict(options))
     assert (weights_sha256(compiled.net), structure_sha256(compiled.net)) == MACHINE_PINNED[(example, options)]
 

@@ -9,7 +9,9 @@ Wei, Chen & Ma's all-layer margin (eq. 2.1) and its per-layer version are define
   ``certified ≤ ρ ≤ joint attack`` brackets it.
 * :func:`perturbed_outputs` — the net's outputs under one random perturbation of size ε.
 * :func:`margin_report` — with and without corrections: (D.5), the certified radius and
-  the attacks (``tm2nn margin``).
+  the attacks; :func:`margin_table` — the backend's ``margin`` analysis (``tm2nn margin``).
+* :func:`statistics_bracket` — the backend's ``statistics_bracket`` analysis: ℓ_γ (eq. 2.2)
+  on a dataset, between the certified margin and the joint attacks.
 
 The attacks run the emitted torch module (``to_torch(net, torch.float64)``) and never
 touch the compiled net: they wrap each affine submodule's ``fm`` on a fresh module.  The
@@ -25,17 +27,21 @@ import time
 import numpy as np
 import torch
 
-from tm2nn.backends.base import Compiled
-from tm2nn.backends.relu_circuit.build import compile_circuit
+from tm2nn.backends.protocol import Model, Table
+from tm2nn.backends.relu_circuit.build import compile_circuit, unroll_machine
+from tm2nn.backends.relu_circuit.codec import encode_tapes, encoding
 from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
 from tm2nn.backends.relu_circuit.layers import blocks
-from tm2nn.backends.relu_circuit.margin import certified_radius, theorem_d6_bound
+from tm2nn.backends.relu_circuit.margin import certified_margin, certified_radius, theorem_d6_bound
 from tm2nn.backends.relu_circuit.options import Options
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.errors import Tm2nnError
-from tm2nn.interp import eval_circuit
+from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs
 from tm2nn.ir import Circuit
-from tm2nn.limits import check_memory
+from tm2nn.limits import check_int, check_memory, check_seed
+from tm2nn.options import OptionError
+from tm2nn.verify.check import EXHAUSTIVE_LIMIT, InputSpace
+from tm2nn.verify.statistics import bracketed, load_dataset
 
 
 class _Perturbed:
@@ -51,7 +57,7 @@ class _Perturbed:
     applies one explicit dense (ΔW, Δb) to every input.
     """
 
-    def __init__(self, compiled: Compiled, joint: bool = False):
+    def __init__(self, compiled: Model, joint: bool = False):
         self.torch = torch
         self.module = to_torch(compiled.net, torch.float64)
         self.blocks = blocks(compiled.net)
@@ -119,7 +125,7 @@ class _Perturbed:
         return out
 
 
-def _labels(compiled: Compiled, x: np.ndarray) -> np.ndarray:
+def _labels(compiled: Model, x: np.ndarray) -> np.ndarray:
     """The labels G(x): the circuit interpreter's outputs (a non-circuit source falls back
     to the unperturbed net's decoded outputs)."""
     if isinstance(compiled.source, Circuit):
@@ -128,7 +134,7 @@ def _labels(compiled: Compiled, x: np.ndarray) -> np.ndarray:
     return y > compiled.output_encoding.get("threshold", 0.5)
 
 
-def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, seed: int = 0,
+def perturbed_outputs(compiled: Model, inputs: np.ndarray, eps: float, *, seed: int = 0,
                       kind: str = "aligned", joint: bool = False) -> np.ndarray:
     """Outputs (float64, [n, n_out]) after perturbing every block by exactly ``eps`` (with
     ``joint``: the whole parameter vector, ``‖δ‖₂ = eps``):
@@ -163,7 +169,7 @@ def perturbed_outputs(compiled: Compiled, inputs: np.ndarray, eps: float, *, see
         return P.run(x).numpy()
 
 
-def empirical_margin(compiled: Compiled, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
+def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                      method: str = "random", steps: int = 150, max_eps: float = 8.0,
                      eps0: float | None = None, joint: bool = False,
                      labels: np.ndarray | None = None, engine: str = "torch") -> dict:
@@ -317,3 +323,59 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
                         "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
                         "seconds": time.perf_counter() - t0})
     return out
+
+
+def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None) -> Table:
+    """The ``margin`` analysis (``tm2nn margin``): Wei-Chen-Ma's all-layer margin, per layer
+    (:mod:`.margin`, :func:`margin_report`): the certified lower bound and two attacks, with
+    and without corrections, on the circuit or the unrolled machine's circuit; the random
+    attacks on each of ``engines`` (torch, fused-float; default torch)."""
+    samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
+    seed = check_seed("seed", seed)
+    engines = tuple(dict.fromkeys(engines or ("torch",)))
+    bad = [e for e in engines if e not in ("torch", "fused-float")]
+    if bad:
+        raise OptionError(f"the margin attacks run on torch or fused-float (real-valued perturbations), "
+                          f"not {{engines}} {bad[0]!r}", "engines")
+    if isinstance(ir, Circuit):
+        circuit = ir
+        n = len(circuit.inputs)
+        if n > 10:
+            check_memory(2 * samples * n, f"{samples:,} random inputs of {n} bits", ("samples",))
+        x = exhaustive_inputs(n) if n <= 10 else random_inputs(n, samples, seed)
+    else:
+        circuit, layout = unroll_machine(ir, opts)
+        tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
+        x = encode_tapes(encoding(layout), tapes[:samples]) > 0.5
+    rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output, engines=engines)
+    which = ["engine"] if len(engines) > 1 else []
+    return Table(f"all-layer margin, {len(x)} inputs: (D.5), certified <= per-layer margin <= per-layer "
+                 "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks"
+                 + ("" if engines == ("torch",) else f"; random attacks on {', '.join(engines)}"),
+                 which + ["corrections", "layers", "(D.5) Thm D.6 (lower)", "certified (lower)",
+                  "per-layer gradient (upper)", "per-layer random (upper)", "joint gradient (upper)",
+                  "joint random (upper)"],
+                 [[r["engine"]] * bool(which) + ["on" if r["corrections"] else "off", str(r["layers"]), f"{r['d5']:.3g}",
+                   f"{r['certified']:.3g}", f"{r['eps_gradient']:.3g}", f"{r['eps_random']:.3g}",
+                   f"{r['eps_joint_gradient']:.3g}", f"{r['eps_joint_random']:.3g}"] for r in rows], json=rows)
+
+
+def statistics_bracket(compiled, dataset, gamma: float, *, seed: int = 0, trials: int = 4, steps: int = 60,
+                       delta: float = 0.01) -> dict:
+    """The ``statistics_bracket`` analysis (:func:`tm2nn.verify.statistics.surrogate_loss_on`
+    for a circuit model): the mean ℓ_γ (eq. 2.2) on ``dataset`` bracketed by ρ_lower, the
+    certified margin (:func:`.margin.certified_margin`, valid at every binary input) where
+    the net's output equals the label and 0 where it does not, and ρ_upper, the smallest
+    joint ℓ2 perturbation the attacks (random directions and the gradient attack,
+    ``trials`` starts each, :func:`empirical_margin`) found to flip some output bit."""
+    X, Y = load_dataset(compiled, dataset)
+    thr = float(compiled.output_encoding.get("threshold", 0.5))
+    pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
+    agree = (pred == Y).all(1)
+    cert = float(certified_margin(compiled)["radius"])
+    upper = np.full(len(X), math.inf)
+    for method in ("random", "gradient"):
+        att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
+                               joint=True, labels=pred)
+        upper = np.minimum(upper, att["per_input"])
+    return bracketed(compiled, gamma, agree, cert, upper, delta)

@@ -1,12 +1,21 @@
-"""relu-circuit's reference check for machines unrolled into circuits: the decoded
-configuration after T steps against the interpreter's run report (circuits use the
-shared :class:`tm2nn.verify.check.CircuitChecker`)."""
+"""relu-circuit's reference check (:func:`reference`): for machines unrolled into circuits,
+the decoded configuration after T steps against the interpreter's run report
+(:class:`UnrolledChecker`); for circuits the shared :class:`tm2nn.verify.check.CircuitChecker`."""
 
 from __future__ import annotations
 
-from tm2nn.backends.relu_circuit.codec import decode_outputs, encode_tapes
+from tm2nn.backends.relu_circuit.codec import KIND, decode_outputs, encode_tapes
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
-from tm2nn.verify.check import EXHAUSTIVE_LIMIT, REPORT_FIELDS, Checker, InputSpace, deviation
+from tm2nn.ir import Circuit
+from tm2nn.verify.check import (
+    EXHAUSTIVE_LIMIT,
+    REPORT_FIELDS,
+    Checker,
+    CircuitChecker,
+    InputSpace,
+    deviation,
+)
 
 
 class UnrolledChecker(Checker):
@@ -45,3 +54,13 @@ class UnrolledChecker(Checker):
                 diff = [f for f in ("overflow",) + REPORT_FIELDS if got.get(f) != w.get(f)]
             out.append((None, diff[0], w.get(diff[0]), got.get(diff[0])) if diff else None)
         return out, deviation(enc, y), {"out_of_window": sum(1 for w in want if w.get("overflow"))}
+
+
+def reference(compiled) -> Checker:
+    """What ``verify`` compares a relu-circuit model with: an unrolled machine's final
+    configuration (:class:`UnrolledChecker`), a circuit's bits (:class:`CircuitChecker`)."""
+    if compiled.input_encoding.get("kind") == KIND:
+        return UnrolledChecker(compiled)
+    if isinstance(compiled.source, Circuit) and compiled.output_encoding.get("kind") == "bits":
+        return CircuitChecker(compiled)
+    raise Tm2nnError(f"the relu-circuit backend has no verifier for {compiled.output_encoding.get('kind')!r} models")

@@ -7,7 +7,8 @@ run report, and describes the decoding for a model's manifest.  The circuit itse
 built by :func:`.unroll.unroll` (its module doc gives the layout: inputs ``t0[i]:a``;
 outputs ``tape[i]:a``, ``head[i]``, ``state:q``, ``halted``, ``steps[b]``, ``overflow``).
 :func:`encode_tapes` and :func:`decode_outputs` run it on a model's encodings, many inputs
-at a time.  Circuits use the shared ``bits`` codec (:mod:`tm2nn.codec`).
+at a time.  :data:`CODEC` is the backend's codec: this one for machines, the shared ``bits``
+codec (:data:`tm2nn.backends.protocol.BITS`) for circuits.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tm2nn.backends.protocol import BITS, Codec
 from tm2nn.errors import Tm2nnError
 from tm2nn.options import OptionError
+from tm2nn.report import Report
 
 #: the encoding's kind, as models record it (``input_encoding`` / ``output_encoding``)
 KIND = "unrolled_tm"
@@ -198,7 +201,7 @@ class UnrollLayout:
 
     def description(self, value: str, labels) -> dict:
         """How :meth:`decode` reads each report field, for a model's manifest
-        (:meth:`~tm2nn.backends.base.Backend.decoding`): ``labels`` are the dimension
+        (the codec's ``describe``): ``labels`` are the dimension
         labels of the net output ``value``, in :attr:`output_names` order."""
         labels = list(labels)
         N, K, Q = self.tape, len(self.alphabet), len(self.states)
@@ -244,3 +247,33 @@ def decode_outputs(enc: dict, y: np.ndarray) -> list[dict]:
     layout = UnrollLayout.from_json(enc["layout"])
     bits = np.asarray(y) > float(enc.get("threshold", 0.5))
     return [layout.decode(row) for row in bits]
+
+
+# -- the backend's codec: unrolled machines here, circuits through the shared bits codec ------
+def encode(compiled, texts: list[str]) -> np.ndarray:
+    """The model's input for ``texts``: one-hot tape windows, or a circuit's bits."""
+    if compiled.input_encoding.get("kind") == KIND:
+        return encode_tapes(compiled.input_encoding, texts)
+    return BITS.encode(compiled, texts)
+
+
+def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+    """Encode ``texts``, run ``engine``, decode one report each: the run report after T
+    steps for a machine, ``{"outputs": ...}`` for a circuit."""
+    if compiled.output_encoding.get("kind") != KIND:
+        return BITS.run(compiled, texts, engine, progress)
+    y = compiled.runner(engine)(encode(compiled, texts))
+    return [Report(r) for r in decode_outputs(compiled.output_encoding, y)]
+
+
+def describe(compiled) -> dict:
+    """How each report field is read from the net (:meth:`UnrollLayout.description` for a
+    machine, the ``bits`` rule for a circuit)."""
+    if compiled.output_encoding.get("kind") == KIND:
+        y = compiled.net.outputs[0]
+        layout = UnrollLayout.from_json(compiled.output_encoding["layout"])
+        return layout.description(y, compiled.net.spaces[y].labels)
+    return BITS.describe(compiled)
+
+
+CODEC = Codec(encode=encode, run=run, describe=describe)

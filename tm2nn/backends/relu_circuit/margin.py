@@ -17,6 +17,7 @@ Since ``max_B ‖δ_B‖ ≤ ‖δ‖₂``, the per-layer margin is at most Wei'
 * :func:`theorem_d6_bound` — the paper's own bound (D.5), with the constants of
   Conditions D.3/D.4 computed from the weights (looser: one constant per kind of layer).
 * :func:`correction_radius` — Definition D.1's σζ of a correction, read from its weights.
+* :func:`certified_margin` — the backend's ``certified_margin`` analysis: the radius and (D.5).
 
 The attacks that bound the margin from above are :mod:`.attacks` (they run torch).  The
 generic pieces (affine constants, bisections) are :mod:`tm2nn.verify.margin_toolkit`.
@@ -29,10 +30,11 @@ import time
 
 import numpy as np
 
-from tm2nn.backends.base import Compiled
+from tm2nn.backends.protocol import Model
 from tm2nn.backends.relu_circuit.build import compile_circuit
 from tm2nn.backends.relu_circuit.layers import Block, blocks
 from tm2nn.backends.relu_circuit.options import Options
+from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit
 from tm2nn.nets.round import ROUND_RADIUS
 from tm2nn.verify.margin_toolkit import (
@@ -62,7 +64,7 @@ def _block_lins(b: Block) -> list[AffineBounds]:
     return out
 
 
-def _plan(compiled: Compiled):
+def _plan(compiled: Model):
     """(blocks, their AffineBounds constants, the correction radius of each round block by index)."""
     bl = blocks(compiled.net)
     sig = {i: correction_radius(b) for i, b in enumerate(bl) if b.kind == "round"}
@@ -143,7 +145,7 @@ def _exact_radius(d: float, w: np.ndarray, a: np.ndarray, c: np.ndarray) -> floa
     return best
 
 
-def _threshold(compiled: Compiled) -> float:
+def _threshold(compiled: Model) -> float:
     """How far an output may move before it can decode wrong: 1/2 for 0/1, 1 for ±1."""
     return 1.0 if compiled.output_encoding.get("values") == "pm1" else 0.5
 
@@ -291,7 +293,7 @@ def _local(bl: list[Block], lins: list[list[AffineBounds]], thr: float, share: f
     return min(vals, default=math.inf), rows, out_eps
 
 
-def certified_radius(compiled: Compiled, corrections: bool | None = None) -> dict:
+def certified_radius(compiled: Model, corrections: bool | None = None) -> dict:
     """A certified lower bound on the per-layer all-layer margin, valid on every binary
     input: if every block's parameters move by at most ``radius`` (ℓ2, dense), no output
     bit changes.  ``corrections`` = None analyses ``compiled`` as built; True/False
@@ -357,7 +359,7 @@ def _gain(omegas: list[float], lams: list[float], eps: float) -> float:
     return math.sqrt(sq)
 
 
-def theorem_d6_bound(compiled: Compiled) -> dict:
+def theorem_d6_bound(compiled: Model) -> dict:
     """Wei, Chen & Ma's bound (D.5) on the all-layer margin, with every constant of
     Conditions D.3/D.4 computed from this net's weights (docs/relu_circuit.md, "Theorem D.6
     with the constants computed"):
@@ -468,7 +470,7 @@ def theorem_d6_bound(compiled: Compiled) -> dict:
             "layers": len(fs), "corrections": len(rounds)}
 
 
-def _as_variant(compiled: Compiled, corrections: bool | None) -> Compiled:
+def _as_variant(compiled: Model, corrections: bool | None) -> Model:
     if corrections is None or bool(compiled.options.get("corrections", True)) == bool(corrections):
         return compiled
     if not isinstance(compiled.source, Circuit):
@@ -476,3 +478,17 @@ def _as_variant(compiled: Compiled, corrections: bool | None) -> Compiled:
                          "variant you want and pass it")
     return compile_circuit(compiled.source, Options(corrections=bool(corrections),
                                                     pm_one_output=bool(compiled.options.get("pm_one_output", False))))
+
+
+def certified_margin(compiled: Model) -> dict:
+    """The ``certified_margin`` analysis: the certified all-layer margin
+    (:func:`certified_radius`, a lower bound on ρ of eq. 2.1 at every binary input), with
+    (D.5) (:func:`theorem_d6_bound`) beside it.  A loaded model whose weights were edited is
+    refused: the certificate reads the construction's weights."""
+    if compiled.edited is not None:
+        raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}); the certificate "
+                         "reads the construction's weights", file=compiled.path)
+    cert = certified_radius(compiled)
+    d5 = theorem_d6_bound(compiled)
+    return {**cert, "kind": "per-layer: every parameter group moves by <= radius (l2); a lower bound on rho",
+            "d5": d5["d5"], "d5_binding": d5["binding"]}
