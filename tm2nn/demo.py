@@ -75,7 +75,9 @@ def run_examples(folder: Path) -> list[dict]:
             elif "train" in hdr:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 row["input"] = f"training set {hdr['train']}"
-                row["result"], ok = _run_rcnn_learner_example(obj, path.parent / hdr["train"])
+                from tm2nn.backends.rcnn.learner import demo_learner  # loads torch
+
+                row["result"], ok = demo_learner(obj, path.parent / hdr["train"])
             else:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 r = run_machine(obj, row["input"], 10_000_000)
@@ -121,29 +123,6 @@ def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     got = [lr(S.xs, S.ys, x) for x in X]
     acc = sum(int(g == int(w)) for g, w in zip(got, tg(X))) / len(got)
     return f"h on the {lr.t} stored samples: {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
-
-
-def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
-    """A learner machine in Goel et al.'s B.1.2 form on its training set: the
-    interpreter's ``A(S)[x]`` for every ``x`` in ``{±1}^d`` (each run checked to end in
-    B.1.2's halting position)."""
-    import itertools
-
-    import numpy as np
-
-    from tm2nn.backends.rcnn.learner import MAX_STEPS
-    from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form, reference_answer
-    from tm2nn.datasets import load_csv
-
-    check_learner_form(g)
-    X, Y = load_csv(train)
-    shape = Shape(X.shape[0], X.shape[1], 1)
-    xs, answers = [], []
-    for x in itertools.product((-1, 1), repeat=X.shape[1]):
-        a, _ = reference_answer(g, X, Y, np.array(x), shape, MAX_STEPS)
-        xs.append("".join("+" if v > 0 else "-" for v in x))
-        answers.append("+" if a > 0 else "-")
-    return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True
 
 
 #: One job per backend: (example, backend, the command that writes the model, the

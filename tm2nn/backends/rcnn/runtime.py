@@ -1,14 +1,19 @@
-"""Verify and run an RCNN machine-mode model (:mod:`tm2nn.backends.rcnn`): the grid
-after every filter step is decoded into the source machine's configuration and
-compared with the interpreter's (state, head, every cell), step by step."""
+"""Run an RCNN machine-mode model (:mod:`.machine_mode`): start grids in (each input
+written as after memorization, Goel et al. B.1.1), and the grid after every filter step
+out, decoded into the source machine's run (state, head, every cell) by
+:func:`.machine_io.decode_run`.  The backend's codec: :func:`encode` and :func:`run`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.verify.check import Checker, InputSpace
-from tm2nn.verify.trace import EXHAUSTIVE_TAPES, compare_runs
+from tm2nn.backends.rcnn.machine_io import decode_run, start_grids
+from tm2nn.backends.rcnn.machine_mode import machine_form
+from tm2nn.interrupt import partial_reports
+from tm2nn.ir.machine import check_input
+from tm2nn.options import OptionError
+from tm2nn.report import Report
 
 #: Output floats held at once by a runner (the states of a batch of grids).
 BATCH_FLOATS = 1 << 26
@@ -18,8 +23,6 @@ class GridModel:
     """The compiled model's encodings, for encoding inputs and decoding outputs."""
 
     def __init__(self, compiled: Compiled) -> None:
-        from tm2nn.backends.rcnn import machine_form
-
         enc, enc_out = compiled.input_encoding, compiled.output_encoding
         self.source = compiled.source
         self.chain, self.code = machine_form(self.source, enc)
@@ -36,9 +39,6 @@ class GridModel:
         return max(1, BATCH_FLOATS // per_input)
 
     def grids(self, texts: list[str]) -> np.ndarray:
-        from tm2nn.backends.rcnn.machine_io import start_grids
-        from tm2nn.options import OptionError
-
         long = [t for t in texts if len(t) > self.max_input]
         if long:
             raise OptionError(f"input {long[0]!r} is longer than the compiled bound of {self.max_input} cells "
@@ -46,47 +46,7 @@ class GridModel:
         return start_grids(self.chain, self.code, texts, self.window, self.dtype)
 
     def decode(self, states: np.ndarray, text: str):
-        from tm2nn.backends.rcnn.machine_io import decode_run
-
         return decode_run(self.chain, self.code, self.window, states, text, self.steps)
-
-
-class GridChecker(Checker):
-    """The RCNN: the grid after every filter step, decoded and mapped back to the source
-    machine, against the interpreter's configuration (state, head, every cell) at every
-    source step."""
-
-    compares = "state, head and every cell after every source step"
-
-    def __init__(self, compiled: Compiled) -> None:
-        super().__init__(compiled)
-        self.gm = GridModel(compiled)
-
-    def space(self) -> InputSpace:
-        return InputSpace(self.compiled.source.alphabet, 0, self.gm.max_input, EXHAUSTIVE_TAPES)
-
-    def batch(self) -> int:
-        return self.gm.batch()
-
-    def prepare(self, texts: list[str]) -> list:
-        from tm2nn.interp import run_machine
-
-        return [run_machine(self.compiled.source, t, self.gm.steps, trace=True) for t in texts]
-
-    def check(self, engine: str, texts: list[str], want):
-        from tm2nn.backends.rcnn.machine_io import max_deviation
-        from tm2nn.errors import Tm2nnError
-
-        gm = self.gm
-        states = self.compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
-        dev = max_deviation(states, gm.code.n_digits) / 3 ** (gm.code.n_digits - 1)
-        out = []
-        for text, s, w in zip(texts, states, want):
-            try:
-                out.append(compare_runs(w, gm.decode(s, text)))
-            except Tm2nnError as e:
-                out.append((None, "encoding", "a B.1.1 grid", str(e)))
-        return out, dev, {}
 
 
 def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch", progress=None) -> list:
@@ -97,8 +57,25 @@ def run_grids(compiled: Compiled, texts: list[str], engine: str = "torch", progr
     if engine == "fused":
         states = run(gm.grids(texts), batch_size=gm.batch(), progress=progress)
     else:
-        from tm2nn.emit.torch_emit import loop_progress
+        from tm2nn.emit.torch_emit import loop_progress  # loads torch
 
         with loop_progress(compiled.module() if engine == "torch" else None, progress):
             states = run(gm.grids(texts), batch_size=gm.batch())
     return [gm.decode(np.asarray(s), t) for s, t in zip(states, texts)]
+
+
+def encode(compiled: Compiled, texts: list[str]) -> np.ndarray:
+    """Start grids ``[n, H, W]``: each input written as after memorization (B.1.1 cells)."""
+    for t in texts:
+        check_input(compiled.source, t)
+    return GridModel(compiled).grids(texts)
+
+
+def run(compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+    """One run report each: the grids decoded and mapped back to the source machine (a
+    Ctrl-C reports the steps decoded so far)."""
+    for t in texts:
+        check_input(compiled.source, t)
+    gm = GridModel(compiled)
+    with partial_reports(texts, lambda states, t: Report.of_run(gm.decode(states, t))):  # Ctrl-C
+        return [Report.of_run(r) for r in run_grids(compiled, texts, engine, progress)]
