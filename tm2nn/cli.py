@@ -44,14 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a machine (or evaluate a circuit) and report")
     add_source(p, None)
-    runners = [b.name for b in backends.all() if b.run_steps]
+    runners = [b.name for b in backends.all() if b.stepping]
     p.add_argument("--backend", default="interp", choices=["interp", *runners], metavar="NAME",
                    help=f"interp (the reference interpreter, default) or a backend that runs machines: "
                    f"{', '.join(runners)} (compiled with T = --max-steps)")
     p.add_argument("--input", help="initial tape (machines; grid rows separated by '/') "
                    "or input bits (circuits). Default: the input the file documents, else empty")
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
-                   f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
+                   f"bound T, default {', '.join(f'{b.name} {b.stepping.default}' for b in backends.all() if b.stepping)}); "
                    "not halting by then exits 1")
     p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: torch (default), "
                    "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
@@ -240,7 +240,7 @@ def cmd_run(args) -> int:
                          format=args.format, name=args.name, trace=args.trace, progress=bar, **values)
     except OptionError as e:  # the backend's step bound is --max-steps here
         if backend is not None:
-            e.flags = {backends.get(backend).run_steps: "--max-steps"}
+            e.flags = {backends.get(backend).stepping.option: "--max-steps"}
         raise
     except interrupt.Interrupted as e:  # Ctrl-C: the configuration reached, then exit 130
         print_interrupted(e, as_json=args.json)
@@ -280,7 +280,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from tm2nn.model_io import check_model_path
+    from tm2nn.modelfile.formats import check_model_path
 
     out = check_model_path(args.output, "-o")
     compiled = _compile(args, "compile")
@@ -297,8 +297,8 @@ def cmd_compile(args) -> int:
 
 def cmd_eval(args) -> int:
     """Run a model file; each report is checked against the reference its source gives."""
+    from tm2nn.api import load_model
     from tm2nn.console import print_eval
-    from tm2nn.model_io import load_model
 
     texts = list(args.input or [])
     if args.inputs:
@@ -321,7 +321,7 @@ def cmd_info(args) -> int:
     from tm2nn.console import print_table
 
     stats = _statistics_values(args)
-    from tm2nn.model_io import SUFFIXES, load_model
+    from tm2nn.api import SUFFIXES, load_model
 
     if Path(args.source).suffix in SUFFIXES:
 
@@ -330,7 +330,7 @@ def cmd_info(args) -> int:
     else:
         spec, ir = _spec(args)
         values = _backend_values(args, spec, "info")
-        table = None if stats else spec.info_source(ir, spec.options(**values))
+        table = None if stats or not spec.has("size_estimate") else spec.analyses["size_estimate"](ir, spec.options(**values))
         if table is not None:
             if args.json:
                 _dump({"backend": spec.name, "info": {r[0].strip(): r[1] for r in table.rows}, "bounds": table.rows})
@@ -364,7 +364,7 @@ def cmd_verify(args) -> int:
 
     if args.find_beta:
         spec, ir = _spec(args)
-        res = spec.find_beta(ir, _backend_values(args, spec, "verify"), inputs=args.input,
+        res = spec.analysis("find_beta", backends.having)(ir, _backend_values(args, spec, "verify"), inputs=args.input,
                              samples=args.samples or 256, seed=args.seed)
         if args.json:
             _dump(res)
@@ -388,7 +388,7 @@ def cmd_margin(args) -> int:
     from tm2nn.console import print_table
 
     spec, ir = _spec(args)
-    table = spec.margin(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
+    table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
                         trials=args.trials, seed=args.seed, engines=args.engines)
     if args.json:
         _dump(table.json)
@@ -400,7 +400,7 @@ def cmd_margin(args) -> int:
 def cmd_learn(args) -> int:
     from tm2nn.compiler import learn
     from tm2nn.console import console, progress
-    from tm2nn.model_io import check_model_path
+    from tm2nn.modelfile.formats import check_model_path
 
     exports = {k: check_model_path(p, f"--export-{k}") for k, p in
                (("before", args.export_before), ("after", args.export_after)) if p}

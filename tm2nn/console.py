@@ -101,7 +101,7 @@ def divergence_text(m) -> str:
 
 def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> bool:
     """``tm2nn eval``'s output: each report (JSON lines with ``as_json``), marked where
-    it is not the reference's (``checked``: :meth:`~tm2nn.backends.base.Compiled.check`'s
+    it is not the reference's (``checked``: :meth:`~tm2nn.handle.Compiled.check`'s
     answer); on standard error, a warning for edited weights and one line naming the
     first divergence.  Returns whether every report agrees with the reference."""
     import json

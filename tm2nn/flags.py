@@ -49,11 +49,11 @@ def option_fields(verb: str) -> dict:
     """flag -> [(backend, field)] for the backend options a verb takes."""
     out: dict = {}
     for b in backends.all():
-        cls = b.LearnOptions if verb == "learn" else b.Options
-        if cls is None or (verb == "run" and b.run_steps is None):
+        cls = (b.trainer.Options if b.trainer else None) if verb == "learn" else b.Options
+        if cls is None or (verb == "run" and b.stepping is None):
             continue
         for f in fields_of(cls):
-            if f.cli and not (verb == "run" and f.name == b.run_steps):
+            if f.cli and not (verb == "run" and f.name == b.stepping.option):
                 out.setdefault(f.flag, []).append((b.name, f))
     return out
 
@@ -90,7 +90,7 @@ def backend_values(args, spec, verb: str) -> dict:
     """The backend options given on the command line, converted by the chosen backend's
     field types; an option another backend owns is an error naming the ones it takes.
     Without a backend (``spec`` None) every given option is kept, typed by its first owner."""
-    cls = None if spec is None else spec.LearnOptions if verb == "learn" else spec.Options
+    cls = None if spec is None else (spec.trainer.Options if spec.trainer else None) if verb == "learn" else spec.Options
     mine = {f.name: f for f in fields_of(cls)} if cls else {}
     values = {}
     for flag, owners in option_fields(verb).items():

@@ -573,7 +573,7 @@ class _Builder:
             return
         try:
             if self.kind == "learn":
-                if not isinstance(item.ir, tuple(b.learn_takes)):
+                if not isinstance(item.ir, tuple(b.trainer.takes)):
                     raise Tm2nnError(f"the {b.name} backend trains {b.takes_what}; {item.ir.name!r} is a "
                                      f"{type(item.ir).__name__.lower()}")
             else:
@@ -614,7 +614,7 @@ class _Builder:
         takes = {b.name if b else INTERP: _option_names(b, learn) for b in backs}
         if all(key in names for names in takes.values()):
             for b in backs:
-                if b is not None and self.kind == "run" and key == b.run_steps:
+                if b is not None and self.kind == "run" and key == b.stepping.option:
                     raise self.doc.at(f"for task = 'run' the step bound is the argument max_steps, not the "
                                       f"{b.name} option {key!r}", table, key)
             return "option"
@@ -640,7 +640,7 @@ class _Builder:
         opts = {k: v for k, v in values.items() if k not in spec}
         for k, v in opts.items():
             if _is_halt(v):
-                bound = b is not None and self.kind != "learn" and k in ("steps", b.run_steps)
+                bound = b is not None and self.kind != "learn" and k in ("steps", b.stepping.option if b.stepping else None)
                 opts[k] = self._halt_value(k, v, item, "", bound)
         opts = self._options(b, opts, args)
         return Task(self.kind, item.path, item.name, item.format, b.name if b is not None else INTERP, opts, args)
@@ -707,12 +707,12 @@ class _Builder:
             return opts
         learn = self.kind == "learn"
         if learn:
-            for f in fields_of(b.LearnOptions):
+            for f in fields_of(b.trainer.Options):
                 if f.data is not None and isinstance(opts.get(f.name), str):
                     opts[f.name] = os.path.normpath(os.path.join(self.folder, os.path.expanduser(opts[f.name])))
         values = dict(opts)
         if self.kind == "run":  # what tm2nn.run compiles with: its step bound is max_steps
-            values[b.run_steps] = args.get("max_steps", b.run_default_steps)
+            values[b.stepping.option] = args.get("max_steps", b.stepping.default)
         key = (b.name, canonical(values))
         if key not in self._checked:
             try:
@@ -729,7 +729,7 @@ class _Builder:
         """A backend's refusal, located at the option it names (else at the backend)."""
         if not isinstance(e, OptionError):
             return self.doc.at(e.message, None, "backends", b.name)
-        rename = {b.run_steps: "max_steps"} if self.kind == "run" else {}
+        rename = {b.stepping.option: "max_steps"} if self.kind == "run" else {}
         msg = e._render(lambda n: rename.get(n, n))
         owner = f"learning with the {b.name} backend" if self.kind == "learn" else f"the {b.name} backend"
         if not msg.startswith(owner):
@@ -755,15 +755,13 @@ def _name_of(items: list, i: int) -> str:
 def _option_names(b, learn: bool) -> tuple[str, ...]:
     if b is None:
         return ()
-    cls = b.LearnOptions if learn else b.Options
+    cls = (b.trainer.Options if b.trainer else None) if learn else b.Options
     return tuple(f.name for f in fields_of(cls)) if cls is not None else ()
 
 
 def _lacks(b, kind: str) -> bool:
-    from tm2nn.backends.base import overrides
-
-    return {"margin": not overrides(b, "margin"), "find-beta": not overrides(b, "find_beta"),
-            "learn": b.LearnOptions is None, "run": b.run_steps is None}.get(kind, False)
+    return {"margin": not b.has("margin"), "find-beta": not b.has("find_beta"),
+            "learn": b.trainer is None, "run": b.stepping is None}.get(kind, False)
 
 
 def _is_halt(v) -> bool:

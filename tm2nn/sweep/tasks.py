@@ -33,6 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tm2nn import backends
 from tm2nn.sweep.spec import ARGS
 
 #: outcome -> exit class (0, 1, 2 are the CLI's exit codes; 70 is EX_SOFTWARE, a bug)
@@ -277,14 +278,14 @@ def _verify(task: dict, args: dict):
 
 def _margin(task: dict, args: dict):
     spec, ir = _backend_and_ir(task)
-    table = spec.margin(ir, spec.options(**(task.get("options") or {})), samples=args.get("samples", 64),
+    table = spec.analysis("margin", backends.having)(ir, spec.options(**(task.get("options") or {})), samples=args.get("samples", 64),
                         trials=args.get("trials", 8), seed=args.get("seed", 0), engines=args.get("engines"))
     return "ok", {"title": table.title, "columns": table.columns, "rows": table.rows, "json": table.json}
 
 
 def _find_beta(task: dict, args: dict):
     spec, ir = _backend_and_ir(task)
-    res = spec.find_beta(ir, dict(task.get("options") or {}), inputs=args.get("inputs"),
+    res = spec.analysis("find_beta", backends.having)(ir, dict(task.get("options") or {}), inputs=args.get("inputs"),
                          samples=args.get("samples", 256), seed=args.get("seed"))
     return ("ok" if res.get("beta") is not None else "mismatch"), res  # no beta up to the search's cap: exit 1, as the CLI
 

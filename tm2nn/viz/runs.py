@@ -27,16 +27,16 @@ def default_steps(m, text: str, cap: int = DEFAULT_MAX_STEPS) -> int:
 def net_run(m, text: str, steps: int, backend: str, options: dict | None = None) -> list[Config]:
     """Compile ``m`` with ``backend`` for ``steps`` steps and inputs as long as ``text``,
     run it on ``text`` in torch and decode every step (the backend's
-    :meth:`~tm2nn.backends.base.Backend.configurations`)."""
+    its ``configurations`` analysis)."""
     from tm2nn import backends
     from tm2nn.compiler import compile as compile_source
 
     spec = backends.get(backend)
-    if spec.run_steps is None:
+    if spec.stepping is None or not spec.has("configurations"):
         raise Tm2nnError(f"the space-time diagram needs every step's configuration; the {backend} backend "
                          "decodes only the final tape")
-    values = spec.options_for_run({**(options or {}), spec.run_steps: steps}, [text])
-    return spec.configurations(compile_source(m, backend, **values), text)
+    values = spec.stepping.options_for({**(options or {}), spec.stepping.option: steps}, [text])
+    return spec.analyses["configurations"](compile_source(m, backend, **values), text)
 
 
 def absorbed(m, run: list[Config], length: int) -> list[Config]:
