@@ -33,7 +33,7 @@ def onnx_model(compiled):
     backend's float64 machines)."""
     net = net_of(compiled)
     model = to_onnx(net, metadata(compiled, net), dtype=(compiled.input_encoding or {}).get("dtype", "float32"))
-    finish = getattr(compiled.spec, "finish_onnx", None)  # TRANSITION: legacy backends only
+    finish = getattr(getattr(compiled, "spec", None), "finish_onnx", None)  # TRANSITION: legacy backends only
     return finish(model, compiled) if finish is not None else model
 
 

@@ -1,13 +1,14 @@
-"""The rcnn backend (Goel, Kakade, Kalai & Zhang, Def. 5 / App. B) behind the common
-interface: its options and what it is made of.  Machine mode compiles
-(:mod:`.machine_mode`), runs (:mod:`.runtime`, the fused :mod:`.grid_engine`) and is
-checked (:mod:`.checker`); learner mode (Algorithm 1) is ``learn`` (:mod:`.trainer`)."""
+"""The rcnn construction (Goel, Kakade, Kalai & Zhang, Def. 5 / App. B) as the registry
+sees it (:class:`tm2nn.backends.protocol.Backend`): its options, spelled once, and the
+module-level functions it is made of.  Machine mode compiles (:mod:`.machine_mode`), runs
+(:mod:`.runtime`, the fused :mod:`.grid_engine`) and is checked (:mod:`.checker`);
+learner mode (Algorithm 1, Corollary 2) trains (:mod:`.trainer`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tm2nn.backends.base import Backend, Compiled, Learned
+from tm2nn.backends.protocol import Backend, Codec, Example, Learned, Model, Stepping, Trainer
 from tm2nn.backends.rcnn import machine_mode, runtime
 from tm2nn.backends.rcnn.checker import GridChecker
 from tm2nn.backends.rcnn.learner_form import size_estimate
@@ -15,7 +16,6 @@ from tm2nn.backends.rcnn.plain_tables import description
 from tm2nn.ir import Machine
 from tm2nn.limits import SEED_MAX
 from tm2nn.options import OptionError, option, validate
-from tm2nn.report import Report
 
 
 @dataclass(frozen=True)
@@ -56,85 +56,56 @@ class LearnOptions:
                               "restarts", "validation")
 
 
-class RCNN(Backend):
-    name = "rcnn"
-    summary = "Goel-Kakade-Kalai-Zhang: one shared 3x3 filter applied recurrently over a 2D tape"
-    paper = "Surbhi Goel, Sham Kakade, Adam Tauman Kalai, Cyril Zhang: Recurrent Convolutional Neural Networks Learn Succinct Learning Algorithms (Def. 5, App. B)"
-    Options = Options
-    LearnOptions = LearnOptions
-    takes = (Machine,)
-    learn_takes = takes
-    takes_what = "machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')"
-    run_steps = "steps"
-    run_default_steps = 100
-    #: ``fused``: :mod:`tm2nn.backends.rcnn.grid_engine`, the filter fused and run incrementally
-    engines = ("torch", "onnxruntime", "fused")
-    #: what a model file must hold: rebuild's step bound, the grid encoding (the machine,
-    #: its B.1.2 lowering, the cell code, the window) and the trace decoding reads, and the
-    #: start-grid and decode tables a plain script reads (:mod:`.plain_tables`)
-    model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/machine": "string",
-                  "tm2nn.input_encoding/lowering": "object", "tm2nn.input_encoding/code": "object",
-                  "tm2nn.input_encoding/window": "list", "tm2nn.input_encoding/max_input": "int",
-                  "tm2nn.input_encoding/start_grid": "object",
-                  "tm2nn.output_encoding/source_steps": "int", "tm2nn.output_encoding/filter_steps": "int",
-                  "tm2nn.output_encoding/digits": "int", "tm2nn.output_encoding/decode": "object"}
-
-    def compile(self, ir, opts: Options) -> Compiled:
-        return machine_mode.compile(ir, opts)
-
-    def options_for_run(self, values: dict, texts: list[str]) -> dict:
-        return options_for_run(values, texts)
-
-    def encode(self, compiled: Compiled, texts: list[str]):
-        """Start grids ``[n, H, W]``: each input written as after memorization (B.1.1 cells)."""
-        return runtime.encode(compiled, texts)
-
-    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
-        return runtime.run(compiled, texts, engine, progress)
-
-    def array_runner(self, compiled: Compiled, engine: str):
-        """``fused``: the grid engine on the model's own net (:func:`.grid_engine.runner`)."""
-        if engine != "fused":
-            return super().array_runner(compiled, engine)
-        return fused_runner(compiled)
-
-    def info_source(self, ir, opts: Options):
-        """A learner (a grid machine in B.1.2 learner form, which machine mode cannot lower):
-        its learner-mode filter and sizes, with ``--steps`` as the learner's step bound
-        ``t`` (:func:`.learner_form.size_estimate`).  Anything else compiles (machine mode)."""
-        return size_estimate(ir, opts)
-
-    def decoding(self, compiled: Compiled) -> dict:
-        """The manifest's ``decoding``: each field through the output's decode table
-        (:func:`.plain_tables.description`)."""
-        return description(compiled)
-
-    def checker(self, compiled: Compiled):
-        return GridChecker(compiled)
-
-    def learn(self, ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None,
-              models=()) -> Learned:
-        """Algorithm 1 on a learner machine, or Corollary 2's restarts (:func:`.trainer.learn`)."""
-        return learn(ir, opts, data=data, source_path=source_path, progress=progress, models=models)
-
-
 def options_for_run(values: dict, texts: list[str]) -> dict:
     """``run`` compiles for the inputs it is given: the grid holds the longest."""
     return {"max_input": max((len(t) for t in texts), default=0), **values}
 
 
-def fused_runner(compiled: Compiled):
-    """``--engine fused``: :func:`tm2nn.backends.rcnn.grid_engine.runner` on the model's own net."""
+def fused_runner(compiled: Model):
+    """``--engine fused``: :func:`tm2nn.backends.rcnn.grid_engine.runner`, the filter fused
+    and run incrementally on the model's own net."""
     from tm2nn.backends.rcnn.grid_engine import runner  # loads numba
 
     return runner(compiled)
 
 
 def learn(ir, opts: LearnOptions, **kw) -> Learned:
-    """``tm2nn learn``: :func:`tm2nn.backends.rcnn.trainer.learn`."""
+    """``tm2nn learn``: Algorithm 1 on a learner machine, or Corollary 2's restarts
+    (:func:`tm2nn.backends.rcnn.trainer.learn`)."""
     from tm2nn.backends.rcnn import trainer  # loads torch
 
     return trainer.learn(ir, opts, **kw)
 
 
-BACKEND = RCNN()
+BACKEND = Backend(
+    name="rcnn",
+    paper="Surbhi Goel, Sham Kakade, Adam Tauman Kalai, Cyril Zhang: Recurrent Convolutional Neural Networks "
+          "Learn Succinct Learning Algorithms (Def. 5, App. B)",
+    summary="Goel-Kakade-Kalai-Zhang: one shared 3x3 filter applied recurrently over a 2D tape",
+    Options=Options,
+    takes=(Machine,),
+    takes_what="machines (machine mode; learners in the XOR-input form train with 'tm2nn learn')",
+    compile=machine_mode.compile,
+    # start grids in, every grid decoded out; the manifest's decoding through the output's
+    # decode table (:func:`.plain_tables.description`)
+    codec=Codec(encode=runtime.encode, run=runtime.run, describe=description),
+    reference=GridChecker,
+    stepping=Stepping("steps", 100, options_for_run),
+    fused={"fused": fused_runner},
+    trainer=Trainer(Options=LearnOptions, takes=(Machine,), learn=learn),
+    # size_estimate: a learner (B.1.2 learner form, which machine mode cannot lower) is
+    # reported without compiling; configurations: every step decoded from the network
+    analyses={"size_estimate": size_estimate, "configurations": runtime.configurations},
+    # what a model file must hold: rebuild's step bound, the grid encoding (the machine,
+    # its B.1.2 lowering, the cell code, the window) and the trace decoding reads, and the
+    # start-grid and decode tables a plain script reads (:mod:`.plain_tables`)
+    model_keys={"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/machine": "string",
+                "tm2nn.input_encoding/lowering": "object", "tm2nn.input_encoding/code": "object",
+                "tm2nn.input_encoding/window": "list", "tm2nn.input_encoding/max_input": "int",
+                "tm2nn.input_encoding/start_grid": "object",
+                "tm2nn.output_encoding/source_steps": "int", "tm2nn.output_encoding/filter_steps": "int",
+                "tm2nn.output_encoding/digits": "int", "tm2nn.output_encoding/decode": "object"},
+    examples=(Example("bb3.tm", ("compile {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 -o {out}/bb3_rcnn.onnx "
+                                 "--json",
+                                 "verify {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 --json")),),
+)

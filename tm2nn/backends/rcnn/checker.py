@@ -5,7 +5,7 @@ cell), step by step."""
 
 from __future__ import annotations
 
-from tm2nn.backends.base import Compiled
+from tm2nn.backends.protocol import Model
 from tm2nn.backends.rcnn.machine_io import max_deviation
 from tm2nn.backends.rcnn.runtime import GridModel
 from tm2nn.errors import Tm2nnError
@@ -21,7 +21,7 @@ class GridChecker(Checker):
 
     compares = "state, head and every cell after every source step"
 
-    def __init__(self, compiled: Compiled) -> None:
+    def __init__(self, compiled: Model) -> None:
         super().__init__(compiled)
         self.gm = GridModel(compiled)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tm2nn.backends.base import Table
+from tm2nn.backends.protocol import Table
 from tm2nn.backends.rcnn.build import filter_for
 from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.errors import Tm2nnError, error_at

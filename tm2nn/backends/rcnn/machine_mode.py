@@ -6,7 +6,7 @@ grid (:mod:`.machine_io`), keeping every state so that each step can be decoded 
 
 from __future__ import annotations
 
-from tm2nn.backends.base import Compiled
+from tm2nn.backends.protocol import Model
 from tm2nn.backends.rcnn.build import filter_for, machine_net
 from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32, MAX_DIGITS_FLOAT64, net_dtype
@@ -42,7 +42,7 @@ def estimate(m, steps: int, max_input: int) -> dict:
     return {"chain": chain, "code": code, "filter_steps": filter_steps, "window": window, "floats": floats}
 
 
-def compile(m, opts) -> Compiled:
+def compile(m, opts) -> Model:
     """Machine mode: a net from a start grid to the grids after each of the L filter
     steps that simulate ``opts.steps`` source steps on inputs of up to ``opts.max_input``
     cells (default ``steps``); ``opts`` are the validated :class:`~.backend.Options`."""
@@ -86,7 +86,7 @@ def compile(m, opts) -> Compiled:
         enc_in["dtype"] = options["dtype"] = "float64"  # the ONNX inputs / the torch module
         extra.append(("precision", f"float64: {n_digits} base-3 digits, more than float32's {MAX_DIGITS_FLOAT32} "
                       f"(up to {MAX_DIGITS_FLOAT64})", "O(log s) bits (B.4)"))
-    return Compiled(
+    return Model(
         backend="rcnn", net=net, source=m, input_encoding=enc_in, output_encoding=enc_out,
         bounds=[*filt.bounds,
                 ("filter steps L", f"{est['filter_steps']:,} for T = {steps} source steps",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tm2nn.backends.base import Learned
+from tm2nn.backends.protocol import Learned
 from tm2nn.backends.rcnn.algorithm1 import algorithm1, format_report
 from tm2nn.backends.rcnn.learner import run as learn_run
 from tm2nn.datasets import declared_target
