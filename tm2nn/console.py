@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from tm2nn.errors import render_located
+
 #: the width used when standard output is not a terminal (tables take what they need)
 PIPE_WIDTH = 1000
 
@@ -108,7 +110,6 @@ def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> b
 
     from rich.markup import escape
 
-    from tm2nn.errors import render_located
 
     reference, diverged = checked or (None, [None] * len(texts))
     if compiled.edited is not None:

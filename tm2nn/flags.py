@@ -13,6 +13,7 @@ import re
 
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_size
 from tm2nn.options import fields_of
 
 
@@ -119,7 +120,6 @@ def backend_values(args, spec, verb: str) -> dict:
 def limit_flags(p):
     """``p`` with the flags every verb takes that bound what a request may cost
     (:mod:`tm2nn.limits`): ``--max-memory`` and ``--max-source-size``; used as a parent parser."""
-    from tm2nn.limits import MAX_SOURCE_BYTES, flag_size
 
     g = p.add_argument_group("limits")
     g.add_argument("--max-memory", type=flag_size, metavar="SIZE",
@@ -133,7 +133,6 @@ def limit_flags(p):
 
 def add_statistics_flags(p) -> None:
     """``info --statistics [--eps E] [--delta D]`` (:mod:`tm2nn.verify.statistics`)."""
-    from tm2nn.limits import flag_float
 
     g = p.add_argument_group("statistics (Wei, Chen & Ma Lemma 2.3)")
     g.add_argument("--statistics", action="store_true",

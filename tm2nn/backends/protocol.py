@@ -181,13 +181,19 @@ class Trainer:
 
 @dataclass(frozen=True)
 class Example:
-    """One row of ``tm2nn demo``: an example file (under ``examples/``) and the ``tm2nn``
-    command lines that show it (``{ex}``: the examples folder, ``{out}``: the output
-    folder), under ``label`` (default: the backend's name)."""
+    """One row of ``tm2nn demo``'s table of compiled networks: an example file (under
+    ``examples/``) and the ``tm2nn`` command lines that show it (``{ex}``: the examples
+    folder, ``{out}``: the output folder).  ``commands[0]`` writes the model (a ``.onnx``
+    under ``{out}``); the others verify it (``--json``, read for ``ok``, ``n_inputs`` and
+    ``mode``).  With no verify command the first one checks itself: its ``--json`` line
+    must hold every ``expect`` key with that value, and ``checked`` (formatted with that
+    line) says what it checked.  ``label`` names the row (default: the backend's name)."""
 
     file: str
     commands: tuple[str, ...]
     label: str = ""
+    expect: Mapping[str, object] = field(default_factory=dict)
+    checked: str = ""
 
 
 @dataclass(frozen=True)

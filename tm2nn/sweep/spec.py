@@ -26,8 +26,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tm2nn import backends
+from tm2nn.api import run
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input
+from tm2nn.ir import GridMachine, Machine
+from tm2nn.limits import SEED_MAX, check_float, check_int
 from tm2nn.options import OptionError, fields_of
+from tm2nn.syntax import FORMATS, guess_format, load_all, select
 
 try:
     import tomllib
@@ -113,7 +119,6 @@ class SweepSpec:
 def load_spec(path) -> SweepSpec:
     """Read, check and expand the spec at ``path`` (every error a located
     :class:`Tm2nnError`; nothing runs)."""
-    from tm2nn.fileio import read_input
 
     data = read_input(path, "sweep spec")
     doc = _Doc.of(str(path), data)
@@ -276,8 +281,6 @@ class _Arg:
 
 
 def _seed() -> _Arg:
-    from tm2nn.limits import SEED_MAX
-
     return _Arg(int, 0, SEED_MAX)
 
 
@@ -299,7 +302,6 @@ ARGS: dict[str, dict[str, _Arg]] = {
 
 def _check_arg(name: str, a: _Arg, value):
     """``value`` as the argument's type, or an OptionError."""
-    from tm2nn.limits import check_float, check_int
 
     if a.kind is int:
         return check_int(name, value, a.low, a.high)
@@ -425,8 +427,6 @@ class _Builder:
 
     # -- backends ----------------------------------------------------------------------
     def _backends(self, d) -> list:
-        from tm2nn import backends
-
         if "backends" not in d:
             raise self.doc.error("the spec needs backends = [...] (backends: " + ", ".join(backends.names())
                                  + (f", {INTERP} for task = 'run'" if self.kind == "run" else "") + ")")
@@ -485,8 +485,6 @@ class _Builder:
         stay located in it, with a note naming the spec's line."""
         key = (path, fmt)
         if key not in self._files:
-            from tm2nn.syntax import guess_format, load_all
-
             try:
                 if fmt is None:
                     guess_format(path)
@@ -505,8 +503,6 @@ class _Builder:
         return _Item(path, None, None, self._load(path, None, where)[0], where)
 
     def _source_table(self, t: dict, table) -> list[_Item]:
-        from tm2nn.syntax import FORMATS
-
         self._known(t, SOURCE_KEYS, table)
         if "path" not in t:
             raise self.doc.at("[[source]] needs path = \"FILE\"", table)
@@ -681,9 +677,6 @@ class _Builder:
         """The reference interpreter's step count for ``item`` on ``text`` (run once each)."""
         key = (id(item.ir), text)
         if key not in self._halts:
-            from tm2nn.api import run
-            from tm2nn.ir import GridMachine, Machine
-
             if not isinstance(item.ir, (Machine, GridMachine)):
                 raise self.doc.at(f"'halt+K' counts a machine's steps; {item.label} is a "
                                   f"{type(item.ir).__name__.lower()}", *item.where)
@@ -744,7 +737,6 @@ class _Builder:
 def _name_of(items: list, i: int) -> str:
     """The name that picks item ``i`` with :func:`tm2nn.syntax.select`: its own, else its
     1-based index."""
-    from tm2nn.syntax import select
 
     nm = items[i].name
     if nm and select(items, nm) is items[i]:

@@ -4,22 +4,22 @@ decoders are the verifier's (nothing is decoded twice)."""
 
 from __future__ import annotations
 
+from tm2nn import backends
+from tm2nn.compiler import compile as compile_source
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp import configurations, run_machine
 
 Config = tuple[str, int, dict]
 DEFAULT_MAX_STEPS = 200
 
 
 def interpreter_run(m, text: str, steps: int) -> list[Config]:
-    from tm2nn.interp import configurations, run_machine
-
     # configurations() updates one dict in place: copy it per step
     return [(q, head, dict(cells)) for _k, q, head, cells in configurations(run_machine(m, text, steps, trace=True))]
 
 
 def default_steps(m, text: str, cap: int = DEFAULT_MAX_STEPS) -> int:
     """Steps to halting, or ``cap`` when the machine runs longer."""
-    from tm2nn.interp import run_machine
 
     return max(1, run_machine(m, text, cap).steps)
 
@@ -28,8 +28,6 @@ def net_run(m, text: str, steps: int, backend: str, options: dict | None = None)
     """Compile ``m`` with ``backend`` for ``steps`` steps and inputs as long as ``text``,
     run it on ``text`` in torch and decode every step (the backend's
     its ``configurations`` analysis)."""
-    from tm2nn import backends
-    from tm2nn.compiler import compile as compile_source
 
     spec = backends.get(backend)
     if spec.stepping is None or not spec.has("configurations"):

@@ -19,9 +19,10 @@ import numpy as np
 from tm2nn.backends.protocol import Table
 from tm2nn.backends.rcnn.build import filter_for
 from tm2nn.backends.rcnn.encoding import cell_code
-from tm2nn.errors import Tm2nnError, error_at
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.ir import GridMachine, Machine
+from tm2nn.source import error_at
 
 SIGNS = ("-", "+")
 

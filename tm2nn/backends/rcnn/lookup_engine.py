@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tm2nn.emit.torch_emit import _net_fm
+from tm2nn.emit.torch_net import _net_fm
 from tm2nn.nets import Affine
 from tm2nn.nets.grid import PATCH_OFFSETS
 
