@@ -11,10 +11,12 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
   ``fused`` program computes in exact integers and runs only the rows that compute a value
   not computed before.
-* :mod:`.grid_engine` (``--engine fused`` on rcnn): the RCNN machine-mode filter loop.
-  The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
-  and a trip evaluates only the cells whose patch changed (the filter is a function of
-  its patch, bit for bit).
+
+The rcnn backend's fused engine lives with its construction
+(:mod:`tm2nn.backends.rcnn.grid_engine`, kernels in :mod:`tm2nn.backends.rcnn.grid_kernel`):
+it reads the filter's chain of layers with :func:`.layered_program.layers` and raises
+:class:`EngineRefused`.  What every engine shares stays here: numba's threading layer,
+:data:`PARALLEL` and :class:`EngineRefused`.
 
 Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
 call compiles them (a few seconds, then cached on disk).
