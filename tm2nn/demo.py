@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import json
 import time
 from pathlib import Path
 
 from tm2nn.api import run_circuit
+from tm2nn.compiler import default_backend
 from tm2nn.console import console
-from tm2nn.datasets import load_csv
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.interp.circuit import exhaustive_inputs
@@ -85,7 +84,7 @@ def run_examples(folder: Path) -> list[dict]:
             elif "train" in hdr:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 row["input"] = f"training set {hdr['train']}"
-                row["result"], ok = _run_rcnn_learner_example(obj, path.parent / hdr["train"])
+                row["result"], ok = _trained_example(obj, hdr, path.parent)
             else:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 r = run_machine(obj, row["input"], 10_000_000)
@@ -128,25 +127,13 @@ def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     return f"h on the {lr.t} stored samples: {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
 
 
-def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
-    """A learner machine in Goel et al.'s B.1.2 form on its training set: the
-    interpreter's ``A(S)[x]`` for every ``x`` in ``{±1}^d`` (each run checked to end in
-    B.1.2's halting position)."""
-
-    import numpy as np
-
-    from tm2nn.backends.rcnn.learner import MAX_STEPS
-    from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form, reference_answer
-
-    check_learner_form(g)
-    X, Y = load_csv(train)
-    shape = Shape(X.shape[0], X.shape[1], 1)
-    xs, answers = [], []
-    for x in itertools.product((-1, 1), repeat=X.shape[1]):
-        a, _ = reference_answer(g, X, Y, np.array(x), shape, MAX_STEPS)
-        xs.append("".join("+" if v > 0 else "-" for v in x))
-        answers.append("+" if a > 0 else "-")
-    return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True
+def _trained_example(ir, hdr: dict[str, str], folder: Path) -> tuple[str, bool]:
+    """A training example (a ``# train:`` header) run with the reference by the backend
+    that trains it (its trainer's ``example``)."""
+    spec = default_backend(ir, learning=True)
+    if spec.trainer.example is None:
+        return f"the {spec.name} backend shows no training example", False
+    return spec.trainer.example(ir, hdr, folder)
 
 
 #: One job per backend: (example, backend, the command that writes the model, the

@@ -7,11 +7,10 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
   step costs O(log T)-deep walks instead of O(T) scans.
 * relu-circuit's ``--engine fused`` and ``fused-float`` live with that backend
-  (:mod:`tm2nn.backends.relu_circuit.layered_engine`).
-* :mod:`.grid_engine` (``--engine fused`` on rcnn): the RCNN machine-mode filter loop.
-  The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
-  and a trip evaluates only the cells whose patch changed (the filter is a function of
-  its patch, bit for bit).
+  (:mod:`tm2nn.backends.relu_circuit.layered_engine`, kernels in
+  :mod:`~tm2nn.backends.relu_circuit.layered_kernel`).
+* rcnn's ``--engine fused`` lives with its construction
+  (:mod:`tm2nn.backends.rcnn.grid_engine`, kernels in :mod:`tm2nn.backends.rcnn.grid_kernel`).
 
 What every fused engine shares is here: numba's threading layer, the :data:`PARALLEL`
 lock and :class:`EngineRefused`; :mod:`.chain` reads a network as one chain of

@@ -29,7 +29,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.passes.binarise import binarise
 from tm2nn.passes.rcnn_form import to_rcnn_form
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def filter_machine(m):

@@ -1,4 +1,4 @@
-"""The fused grid engine (tm2nn/engines/grid_engine.py, ``--engine fused`` on rcnn)
+"""The fused grid engine (tm2nn/backends/rcnn/grid_engine.py, ``--engine fused`` on rcnn)
 against the torch module and the interpreter: the same states, the same decoded runs,
 the same fixed point; and the mutations the exactness argument rests on (a weight, a
 patch position of the incremental recompute) break it."""
@@ -6,18 +6,22 @@ patch position of the incremental recompute) break it."""
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import numpy as np
 import pytest
 
-from tm2nn.backends.rcnn import compile as compile_rcnn
-from tm2nn.engines.grid_engine import GridEngine, GridOptions, build_program
+import tm2nn
+from tm2nn.backends.rcnn.grid_engine import GridEngine, GridOptions, build_program
+from tm2nn.backends.rcnn.runtime import GridModel
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.syntax import load
-from tm2nn.verify.grid import GridModel
 
-from .conftest import EXAMPLES
+from ...conftest import EXAMPLES
+
+#: machine mode through the public entry (options validated once, by the backend)
+compile_rcnn = partial(tm2nn.compile, backend="rcnn")
 
 #: machine: (T, max input, inputs, halts): bb3 halts long before its bound (the loop's
 #: fixed point); some of the counter's inputs halt, the others run all L filter steps

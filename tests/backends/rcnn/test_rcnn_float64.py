@@ -7,6 +7,7 @@ emitter's float64 mode on the other ops (docs/rcnn.md, "float32, with no roundin
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import onnx
@@ -14,8 +15,8 @@ import pytest
 import torch
 from onnx import TensorProto
 
+import tm2nn
 from tests.conftest import EXAMPLES
-from tm2nn.backends.rcnn import compile as compile_rcnn
 from tm2nn.backends.rcnn import filter_net
 from tm2nn.backends.rcnn.filter_net import (
     K_SHIFT,
@@ -32,6 +33,9 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.syntax import load, parse_text
 from tm2nn.verify.check import verify_compiled
+
+#: machine mode through the public entry (options validated once, by the backend)
+compile_rcnn = partial(tm2nn.compile, backend="rcnn")
 
 #: bb3's rules, then a ring of states the start never reaches (they only widen the cell code).
 PADDED = """machine bb3_padded {{
@@ -172,12 +176,12 @@ def test_the_filter_refuses_float32_past_12_digits(wide):
 
 
 def test_past_the_float64_limit_compile_refuses_up_front(monkeypatch):
-    import tm2nn.backends.rcnn.build as build
+    import tm2nn.backends.rcnn.machine_mode as machine_mode
 
     def never(*_a, **_k):
         raise AssertionError("built the filter before refusing")
     monkeypatch.setattr(filter_net, "MAX_DIGITS_FLOAT64", 12)  # sign_sum_3x2's 13 digits are then too many
-    monkeypatch.setattr(build, "filter_for", never)
+    monkeypatch.setattr(machine_mode, "filter_for", never)  # compile's own name for build.filter_for
     with pytest.raises(Tm2nnError, match=r"refusing to compile: 'sign_sum_3x2' lowers to 308 states.*"
                                          r"13 base-3 digits per cell.*float64 up to 12 digits"):
         compile_rcnn(load(EXAMPLES / "sign_sum_3x2.tm"), steps=5, max_input=2)
@@ -221,8 +225,8 @@ def test_a_wide_machine_runs_in_float64_and_matches_at_every_step(wide):
 
 def test_the_same_run_in_float32_goes_wrong(wide):
     """The float64 choice is needed: the same net run in float32 loses the run."""
+    from tm2nn.backends.rcnn.runtime import GridModel
     from tm2nn.emit.torch_emit import run_torch, to_torch
-    from tm2nn.verify.grid import GridModel
     from tm2nn.verify.trace import compare_runs
 
     _m, c = wide

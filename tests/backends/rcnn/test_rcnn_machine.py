@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import CORPUS, EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.rcnn import compile as compile_rcnn
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.syntax import load, load_all
 from tm2nn.verify.check import verify_compiled
 
+#: machine mode through the public entry (options validated once, by the backend)
+compile_rcnn = partial(tm2nn.compile, backend="rcnn")
+
 #: Line examples the float32 filter can carry (D <= 12 digits); sign_sum_3x2's 308 lowered
-#: states need 13 and run in float64 (tests/test_rcnn_float64.py).
+#: states need 13 and run in float64 (tests/backends/rcnn/test_rcnn_float64.py).
 TOO_WIDE = {"sign_sum_3x2"}
 LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm"))
                  if not isinstance(load(p), GridMachine) and p.stem not in TOO_WIDE]

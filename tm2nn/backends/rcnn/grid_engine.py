@@ -37,8 +37,12 @@ import numba
 import numpy as np
 
 from tm2nn import interrupt
+from tm2nn.backends.rcnn import grid_kernel as K
 from tm2nn.engines import EngineRefused
-from tm2nn.engines import grid_kernel as K
+from tm2nn.engines.chain import layers as chain
+from tm2nn.limits import check_memory
+from tm2nn.nets import Loop, PatchMap
+from tm2nn.nets.grid import PATCH_OFFSETS
 
 #: a chunk of trips per kernel call aims at about this many seconds (progress, Ctrl-C)
 CHUNK_SECONDS = 0.25
@@ -93,8 +97,6 @@ def build_program(net, dtype=np.float32) -> GridProgram:
     """The kernels' program for ``net`` (``grid`` -> ``states``, as
     :func:`tm2nn.backends.rcnn.build.machine_net` builds it), its weights cast to ``dtype``
     as the torch module casts them; anything else is refused (:class:`EngineRefused`)."""
-    from tm2nn.nets import Loop, PatchMap
-
     dtype = np.dtype(dtype)
     if len(net.nodes) != 1 or not isinstance(net.nodes[0], Loop) or net.outputs != (net.nodes[0].name,):
         raise _refuse(f"net {net.name!r} is not one Loop")
@@ -105,8 +107,6 @@ def build_program(net, dtype=np.float32) -> GridProgram:
     if len(body.nodes) != 1 or not isinstance(body.nodes[0], PatchMap) or body.outputs != (body.nodes[0].name,):
         raise _refuse(f"the body of loop {loop.name!r} is not one PatchMap")
     pm = body.nodes[0]
-    from tm2nn.engines.chain import layers as chain
-
     try:  # the filter: Affine ops in a chain, each optionally followed by a ReLU
         _n_in, layers, _out = chain(pm.body)
     except EngineRefused as e:
@@ -123,8 +123,6 @@ def build_program(net, dtype=np.float32) -> GridProgram:
         vals.append(lay.vals)
         bias.append(lay.bias)
         n_ptr, n_ent, n_bias = n_ptr + lay.n_out + 1, n_ent + int(lay.ptr[-1]), n_bias + lay.n_out
-    from tm2nn.nets.grid import PATCH_OFFSETS
-
     read = set(layers[0].cols.tolist())  # V1's nonzero columns (SparseMatrix stores no zeros)
     reads = np.array([(di + 1, dj + 1) for k, (di, dj) in enumerate(PATCH_OFFSETS) if k in read],
                      dtype=np.uint64).reshape(-1, 2)
@@ -166,8 +164,6 @@ class GridEngine:
         returns.  ``progress(i, L)`` after each chunk of trips; Ctrl-C
         (:func:`tm2nn.interrupt.graceful`) raises :class:`~tm2nn.interrupt.Interrupted`
         with the states so far."""
-        from tm2nn.limits import check_memory
-
         p = self.prog
         x = np.asarray(grids)
         if x.ndim != 3:
@@ -228,7 +224,7 @@ def runner(compiled, options: GridOptions = GridOptions()):
     the torch runner's (``[n, L + 1, H, W]`` in the model's dtype, ``batch_size`` grids
     per run).  It reads ``compiled.net``: ``Compiled.check_engine`` has refused a loaded
     model whose weights are not that net's."""
-    # the net's float type, as the start grids are made (verify.grid.GridModel; no torch import)
+    # the net's float type, as the start grids are made (runtime.GridModel; no torch import)
     engine = GridEngine(compiled.net, np.dtype(compiled.input_encoding.get("dtype", "float32")), options)
 
     def run(grids, batch_size: int = 4096, progress=None):

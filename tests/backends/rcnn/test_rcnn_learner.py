@@ -1,7 +1,7 @@
 """Learner mode of the RCNN backend (Goel et al., Algorithm 1, B.1.2 XOR input, B.3):
 the learner-form checker, the learners themselves against a plain Python statement of
 what they learn, Algorithm 1's memorization (Lemma 4) checked after every example, the
-filter's Jacobian in the learner's settings (extending tests/test_rcnn_filter.py), and
+filter's Jacobian in the learner's settings (extending tests/backends/rcnn/test_rcnn_filter.py), and
 the trained network against the interpreter on fresh points; then ``tm2nn learn``."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.backends.rcnn.test_rcnn_filter import check_net_on, torch_jacobian
 from tests.conftest import EXAMPLES
-from tests.test_rcnn_filter import check_net_on, torch_jacobian
 from tm2nn.backends.rcnn import learner as learner_mod
 from tm2nn.backends.rcnn.encoding import cell_code, from_value, unpack
 from tm2nn.backends.rcnn.filter_net import build_filter
@@ -298,7 +298,7 @@ def test_memorization_outputs_zero_and_sgd_gradient_is_lemma4s():
 
 
 # ---------------------------------------------------------------------------------------
-# the filter in the learner's settings (extends tests/test_rcnn_filter.py)
+# the filter in the learner's settings (extends tests/backends/rcnn/test_rcnn_filter.py)
 # ---------------------------------------------------------------------------------------
 def memorized_grid(X, Y, x, D, work):
     """The packed grid at test time: f_mem of the trained W (Lemma 4) on z = [x, 1],
