@@ -72,7 +72,7 @@ def bench_same_model(m, steps: int, text: str) -> dict:
     decoder steps against all ``steps``, so the ratio shows how a step's cost grows with
     the history alone (the construction's width and depth fixed)."""
     from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.engines.index_engine import IndexEngine
+    from tm2nn.backends.transformer.engines.index_engine import IndexEngine
 
     c = compile_tf(m, steps=steps)
     eng = IndexEngine.for_net(c.net)

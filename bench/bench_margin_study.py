@@ -52,8 +52,8 @@ def _n(alpha: float, gamma: float, p: int) -> float:
 def transformer_rows(name: str, m, texts: list[str], T: int, attacks: bool, light: bool = False) -> list[dict]:
     from tm2nn.backends import get
     from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.verify.perturbed_decode import attack
-    from tm2nn.verify.transformer_margin import certified_radius
+    from tm2nn.backends.transformer.margin import certified_radius
+    from tm2nn.backends.transformer.perturbed_decode import attack
 
     spec = get("transformer")
     rows = []

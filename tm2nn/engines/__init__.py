@@ -1,11 +1,6 @@
 """Fused engines: exact evaluators of compiled networks that are faster than the torch
 and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
 
-* :mod:`.index_engine` (``--engine index``): the transformer's decoder for long runs.
-  Every decoder step runs in one numba kernel (:mod:`.decode_kernel`) over a flat program
-  of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
-  branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
-  step costs O(log T)-deep walks instead of O(T) scans.
 * :mod:`.layered_engine` (``--engine fused`` and ``fused-float``): relu-circuit nets
   (circuits and unrolled machines), the batch as the vector dimension, one numba kernel
   (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
@@ -15,6 +10,11 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
   The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
   and a trip evaluates only the cells whose patch changed (the filter is a function of
   its patch, bit for bit).
+
+A backend's own fused engine lives in its package: the transformer's decoder for long runs
+(``--engine index``) is :mod:`tm2nn.backends.transformer.engines`.  This package keeps what
+every fused engine shares: numba's threading layer, :data:`PARALLEL` and
+:class:`EngineRefused`.
 
 Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
 call compiles them (a few seconds, then cached on disk).

@@ -8,7 +8,7 @@ import numpy as np
 
 from tm2nn.backends.base import Compiled
 from tm2nn.verify.check import Checker, InputSpace
-from tm2nn.verify.trace import EXHAUSTIVE_TAPES, compare_runs
+from tm2nn.verify.runs import EXHAUSTIVE_TAPES, compare_runs
 
 #: Output floats held at once by a runner (the states of a batch of grids).
 BATCH_FLOATS = 1 << 26

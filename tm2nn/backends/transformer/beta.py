@@ -1,5 +1,6 @@
 """How cold must softmax attention be?  The smallest β for which the softmax
-transformer matches the interpreter at every step on a set of inputs.
+transformer (Wei, Chen & Ma, App. C's remark: softmax approaches hard-max as β grows)
+matches the interpreter at every step on a set of inputs.
 
 Mismatches are monotone in β in practice (a larger β is closer to hard-max), so we
 double β until it verifies, then bisect on a log scale to within ``rel_tol``.
@@ -7,17 +8,20 @@ double β until it verifies, then bisect on a log scale to within ``rel_tol``.
 
 from __future__ import annotations
 
+from tm2nn.backends.transformer.model import compile as compile_model
+from tm2nn.backends.transformer.model import options
+from tm2nn.backends.transformer.reference import TraceChecker
+from tm2nn.verify.check import verify_compiled
+
 
 def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = None, *,
               start: float = 1.0, max_beta: float = 1e4, rel_tol: float = 0.02) -> dict:
     """``compile_at(beta) -> Compiled``.  Returns ``{"beta", "below", "tried", ...}``
     where ``beta`` is the smallest verified β found (None if even ``max_beta`` fails)
     and ``below`` the largest failing β tried."""
-    from tm2nn.verify.check import verify_compiled
-
     first = compile_at(start)
     if inputs is None:  # the verifier's own input space, fixed once for every beta
-        inputs, mode, seed = first.spec.checker(first).space().pick(samples, seed)
+        inputs, mode, seed = TraceChecker(first).space().pick(samples, seed)
     else:
         inputs, mode = list(inputs), "given"
     tried: list[tuple[float, int]] = []
@@ -40,3 +44,11 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
         else:
             hi = mid
     return {"beta": hi, "below": lo, "tried": tried, "n_inputs": len(inputs), "mode": mode, "seed": seed}
+
+
+def softmax_beta(ir, values: dict, *, inputs, samples, seed) -> dict:
+    """The backend's ``find_beta`` analysis: :func:`find_beta` over the model compiled from
+    ``ir`` with the compile options ``values`` and softmax attention at each β."""
+    def at(beta):
+        return compile_model(ir, options(**{**values, "attention": "softmax", "beta": beta}))
+    return find_beta(at, inputs=inputs, samples=samples, seed=seed)

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import engines
+from tests.backends.transformer.test_transformer import tapes as _tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tests.test_transformer import engines
-from tests.test_transformer import tapes as _tapes
 from tm2nn.backends.relu_circuit.layers import round_correction
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.attention import attention
@@ -44,13 +44,14 @@ from tm2nn.backends.transformer.paper_layers import (
     decoder,
     paper_layers,
 )
+from tm2nn.backends.transformer.reference import expected_cls
+from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.nets import Attention, Net, Port, ReLU, Slice, Space, SparseMatrix, StopGradient
 from tm2nn.options import OptionError
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled
-from tm2nn.verify.trace import encode_tokens, expected_cls, torch_runner
 
 #: the module (the package re-exports its function ``build`` under the same name)
 build_mod = importlib.import_module("tm2nn.backends.transformer.build")

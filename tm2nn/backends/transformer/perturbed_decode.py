@@ -7,7 +7,7 @@ in float64, with one parameter perturbation per batch row: row ``r`` runs the ne
 across steps, Wei, Chen & Ma Definition D.5).  The emitted torch module cannot do this:
 it computes attention values on ``value_rows`` only and keeps histories of the key/value
 columns only, which a dense ``δ`` breaks.  With ``δ = 0`` the evaluator gives the emitted
-float64 module's taps bit for bit (tests/test_transformer_margin.py): the unperturbed
+float64 module's taps bit for bit (tests/backends/transformer/test_transformer_margin.py): the unperturbed
 affine maps are the emitted module's own, and the hard-max averages as the emitter does.
 
 Hard-max is the paper's (ties averaged, null key/value), with exact equality as the
@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
 
 #: the decoded fields of a tap group (:mod:`tm2nn.backends.transformer.decoding`)
@@ -119,7 +120,7 @@ class PerturbedTransformer:
         self.tap_space = body.spaces[body.outputs[1]]
         # The unperturbed affine maps are the emitted module's own (same arithmetic, to the
         # last bit); the perturbation terms are added to them.
-        from tm2nn.emit.torch_emit import to_torch
+        from tm2nn.emit.torch_emit import to_torch  # loads torch (as this method does)
 
         emitted = to_torch(net, self.dtype).op(self.dec.name)
         self.index, self.affine = {}, {}
@@ -439,8 +440,6 @@ def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
 
 def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields") -> dict:
     import torch
-
-    from tm2nn.limits import check_memory
 
     if method not in ("random", "gradient"):
         raise ValueError(f"unknown attack method {method!r} (random, gradient)")
