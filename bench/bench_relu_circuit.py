@@ -62,7 +62,7 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
     from tm2nn.emit.torch_emit import to_torch
     from tm2nn.engines.layered_engine import LayeredEngine
     from tm2nn.interp import eval_circuit, random_inputs
-    from tm2nn.model_io import metadata
+    from tm2nn.modelfile.metadata import metadata
     from tm2nn.syntax import load
 
     c = load(path)

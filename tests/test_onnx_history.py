@@ -14,12 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.backends.transformer.test_transformer import LINE_EXAMPLES, tapes
+from tests.backends.transformer.test_transformer import LINE_EXAMPLES, compile_tf, tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
 from tests.test_emit_seq import Ref
 from tests.test_onnx_clean import _graphs
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 from tm2nn.emit import onnx_emit
 from tm2nn.emit.onnx_emit import _history_parts, run_onnx, to_onnx, to_onnx_step

@@ -242,7 +242,7 @@ def test_info_says_float64(wide):
 
 def test_float64_model_files_eval(wide, run_cli, tmp_path):
     """compile -o then eval from .onnx, .pt and .safetensors: the loaders rebuild float64 nets."""
-    from tm2nn.model_io import load_model
+    from tm2nn.api import load_model
 
     m, c = wide
     for suffix, inp in ((".onnx", "01"), (".pt", ""), (".safetensors", "1")):

@@ -257,7 +257,7 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
                       steps: int = 60, delta: float = 0.01) -> dict:
     """The mean ℓ_γ (eq. 2.2) of ``compiled`` on ``dataset`` (:func:`load_dataset`), bracketed:
 
-    * ρ_lower: the certified margin (``compiled.spec.certified_margin``, valid at every binary
+    * ρ_lower: the certified margin (the backend's ``certified_margin`` analysis, valid at every binary
       input) where the net's output equals the label, 0 where it does not (ρ = 0 there:
       δ = 0 already violates the label);
     * ρ_upper: the smallest joint ℓ2 perturbation the attacks (random directions and the
@@ -276,16 +276,14 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     from tm2nn.verify.margin import empirical_margin
 
     g = _check_gamma(gamma)
-    # LEAD: rewire to the protocol's table, compiled.spec.analyses.get("statistics_bracket"); the
-    # old base class has no such table, so for now a backend declares it as a method
-    own = getattr(compiled.spec, "statistics_bracket", None)
-    if own is not None:
-        return own(compiled, dataset, g, seed=seed, trials=trials, steps=steps, delta=delta)
+    if compiled.spec.has("statistics_bracket"):  # a backend that brackets its own models
+        return compiled.analysis("statistics_bracket")(compiled, dataset, g, seed=seed, trials=trials, steps=steps,
+                                                       delta=delta)
     X, Y = load_dataset(compiled, dataset)
     thr = float(compiled.output_encoding.get("threshold", 0.5))
     pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
     agree = (pred == Y).all(1)
-    cert = float(compiled.spec.certified_margin(compiled)["radius"])
+    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
     upper = np.full(len(X), math.inf)
     for method in ("random", "gradient"):
         att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
@@ -312,7 +310,7 @@ def bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndar
 
 
 def _alpha_p(compiled) -> tuple[float, int]:
-    fc = compiled.spec.function_class(compiled)
+    fc = compiled.analysis("function_class")(compiled)
     return float(fc["alpha"]), int(fc["p"])
 
 
@@ -338,15 +336,15 @@ def _theorem(compiled, fc: dict) -> tuple[str, str, dict]:
 
 def statistics_report(compiled, eps: float = 0.1, delta: float = 0.01) -> dict:
     """Every factor of Lemma 2.3's sample complexity for ``compiled`` and the resulting n:
-    α, p, w, d from ``compiled.spec.function_class``, γ = the certified margin
-    (``compiled.spec.certified_margin``), n from :func:`sample_complexity`, next to the
+    α, p, w, d from the backend's ``function_class`` analysis, γ = the certified margin
+    (the backend's ``certified_margin`` analysis), n from :func:`sample_complexity`, next to the
     paper's theorem (3.1 for circuits: ``poly(s) log(wd)/ε²`` with α ~ s, γ = 1/poly(r, q);
     4.1 for Turing machines: ``poly(k, |A|, log T) log(wd)/ε²``), whose form is shown as
     ``(α/γ)² log(wd)/ε²`` with every constant 1.  ``constants`` lists each constant chosen
     where the paper gives only an order."""
     e, d = _check_prob("eps", eps), _check_prob("delta", delta)
-    fc = compiled.spec.function_class(compiled)
-    cm = compiled.spec.certified_margin(compiled)
+    fc = compiled.analysis("function_class")(compiled)
+    cm = compiled.analysis("certified_margin")(compiled)
     gamma = float(cm["radius"])
     if not (gamma > 0 and math.isfinite(gamma)):
         raise Tm2nnError(f"the certified margin of this model is {gamma:g}: Lemma 2.3 needs a positive finite gamma")

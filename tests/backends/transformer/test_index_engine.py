@@ -12,10 +12,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.backends.transformer.test_transformer import LINE_EXAMPLES, tapes
+from tests.backends.transformer.test_transformer import LINE_EXAMPLES, compile_tf, tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.decoding import TraceDecoder
 from tm2nn.backends.transformer.engines import decode_kernel as K
 from tm2nn.backends.transformer.engines.hardmax_index import (

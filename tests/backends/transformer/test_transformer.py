@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import CORPUS, EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.layout import Layout
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
@@ -23,6 +23,11 @@ from tm2nn.syntax import load, load_all
 from tm2nn.verify import verify_compiled
 
 LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
+
+
+def compile_tf(m, **options):
+    """The transformer model of ``m`` with ``options`` (the user's handle)."""
+    return tm2nn.compile(m, "transformer", **options)
 
 
 def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
@@ -148,7 +153,7 @@ def readout_reports(c, inputs: list[str]) -> list[dict]:
     """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
     from tm2nn.backends.transformer.runtime import encode_tokens
     from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.modelfile.formats import onnx_model
 
     model = onnx_model(c)
     names = [o.name for o in model.graph.output]
@@ -271,7 +276,7 @@ def test_ten_thousand_steps_binary_counter():
     from tm2nn.backends.transformer.decoding import TraceDecoder
     from tm2nn.backends.transformer.runtime import encode_tokens, run_taps
     from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.modelfile.formats import onnx_model
     from tm2nn.verify.runs import first_divergence
 
     m = load(EXAMPLES / "binary_counter.tm")

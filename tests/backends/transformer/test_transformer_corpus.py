@@ -17,8 +17,7 @@ import random
 
 import pytest
 
-from tests.backends.transformer.test_transformer import corpus_machines, engines
-from tm2nn.backends.transformer import compile as compile_tf
+from tests.backends.transformer.test_transformer import compile_tf, corpus_machines, engines
 from tm2nn.verify import verify_compiled
 
 STEMS = ("2x2", "2x3", "2x4", "3x2", "4x2")

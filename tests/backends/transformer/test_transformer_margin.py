@@ -13,9 +13,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import compile_tf
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.margin import (
     MarginError,
     ScoreGapError,
@@ -356,9 +356,9 @@ def test_bracketing_at_larger_T(name, T):
 
 
 def _accepts(**options) -> bool:
-    import inspect
+    from tm2nn.backends import get
 
-    return set(options) <= set(inspect.signature(compile_tf).parameters)
+    return set(options) <= {f.name for f in dataclasses.fields(get("transformer").Options)}
 
 
 @pytest.mark.skipif(not _accepts(correction_placement="layers", cls_readout=True),

@@ -15,12 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.backends.transformer.test_transformer import engines
+from tests.backends.transformer.test_transformer import compile_tf, engines
 from tests.backends.transformer.test_transformer import tapes as _tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
 from tm2nn.backends.relu_circuit.layers import round_correction
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.attention import attention
 from tm2nn.backends.transformer.backend import BACKEND
 from tm2nn.backends.transformer.bounds import (
@@ -257,7 +256,7 @@ def test_softmax_with_every_layer_corrected_verifies():
 def _cls_values(c, inputs: list[str]):
     """θ_clsᵀ o_T' from the torch module's last tap and from the ONNX model's ``cls``."""
     from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.modelfile.formats import onnx_model
 
     tok = encode_tokens(c.input_encoding, inputs)
     taps = torch_runner(c.net)(tok)
@@ -339,7 +338,7 @@ def test_cls_off_changes_nothing():
     tok = encode_tokens(off.input_encoding, ["0110", "1"])
     a, b = torch_runner(off.net)(tok), torch_runner(on.net)(tok)
     np.testing.assert_array_equal(a, b[..., :tap_w])
-    assert type(BACKEND.checker(off)).__name__ == "TraceChecker"
+    assert type(BACKEND.reference(off)).__name__ == "TraceChecker"
     assert off.run("0110") == on.run("0110")
 
 
@@ -347,7 +346,7 @@ def test_cls_off_changes_nothing():
 def test_function_class_of_a_model():
     m = load(EXAMPLES / "bb3.tm")
     c = compile_tf(m, steps=20)
-    fc = BACKEND.function_class(c)
+    fc = BACKEND.analyses["function_class"](c)
     assert set(fc) >= {"w", "d", "d_total", "alpha", "alpha_per_step", "p", "beta"}
     assert fc["theorem"] == "Theorem 4.1" and fc["scaling"]["k"] == len(m.states) and fc["scaling"]["T"] == 20
     lay = Layout.from_json(c.output_encoding["layout"])

@@ -1,31 +1,24 @@
-"""The transformer backend (Wei, Chen & Ma 2022, §4.1 and App. C) behind the common
-interface: input = token ids of the input tape (:mod:`.runtime`), output = one tap per
-decoder step, decoded into the source machine's run (:mod:`.decoding`); its reference
-check is :mod:`.reference`, its analyses :mod:`.margin`, :mod:`.beta`, :mod:`.statistics`
-and :func:`.bounds.function_class_of`."""
+"""The transformer backend (Wei, Chen & Ma 2022, §4.1 and App. C) as a construction of the
+protocol (:mod:`tm2nn.backends.protocol`): input = token ids of the input tape
+(:mod:`.runtime`), output = one tap per decoder step, decoded into the source machine's
+run (:mod:`.decoding`); its reference check is :mod:`.reference`, its fused engine the
+long-run decoder (:mod:`.engines`), its analyses :mod:`.margin`, :mod:`.beta`,
+:mod:`.statistics` and :func:`.bounds.function_class_of`."""
 
 from __future__ import annotations
 
-from tm2nn.backends.base import Backend, Compiled
+from tm2nn.backends.protocol import Backend, Codec, Example, Stepping
 from tm2nn.backends.transformer.beta import softmax_beta
 from tm2nn.backends.transformer.bounds import function_class_of
 from tm2nn.backends.transformer.decoding import TraceDecoder, description
 from tm2nn.backends.transformer.margin import certified_margin, margin
 from tm2nn.backends.transformer.model import Options, compile
 from tm2nn.backends.transformer.reference import TraceChecker
-from tm2nn.backends.transformer.runtime import encode_tokens, run_taps
+from tm2nn.backends.transformer.runtime import encode, run_taps
 from tm2nn.backends.transformer.statistics import statistics_bracket
 from tm2nn.interrupt import partial_reports
 from tm2nn.ir import Machine
-from tm2nn.ir.machine import check_input
 from tm2nn.report import Report
-
-
-def encode(compiled, texts: list[str]):
-    """Token ids ``[n, L]`` of the input tapes, padded with the blank."""
-    for t in texts:
-        check_input(compiled.source, t)
-    return encode_tokens(compiled.input_encoding, texts)
 
 
 def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
@@ -48,65 +41,42 @@ def describe(compiled) -> dict:
     return description(compiled.output_encoding, compiled.net)
 
 
-class Transformer(Backend):
-    name = "transformer"
-    summary = "Wei-Chen-Ma §4 / App. C: an encoder-decoder transformer with hard-max attention"
-    paper = "Colin Wei, Yining Chen, Tengyu Ma: Statistically Meaningful Approximation: a Theoretical Analysis for Approximating Turing Machines with Transformers (§4, App. C)"
-    Options = Options
-    takes = (Machine,)
-    takes_what = "line machines"
-    run_steps = "steps"
-    run_default_steps = 1000
-    #: torch, onnxruntime, and the long-run decoder (:mod:`.engines.index_engine`)
-    engines = ("torch", "onnxruntime", "index")
+def finish_onnx(model, compiled):
+    """The ONNX model gets the decoded run as outputs besides the taps (:mod:`.readout`)."""
+    from tm2nn.backends.transformer.cls import add_cls_output, cls_column
+    from tm2nn.backends.transformer.readout import add_readout
+
+    model = add_readout(model, compiled.output_encoding)
+    if cls_column(compiled.output_encoding) is not None:
+        model = add_cls_output(model, compiled.output_encoding)
+    return model
+
+
+BACKEND = Backend(
+    name="transformer",
+    paper="Colin Wei, Yining Chen, Tengyu Ma: Statistically Meaningful Approximation: a Theoretical Analysis for "
+          "Approximating Turing Machines with Transformers (§4, App. C)",
+    summary="Wei-Chen-Ma §4 / App. C: an encoder-decoder transformer with hard-max attention",
+    Options=Options,
+    takes=(Machine,),
+    takes_what="line machines",
+    compile=compile,
+    codec=Codec(encode=encode, run=run, describe=describe),
+    reference=TraceChecker,
+    stepping=Stepping("steps", 1000),
+    #: the long-run decoder (:mod:`.engines.index_engine`): the codec's run drives it
+    fused={"index": None},
+    analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class_of,
+              "find_beta": softmax_beta, "configurations": configurations, "statistics_bracket": statistics_bracket},
     #: what a model file must hold: rebuild's step bound, the token and tap encodings
     #: decoding (:mod:`.decoding`) reads
-    model_keys = {"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",
-                  "tm2nn.input_encoding/blank": "string", "tm2nn.output_encoding/layout": "object",
-                  "tm2nn.output_encoding/lowering": "object", "tm2nn.output_encoding/source_steps": "int"}
-
-    def compile(self, ir, opts: Options) -> Compiled:
-        return compile(ir, opts)
-
-    def encode(self, compiled: Compiled, texts: list[str]):
-        return encode(compiled, texts)
-
-    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
-        return run(compiled, texts, engine, progress)
-
-    def configurations(self, compiled: Compiled, text: str, engine: str = "torch") -> list:
-        return configurations(compiled, text, engine)
-
-    def decoding(self, compiled: Compiled) -> dict:
-        return describe(compiled)
-
-    def checker(self, compiled: Compiled):
-        return TraceChecker(compiled)
-
-    def function_class(self, compiled: Compiled) -> dict:
-        return function_class_of(compiled)
-
-    def certified_margin(self, compiled: Compiled) -> dict:
-        return certified_margin(compiled)
-
-    def margin(self, ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None):
-        return margin(ir, opts, samples=samples, trials=trials, seed=seed, engines=engines)
-
-    def find_beta(self, ir, values: dict, *, inputs, samples, seed) -> dict:
-        return softmax_beta(ir, values, inputs=inputs, samples=samples, seed=seed)
-
-    def statistics_bracket(self, compiled: Compiled, dataset, gamma: float, **kw) -> dict:
-        return statistics_bracket(compiled, dataset, gamma, **kw)
-
-    def finish_onnx(self, model, compiled: Compiled):
-        """The ONNX model gets the decoded run as outputs besides the taps (:mod:`.readout`)."""
-        from tm2nn.backends.transformer.cls import add_cls_output, cls_column
-        from tm2nn.backends.transformer.readout import add_readout
-
-        model = add_readout(model, compiled.output_encoding)
-        if cls_column(compiled.output_encoding) is not None:
-            model = add_cls_output(model, compiled.output_encoding)
-        return model
-
-
-BACKEND = Transformer()
+    model_keys={"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",
+                "tm2nn.input_encoding/blank": "string", "tm2nn.output_encoding/layout": "object",
+                "tm2nn.output_encoding/lowering": "object", "tm2nn.output_encoding/source_steps": "int"},
+    examples=(Example("bb4.tm", (
+        "compile {ex}/bb4.tm --backend transformer --steps 110 -o {out}/bb4_transformer.onnx --json",
+        "verify {ex}/bb4.tm --backend transformer --steps 110 --json")),),
+)
+# TRANSITION (issue 34): the decoded run and θ_cls as raw ONNX nodes after emission, read by
+# modelfile.formats.onnx_model until the readout is NetIR ops
+object.__setattr__(BACKEND, "finish_onnx", finish_onnx)

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tm2nn.backends.base import Table
+from tm2nn.backends.protocol import Table
 from tm2nn.backends.relu_circuit.layers import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.backends.transformer.model import Options, check_source, options
 from tm2nn.backends.transformer.model import compile as compile_model
@@ -47,10 +47,9 @@ from tm2nn.backends.transformer.perturbed_decode import (
     net_of,
     transformer_parts,
 )
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import OptionError, Tm2nnError
 from tm2nn.limits import check_int, check_seed
 from tm2nn.nets import Affine, Attention, BinaryPositions, Concat, ReLU, Slice
-from tm2nn.options import OptionError
 from tm2nn.verify.check import InputSpace
 
 # The circuit margin's private helpers, imported on purpose so that there is one copy:
@@ -684,7 +683,7 @@ def _num(x) -> str:
 
 
 def margin_table(rows: list[dict]):
-    """:func:`margin_report` rows as a :class:`~tm2nn.backends.base.Table` (the CLI's)."""
+    """:func:`margin_report` rows as a :class:`~tm2nn.backends.protocol.Table` (the CLI's)."""
     def where(r):
         b = r["binding"]
         return "-" if not b else f"{b['check']} {b['op']} (step {b['step']})"

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tm2nn.backends.base import Compiled
+from tm2nn.backends.protocol import Model
 from tm2nn.backends.transformer.bounds import size_report
 from tm2nn.backends.transformer.build import build
 from tm2nn.backends.transformer.layout import Layout
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import OptionError, Tm2nnError
 from tm2nn.ir import GridMachine, Machine
-from tm2nn.options import OptionError, make, option, validate
+from tm2nn.options import make, option, validate
 from tm2nn.passes.stay import remove_stays
 
 #: Binary positions of at most this many bits: the index engine keeps Claim C.6's key,
@@ -62,7 +62,7 @@ def options(**values) -> Options:
     return make(Options, values, "the transformer backend")
 
 
-def compile(m: Machine, opts: Options) -> Compiled:
+def compile(m: Machine, opts: Options) -> Model:
     """``opts.shared_history=False`` builds the binary search literally, each layer
     attending over its own input's history (one cache per layer); the default shares one
     cache (same function, see :func:`.binary_search.binary_search`).
@@ -93,7 +93,7 @@ def compile(m: Machine, opts: Options) -> Compiled:
     if cls_readout:  # θ_clsᵀ o_i: the tap column after the groups (cls.py)
         enc["cls_column"] = lay.tap_indices[lay.tap_groups[-1]].stop
         enc["onnx_outputs"].append("cls")
-    return Compiled(
+    return Model(
         backend="transformer",
         net=net,
         source=m,

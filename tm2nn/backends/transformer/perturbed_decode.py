@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tm2nn.backends.transformer.runtime import encode
 from tm2nn.errors import Tm2nnError
 from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
@@ -97,7 +98,7 @@ def blocks_of(net) -> dict[str, dict[str, np.ndarray]]:
 class PerturbedTransformer:
     """A dense float64 evaluator of a transformer net with a per-row perturbation.
 
-    ``run(tokens, delta)``: ``tokens`` int64 ``[R, L]`` (``Compiled.encode``), ``delta``
+    ``run(tokens, delta)``: ``tokens`` int64 ``[R, L]`` (:func:`.runtime.encode`), ``delta``
     ``{block: {tensor: [R, *shape]}}`` (missing blocks or tensors: unperturbed) ->
     taps ``[R, T+1, tap_w]``."""
 
@@ -454,7 +455,7 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     check_memory(attack_memory(P, rows, method),
                  f"the {method} attack on {len(texts):,} inputs x {trials:,} trials ({P.n_params():,} "
                  "parameters per perturbation)", ("samples", "trials"))
-    tokens = torch.as_tensor(compiled.encode(texts)).repeat_interleave(trials, 0)
+    tokens = torch.as_tensor(encode(compiled, texts)).repeat_interleave(trials, 0)
     with torch.no_grad():
         ref = P.run(tokens[::trials]).repeat_interleave(trials, 0)        # [R, T+1, w]
     thr = P.threshold_columns()

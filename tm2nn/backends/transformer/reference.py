@@ -56,9 +56,16 @@ class TraceChecker(Checker):
         # the index engine stops once every input has decoded its T source steps (a machine
         # with stay moves has up to 2T decoder steps; the ones after source step T decode to
         # nothing), unless θ_cls is checked: it reads the last decoder step
-        c = self.column
-        early = engine == "index" and c is None
+        early = engine == "index" and self.column is None
         taps = run_taps(self.compiled, texts, engine, horizon=self.decoder.checked_horizon if early else None)
+        out, dev = self.compare(taps, texts, prepared)
+        return out, dev, {}
+
+    def compare(self, taps, texts: list[str], prepared) -> tuple[list, float]:
+        """``(per input: None or (step, field, expected, got), max deviation)`` of ``taps``
+        (``[n, T'+1, tap_w]``, or the index engine's per-input list) against the reference
+        runs :meth:`prepare` made."""
+        c = self.column
         if isinstance(taps, list):  # the index engine's per-input taps: exact int8, -1/0/1 checked as they ran
             groups = [t if c is None else np.delete(t, c, axis=1) for t in taps]
             dev = float(any(np.any((g != 0) & (g != 1)) for g in groups))
@@ -75,7 +82,7 @@ class TraceChecker(Checker):
             if d is None and c is not None and abs(float(taps[b][-1, c]) - want) >= 0.5:
                 d = (None, "cls (θ_clsᵀ o_T')", want, float(taps[b][-1, c]))
             out.append(d)
-        return out, dev, {}
+        return out, dev
 
 
 def expected_cls(compiled, text: str) -> float:

@@ -1,13 +1,17 @@
-"""Running a compiled transformer: input tapes as token ids, and the taps (one row per
-decoder step 0..T') from torch, onnxruntime or the index engine
-(:mod:`.engines.index_engine`).  :mod:`.decoding` reads the taps back into the source
-machine's run (Wei, Chen & Ma 2022, App. C.1's layout of the hidden vector)."""
+"""Running a compiled transformer: input tapes as token ids (:func:`encode`, the codec's
+``encode``), and the taps (one row per decoder step 0..T') from torch, onnxruntime or the
+index engine (:mod:`.engines.index_engine`).  :mod:`.decoding` reads the taps back into
+the source machine's run (Wei, Chen & Ma 2022, App. C.1's layout of the hidden vector).
+
+A function here that takes ``compiled`` takes the user's handle (``.net``, the
+encodings, ``.module()``, ``.runner(engine)``); :func:`encode` needs only the model's data."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir.machine import check_input
 from tm2nn.limits import memory_limit
 
 #: inputs per batch of a torch, onnxruntime or index-engine run
@@ -29,6 +33,14 @@ def encode_tokens(enc: dict, texts: list[str]) -> np.ndarray:
                                  file="input", line=1, col=c + 1, snippet=t)
             out[r, c] = index[ch]
     return out
+
+
+def encode(compiled, texts: list[str]) -> np.ndarray:
+    """Token ids ``[n, L]`` of the input tapes of ``compiled``'s source machine, padded
+    with the blank (each tape checked against the machine's input alphabet first)."""
+    for t in texts:
+        check_input(compiled.source, t)
+    return encode_tokens(compiled.input_encoding, texts)
 
 
 def torch_runner(net_or_module, progress=None):
@@ -62,7 +74,7 @@ def run_taps(compiled, texts: list[str], engine: str, progress=None, horizon=Non
     makes the ``stop(taps, n)`` that may end its decode once the taps decide every report
     (:class:`tm2nn.backends.transformer.decoding.Horizon`); the taps are then a list of
     per-input arrays of the steps run."""
-    tokens = compiled.encode(texts)
+    tokens = encode(compiled, texts)
     if engine == "torch":
         return torch_runner(compiled.module(), progress)(tokens)
     if engine == "index":
