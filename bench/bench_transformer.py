@@ -40,7 +40,7 @@ def bench_one(m, steps: int, engines=ENGINES) -> dict:
     import tm2nn
     from tm2nn.backends.transformer.decoding import TraceDecoder
     from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
-    from tm2nn.emit.onnx_emit import onnx_session, run_onnx
+    from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
     from tm2nn.interp import run_machine
     from tm2nn.modelfile.formats import onnx_model
 

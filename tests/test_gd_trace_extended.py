@@ -27,7 +27,8 @@ from tm2nn.backends.gd_trace.fixed_point import FixedPoint
 from tm2nn.backends.gd_trace.sign_sum import dataset_text, sign_sum_machine, theta_of
 from tm2nn.cli import main
 from tm2nn.datasets import load_csv
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.syntax import gd_layout, load, parse_text

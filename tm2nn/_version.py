@@ -1,3 +1,4 @@
-"""The package version (one place: the package, its model files and the wheel read it)."""
+"""The version of tm2nn, in one place: the package, its metadata (pyproject.toml reads it)
+and the models it writes (``tm2nn.version``) take it from here."""
 
 __version__ = "0.1.0"

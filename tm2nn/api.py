@@ -75,10 +75,6 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
     return compiled.run(text, engine=engine, progress=progress)
 
 
-#: the model files ``load_model`` reads and ``Compiled.save`` writes
-SUFFIXES = (".onnx", ".pt", ".safetensors")
-
-
 def load_model(path):
     """The :class:`~tm2nn.handle.Compiled` a model file holds (``.onnx``, ``.pt`` or
     ``.safetensors``), checked against its construction (:mod:`tm2nn.modelfile.load`)."""

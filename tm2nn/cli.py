@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tm2nn import __version__, backends, interrupt
-from tm2nn.api import SUFFIXES, default_input, load_model, run
+from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
 from tm2nn.console import (
@@ -39,6 +39,7 @@ from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
 from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.lint import check_report
+from tm2nn.modelfile import SUFFIXES, check_model_path
 from tm2nn.options import OptionError
 from tm2nn.source import SourceText
 from tm2nn.syntax import dump, load_all, select
@@ -212,7 +213,8 @@ def _compile(args, verb: str):
     """The source compiled with the chosen backend and the options given (the model
     records the source file's hash)."""
 
-    spec, ir = _spec(args)
+    ir = load_ir(args.source, args.format, args.name)
+    spec = backends.get(args.backend) if args.backend else default_backend(ir)
     return compile_source(ir, spec.name, source_path=args.source, **_backend_values(args, spec, verb))
 
 
@@ -287,8 +289,6 @@ def cmd_convert(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from tm2nn.modelfile.formats import check_model_path
-
     out = check_model_path(args.output, "-o")
     compiled = _compile(args, "compile")
     compiled.save(out)
@@ -387,8 +387,6 @@ def cmd_margin(args) -> int:
 
 
 def cmd_learn(args) -> int:
-    from tm2nn.modelfile.formats import check_model_path
-
     exports = {k: check_model_path(p, f"--export-{k}") for k, p in
                (("before", args.export_before), ("after", args.export_after)) if p}
     spec, ir = _spec(args, learning=True)

@@ -18,6 +18,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input
 from tm2nn.handle import Compiled
 from tm2nn.options import OptionError, fields_of
+from tm2nn.source import registered
 from tm2nn.syntax import load
 
 
@@ -46,7 +47,8 @@ def sha256_of(source, compiled: Compiled) -> str:
     """The hash a model records: of the source file's bytes, or of the source's tm2nn text
     when it came as an IR object."""
     if isinstance(source, (str, Path)) and Path(source).is_file():
-        return hashlib.sha256(read_input(source)).hexdigest()
+        loaded = registered(str(source))  # the bytes the parser read, not a second read
+        return hashlib.sha256(loaded.data if loaded is not None else read_input(source)).hexdigest()
     return hashlib.sha256(compiled.source_text().encode()).hexdigest()
 
 

@@ -135,7 +135,7 @@ class Compiled(Model):
                 module = self.module()
                 self._cache[engine] = lambda *x, batch_size=4096: run_torch(module, *x, batch_size=batch_size)
             else:
-                from tm2nn.emit.onnx_emit import onnx_session, run_onnx
+                from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
 
                 sess = onnx_session(self.onnx_bytes if self.onnx_bytes is not None else self.onnx())
                 self._cache[engine] = lambda *x, batch_size=4096: run_onnx(sess, *x, batch_size=batch_size)

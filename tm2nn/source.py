@@ -88,6 +88,11 @@ class SourceText:
         return self.error(message, line, col)
 
 
+def registered(path: str) -> SourceText | None:
+    """The text last read from ``path`` (by a parser), or None."""
+    return _REGISTRY.get(path)
+
+
 def line_of(loc: Loc) -> str | None:
     """The source line at ``loc`` if its text was registered, else None."""
     src = _REGISTRY.get(loc.file)

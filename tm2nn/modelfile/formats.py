@@ -9,22 +9,11 @@ import io
 from pathlib import Path
 
 from tm2nn import backends
-from tm2nn.emit.onnx_emit import save_onnx, to_onnx
-from tm2nn.errors import Tm2nnError
-from tm2nn.fileio import output_target, write_atomic
+from tm2nn.emit.onnx_model import save_onnx, to_onnx
+from tm2nn.fileio import write_atomic
+from tm2nn.modelfile import check_model_path
 from tm2nn.modelfile.manifest import save_safetensors
-from tm2nn.modelfile.metadata import SUFFIXES, metadata, net_of, torch_module
-
-
-def check_model_path(path, what: str = "output") -> Path:
-    """A model file to write: ``.onnx``, ``.pt`` or ``.safetensors`` in an existing folder,
-    checked before any work is done (so a long compile or training never ends in a failed
-    write)."""
-    out = Path(path)
-    if out.suffix not in SUFFIXES:
-        raise Tm2nnError(f"{what} must name a .onnx, .pt or .safetensors file, got {out.name!r}")
-    output_target(out, what)  # a regular file in a folder for files (docs/limits.md)
-    return out
+from tm2nn.modelfile.metadata import metadata, net_of, torch_module
 
 
 def onnx_model(compiled):

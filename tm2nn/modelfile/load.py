@@ -18,19 +18,13 @@ from pathlib import Path
 
 from tm2nn import backends
 from tm2nn._version import __version__
-from tm2nn.emit.onnx_emit import onnx_metadata
+from tm2nn.emit.onnx_model import onnx_metadata
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input
-from tm2nn.modelfile import schema
+from tm2nn.modelfile import MAX_MODEL_BYTES, SUFFIXES, schema
 from tm2nn.modelfile.formats import onnx_model
 from tm2nn.modelfile.manifest import flat_metadata, manifest_net, read_safetensors
-from tm2nn.modelfile.metadata import (
-    MAX_MODEL_BYTES,
-    SUFFIXES,
-    torch_module,
-    weights_sha256,
-    with_trained,
-)
+from tm2nn.modelfile.metadata import torch_module, weights_sha256, with_trained
 from tm2nn.options import OptionError
 from tm2nn.syntax import parse_text, select
 

@@ -30,7 +30,8 @@ from tm2nn import backends
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input, write_atomic
-from tm2nn.modelfile.metadata import MAX_MODEL_BYTES, metadata, net_of
+from tm2nn.modelfile import MAX_MODEL_BYTES
+from tm2nn.modelfile.metadata import metadata, net_of
 from tm2nn.nets import NetIRError
 from tm2nn.nets.serial import SpaceTable, net_from_json, net_to_json, space_from_json
 

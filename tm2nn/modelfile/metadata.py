@@ -24,10 +24,6 @@ from tm2nn.ir import Circuit, Machine
 from tm2nn.nets import Affine, Net, Param, SparseMatrix
 from tm2nn.syntax import dump
 
-SUFFIXES = (".onnx", ".pt", ".safetensors")  # as tm2nn.api.SUFFIXES
-#: The largest model file read (protobuf's own limit for a self-contained ONNX model).
-MAX_MODEL_BYTES = 2 << 30
-
 
 def source_format(ir) -> str:
     return "tm" if isinstance(ir, Machine) else "circ"

@@ -86,7 +86,7 @@ def init_worker() -> None:
     if "numba" in sys.modules:
         sys.modules["numba"].set_num_threads(1)
     try:  # onnxruntime ignores the variables: its sessions get one intra-op thread unless told otherwise
-        import tm2nn.emit.onnx_emit as onnx_emit
+        import tm2nn.emit.onnx_runtime as onnx_emit
     except ImportError:  # pragma: no cover - onnx is a dependency
         return
     session = onnx_emit.onnx_session

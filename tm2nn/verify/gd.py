@@ -28,7 +28,7 @@ LOSS_RTOL = 1e-5  # onnxruntime runs float32
 def _onnx_loss(net, ro: np.ndarray) -> float:
     import onnxruntime as ort
 
-    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
 
     sess = ort.InferenceSession(to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {net.inputs[0].name: ro.astype(np.float32)})
@@ -186,7 +186,8 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
         "final_loss": r.losses[-1], "result": r,
     }
     if onnx:
-        from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+        from tm2nn.emit.onnx_model import to_onnx
+        from tm2nn.emit.onnx_runtime import run_onnx
 
         o = run_onnx(to_onnx(r.net, dtype="float64"), sets)
         ok = [bool(np.array_equal(a, b)) for a, b in zip(o, want)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
+from tm2nn.emit.torch_seq import record_attention
 from tm2nn.errors import Tm2nnError
 
 from .render import figure, refuse_large
@@ -16,8 +18,6 @@ from .render import figure, refuse_large
 def attention_weights(compiled, text: str) -> dict[str, list[np.ndarray]]:
     """Op name -> one weight vector ``[1 + n]`` (null first) per decoder step, for every
     self-attention op of the decoder (the binary search)."""
-    from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
-    from tm2nn.emit.torch_emit import record_attention
 
     if compiled.backend != "transformer":
         raise Tm2nnError(f"attention pictures are for --backend transformer, not {compiled.backend!r}")

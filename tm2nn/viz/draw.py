@@ -5,29 +5,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tm2nn import backends
+from tm2nn.api import default_input
+from tm2nn.compiler import compile as compile_source
+from tm2nn.compiler import default_backend
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir import Circuit, GridMachine, Machine
+from tm2nn.syntax import load
+from tm2nn.syntax.headers import example_header
 
 KINDS = ("spacetime", "weights", "attention", "layers")
 
 
 def _input(source, fmt, name, m) -> str:
     """What the file documents: an embedded tape, else its ``# input:`` line, else empty."""
-    from tm2nn.api import default_input
-    from tm2nn.ir import Machine
 
     text = default_input(source, fmt, name)
     if text is None and isinstance(m, Machine):
-        from tm2nn.demo import example_header
-
         text = example_header(Path(source)).get("input", "")
     return text or ""
 
 
 def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=None, step=None, layer=None,
          interpreter_only: bool = False, options: dict | None = None):
-    from tm2nn.ir import Circuit, GridMachine, Machine
-    from tm2nn.syntax import load
-
     from .render import check_out, save
 
     if kind not in KINDS:
@@ -45,10 +45,6 @@ def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=N
 
         fig, _ = draw_layers(obj)
     elif kind == "weights":
-        from tm2nn import backends
-        from tm2nn.compiler import compile as compile_source
-        from tm2nn.compiler import default_backend
-
         from .runs import default_steps
         from .weights import draw_weights
 
@@ -70,7 +66,6 @@ def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=N
         if kind == "attention":
             if (backend or "transformer") != "transformer":
                 raise Tm2nnError(f"viz attention shows the transformer's attention, not {backend!r}'s")
-            from tm2nn.compiler import compile as compile_source
 
             from .attention import draw_attention
 

@@ -27,7 +27,8 @@ from tm2nn.backends.transformer.engines.hardmax_index import (
     STACK,
 )
 from tm2nn.backends.transformer.engines.index_engine import IndexEngine
-from tm2nn.emit.torch_emit import record_attention, to_torch
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_seq import record_attention
 from tm2nn.engines import EngineRefused
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine

@@ -152,7 +152,7 @@ def c_layers(c) -> int:
 def readout_reports(c, inputs: list[str]) -> list[dict]:
     """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
     from tm2nn.backends.transformer.runtime import encode_tokens
-    from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.modelfile.formats import onnx_model
 
     model = onnx_model(c)
@@ -275,7 +275,7 @@ def test_ten_thousand_steps_binary_counter():
     index engine computes the torch module's function, on every example."""
     from tm2nn.backends.transformer.decoding import TraceDecoder
     from tm2nn.backends.transformer.runtime import encode_tokens, run_taps
-    from tm2nn.emit.onnx_emit import run_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.modelfile.formats import onnx_model
     from tm2nn.verify.runs import first_divergence
 

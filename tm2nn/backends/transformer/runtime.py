@@ -48,7 +48,8 @@ def torch_runner(net_or_module, progress=None):
     import torch
 
     # tm2nn.emit.torch_emit loads torch: imported here for start-up time
-    from tm2nn.emit.torch_emit import NetModule, loop_progress, to_torch
+    from tm2nn.emit.torch_emit import loop_progress, to_torch
+    from tm2nn.emit.torch_net import NetModule
 
     mod = net_or_module if isinstance(net_or_module, NetModule) else to_torch(net_or_module)
 
