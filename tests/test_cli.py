@@ -163,7 +163,7 @@ def test_demo_compiles_and_verifies_one_example_per_backend(tmp_path):
     from tm2nn.demo import BACKEND_JOBS, run_backends
 
     assert {b.split()[0] for _e, b, _m, _v in BACKEND_JOBS} == set(BACKENDS)  # no backend left out
-    rows = run_backends(EXAMPLES, tmp_path)
+    rows = run_backends(main, EXAMPLES, tmp_path)
     assert [r for r in rows if not r["ok"]] == []
     for r in rows:  # each wrote a self-contained ONNX model
         assert Path(r["model"]).parent == tmp_path and Path(r["model"]).stat().st_size > 10_000
@@ -175,5 +175,5 @@ def test_demo_table_reports_a_failing_job(tmp_path, monkeypatch):
 
     bad = (("bb3.tm", "rcnn", "compile {ex}/bb3.tm --backend rcnn --steps 0 -o {out}/x.onnx --json", None),)
     monkeypatch.setattr(demo, "BACKEND_JOBS", bad)
-    (row,) = demo.run_backends(EXAMPLES, tmp_path)
+    (row,) = demo.run_backends(main, EXAMPLES, tmp_path)
     assert row["ok"] is False and "step bound" in row["checked"]

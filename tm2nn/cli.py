@@ -424,7 +424,7 @@ def cmd_viz(args) -> int:
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
-    return run_demo(args.examples, args.out)
+    return run_demo(main, args.examples, args.out)
 
 
 _VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile, "eval": cmd_eval, "info":

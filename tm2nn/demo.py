@@ -19,14 +19,28 @@ interpreter and compares with the documented output.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
+import json
 import time
 from pathlib import Path
 
+from tm2nn.api import run_circuit
+from tm2nn.console import console
+from tm2nn.datasets import load_csv
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp import run_machine
+from tm2nn.interp.circuit import exhaustive_inputs
+from tm2nn.interp.learner import predict, run_learner
+from tm2nn.ir import Circuit, Learner
+from tm2nn.learners.targets import parse_target, samples
+from tm2nn.syntax import EXTENSIONS, load
 
 # The header parser and what a documented result means live in tm2nn.syntax.headers
 # (``tm2nn check`` compares the header with a run too); re-exported here.
 from tm2nn.syntax.headers import circuit_mismatches, example_header, machine_mismatches
+from tm2nn.viz import spacetime_png
 
 
 def default_examples_dir() -> Path:
@@ -39,11 +53,7 @@ def default_examples_dir() -> Path:
 
 def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
-    from tm2nn.api import run_circuit
     from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-    from tm2nn.interp import run_machine
-    from tm2nn.ir import Circuit, Learner
-    from tm2nn.syntax import EXTENSIONS, load
 
     rows = []
     for path in sorted(folder.iterdir()):
@@ -93,9 +103,6 @@ def run_examples(folder: Path) -> list[dict]:
 
 def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     """Train ``lr`` on the documented target and check it computes it everywhere."""
-    from tm2nn.interp.circuit import exhaustive_inputs
-    from tm2nn.interp.learner import predict, run_learner
-    from tm2nn.learners.targets import parse_target, samples
 
     if "target" not in hdr or not hdr.get("samples", "").isdigit() or lr.n > 16:
         return "a learner needs '# target:' and '# samples:' header lines (and n <= 16)", False
@@ -110,8 +117,6 @@ def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
 def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     """A §4.2 learner: the reference h on the first t samples of the documented target
     (seed 0), then h's answer on every input compared with the target."""
-    from tm2nn.interp.circuit import exhaustive_inputs
-    from tm2nn.learners.targets import parse_target, samples
 
     if "target" not in hdr or hdr.get("samples", "") != str(lr.t) or lr.n > 16:
         return f"a noisy learner needs '# target:' and '# samples: {lr.t}' (its t) header lines", False
@@ -127,13 +132,11 @@ def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
     """A learner machine in Goel et al.'s B.1.2 form on its training set: the
     interpreter's ``A(S)[x]`` for every ``x`` in ``{±1}^d`` (each run checked to end in
     B.1.2's halting position)."""
-    import itertools
 
     import numpy as np
 
     from tm2nn.backends.rcnn.learner import MAX_STEPS
     from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form, reference_answer
-    from tm2nn.datasets import load_csv
 
     check_learner_form(g)
     X, Y = load_csv(train)
@@ -174,14 +177,9 @@ BACKEND_JOBS = (
 )
 
 
-def _cli_json(argv: list[str]) -> tuple[int, dict, str]:
-    """Run one CLI command in-process; ``(exit code, its last JSON line, its stderr)``."""
-    import contextlib
-    import io
-    import json
-
-    from tm2nn.cli import main
-
+def _cli_json(main, argv: list[str]) -> tuple[int, dict, str]:
+    """Run one CLI command in-process with the CLI's ``main``; ``(exit code, its last JSON
+    line, its stderr)``."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
@@ -201,16 +199,17 @@ def _verified(backend: str, made: dict, check: dict | None) -> tuple[bool, str]:
     return ok, f"{made.get('optimizer_steps')} steps, theta ok" if ok else f"{made.get('optimizer_steps')} steps"
 
 
-def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
+def run_backends(main, folder: Path, out: Path, progress=None) -> list[dict]:
     """Compile (or train) one example per backend into ``out``, verify each against the
-    interpreter: one row per job (the data behind the demo's second table)."""
+    interpreter: one row per job (the data behind the demo's second table).  ``main`` is the
+    CLI's entry point (each job is exactly a documented CLI call)."""
     rows = []
     for i, (example, backend, make, check) in enumerate(BACKEND_JOBS):
         if progress:
             progress(i, example, backend)
         fmt = {"ex": str(folder), "out": str(out)}
         t0 = time.perf_counter()
-        code, made, err = _cli_json(make.format(**fmt).split())
+        code, made, err = _cli_json(main, make.format(**fmt).split())
         model = next((w for w in make.format(**fmt).split() if w.endswith(".onnx")), "")
         row = {"example": example, "backend": backend, "model": model}
         if code == 2 or not made:
@@ -218,7 +217,7 @@ def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
         else:
             vjson = None
             if check is not None:
-                _vc, vjson, verr = _cli_json(check.format(**fmt).split())
+                _vc, vjson, verr = _cli_json(main, check.format(**fmt).split())
                 if not vjson:
                     vjson = {"ok": False, "n_inputs": 0, "mode": verr.splitlines()[0] if verr else ""}
             row["ok"], row["checked"] = _verified(backend, made, vjson)
@@ -233,15 +232,13 @@ def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
 def demo_picture(folder: Path, out: Path) -> Path:
     """The picture the README promises: bb3's space-time diagram, the interpreter's run
     next to the transformer's decoded run."""
-    from tm2nn.viz import spacetime_png
 
     return spacetime_png(folder / "bb3.tm", "", out / "bb3_spacetime.png", backend="transformer")
 
 
-def run_demo(folder: str | None = None, out: str | None = None) -> int:
+def run_demo(main, folder: str | None = None, out: str | None = None) -> int:
     from rich.table import Table
 
-    from tm2nn.console import console
 
     folder_p = Path(folder) if folder else default_examples_dir()
     if not folder_p.is_dir():
@@ -266,7 +263,7 @@ def run_demo(folder: str | None = None, out: str | None = None) -> int:
 
     def progress(i, example, backend):
         err.print(f"[dim]({i + 1}/{len(BACKEND_JOBS)}) {backend}: {example} ...[/]")
-    brows = run_backends(folder_p, out_p, progress)
+    brows = run_backends(main, folder_p, out_p, progress)
     t = Table(title=f"compiled networks, verified against the interpreter in torch and onnxruntime "
                     f"(models in {out_p}/)")
     for col in ("example", "backend", "size", "verified", "checked", "time"):
