@@ -291,8 +291,8 @@ def test_info_statistics_on_the_command_line(capsys, tmp_path):
 def test_the_transformer_loss_is_of_its_theta_cls_classifier():
     """Theorem 4.1's classifier F = θ_clsᵀ o_T: ρ bracketed between the certified radius and
     √B × the attacks that change F's sign; a wrong label is ρ = 0 (loss 1)."""
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.verify.perturbed_decode import attack
+    from tests.backends.transformer.test_transformer import compile_tf
+    from tm2nn.backends.transformer.perturbed_decode import attack
 
     m = tm2nn.load(EXAMPLES / "even_ones.tm")
     c = compile_tf(m, steps=6, cls_readout=True)

@@ -1,16 +1,15 @@
 """Fused engines: exact evaluators of compiled networks that are faster than the torch
 and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
 
-* :mod:`.index_engine` (``--engine index``): the transformer's decoder for long runs.
-  Every decoder step runs in one numba kernel (:mod:`.decode_kernel`) over a flat program
-  of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
-  branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
-  step costs O(log T)-deep walks instead of O(T) scans.
-* relu-circuit's ``--engine fused`` and ``fused-float`` live with that backend
-  (:mod:`tm2nn.backends.relu_circuit.layered_engine`, kernels in
-  :mod:`~tm2nn.backends.relu_circuit.layered_kernel`).
-* rcnn's ``--engine fused`` lives with its construction
-  (:mod:`tm2nn.backends.rcnn.grid_engine`, kernels in :mod:`tm2nn.backends.rcnn.grid_kernel`).
+Every fused engine lives with its construction:
+
+* the transformer's decoder for long runs (``--engine index``):
+  :mod:`tm2nn.backends.transformer.engines`;
+* relu-circuit's ``--engine fused`` and ``fused-float``:
+  :mod:`tm2nn.backends.relu_circuit.layered_engine` (kernels in
+  :mod:`~tm2nn.backends.relu_circuit.layered_kernel`);
+* rcnn's ``--engine fused``: :mod:`tm2nn.backends.rcnn.grid_engine` (kernels in
+  :mod:`tm2nn.backends.rcnn.grid_kernel`).
 
 What every fused engine shares is here: numba's threading layer, the :data:`PARALLEL`
 lock and :class:`EngineRefused`; :mod:`.chain` reads a network as one chain of

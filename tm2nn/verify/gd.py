@@ -41,7 +41,7 @@ def check_one(compiled: Compiled, text: str, use_onnx: bool = False, progress=No
     from tm2nn.backends.gd_trace.machine_mode import run_gd, simplex_of
     from tm2nn.interp.machine import run_machine
     from tm2nn.interp.multitape import run_multitape
-    from tm2nn.verify.trace import compare_runs
+    from tm2nn.verify.runs import compare_runs
 
     low, ts = simplex_of(compiled)
     total = int(compiled.output_encoding["lowered_steps"])
@@ -87,7 +87,7 @@ class GDChecker(Checker):
 
     def space(self):
         from tm2nn.verify.check import InputSpace
-        from tm2nn.verify.trace import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
+        from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
 
         m = self.compiled.source
         cells = min(EXHAUSTIVE_CELLS, int(self.compiled.input_encoding["max_input"]))

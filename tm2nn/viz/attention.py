@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 from tm2nn.emit.torch_seq import record_attention
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.trace import encode_tokens, torch_runner
 
 from .render import figure, refuse_large
 

@@ -227,7 +227,7 @@ def test_the_same_run_in_float32_goes_wrong(wide):
     """The float64 choice is needed: the same net run in float32 loses the run."""
     from tm2nn.backends.rcnn.runtime import GridModel
     from tm2nn.emit.torch_emit import run_torch, to_torch
-    from tm2nn.verify.trace import compare_runs
+    from tm2nn.verify.runs import compare_runs
 
     _m, c = wide
     gm = GridModel(c)

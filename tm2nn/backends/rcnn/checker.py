@@ -11,7 +11,7 @@ from tm2nn.backends.rcnn.runtime import GridModel
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.verify.check import Checker, InputSpace
-from tm2nn.verify.trace import EXHAUSTIVE_TAPES, compare_runs
+from tm2nn.verify.runs import EXHAUSTIVE_TAPES, compare_runs
 
 
 class GridChecker(Checker):

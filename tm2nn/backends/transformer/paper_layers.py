@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn.backends.transformer.cls import CLS_LABEL
 from tm2nn.nets import Affine, Attention, Concat, Decode, Net, NetIRError, Op, ReLU, Slice
 
 #: Slot ranks within one paper transformer layer, in the order §4.1 applies them.
@@ -73,8 +74,6 @@ class PaperLayer:
 def is_cls_readout(op: Op) -> bool:
     """The θ_cls readout (:func:`tm2nn.backends.transformer.cls.cls_readout`): an affine
     map into the single label ``cls``."""
-    from tm2nn.backends.transformer.cls import CLS_LABEL
-
     return isinstance(op, Affine) and tuple(op.out.labels) == (CLS_LABEL,)
 
 

@@ -7,7 +7,7 @@ in float64, with one parameter perturbation per batch row: row ``r`` runs the ne
 across steps, Wei, Chen & Ma Definition D.5).  The emitted torch module cannot do this:
 it computes attention values on ``value_rows`` only and keeps histories of the key/value
 columns only, which a dense ``δ`` breaks.  With ``δ = 0`` the evaluator gives the emitted
-float64 module's taps bit for bit (tests/test_transformer_margin.py): the unperturbed
+float64 module's taps bit for bit (tests/backends/transformer/test_transformer_margin.py): the unperturbed
 affine maps are the emitted module's own, and the hard-max averages as the emitter does.
 
 Hard-max is the paper's (ties averaged, null key/value), with exact equality as the
@@ -31,7 +31,9 @@ import time
 
 import numpy as np
 
+from tm2nn.backends.transformer.runtime import encode
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
 
 #: the decoded fields of a tap group (:mod:`tm2nn.backends.transformer.decoding`)
@@ -96,7 +98,7 @@ def blocks_of(net) -> dict[str, dict[str, np.ndarray]]:
 class PerturbedTransformer:
     """A dense float64 evaluator of a transformer net with a per-row perturbation.
 
-    ``run(tokens, delta)``: ``tokens`` int64 ``[R, L]`` (``Compiled.encode``), ``delta``
+    ``run(tokens, delta)``: ``tokens`` int64 ``[R, L]`` (:func:`.runtime.encode`), ``delta``
     ``{block: {tensor: [R, *shape]}}`` (missing blocks or tensors: unperturbed) ->
     taps ``[R, T+1, tap_w]``."""
 
@@ -119,7 +121,7 @@ class PerturbedTransformer:
         self.tap_space = body.spaces[body.outputs[1]]
         # The unperturbed affine maps are the emitted module's own (same arithmetic, to the
         # last bit); the perturbation terms are added to them.
-        from tm2nn.emit.torch_emit import to_torch
+        from tm2nn.emit.torch_emit import to_torch  # loads torch (as this method does)
 
         emitted = to_torch(net, self.dtype).op(self.dec.name)
         self.index, self.affine = {}, {}
@@ -440,8 +442,6 @@ def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
 def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields") -> dict:
     import torch
 
-    from tm2nn.limits import check_memory
-
     if method not in ("random", "gradient"):
         raise ValueError(f"unknown attack method {method!r} (random, gradient)")
     if target not in ("fields", "cls"):
@@ -455,7 +455,7 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     check_memory(attack_memory(P, rows, method),
                  f"the {method} attack on {len(texts):,} inputs x {trials:,} trials ({P.n_params():,} "
                  "parameters per perturbation)", ("samples", "trials"))
-    tokens = torch.as_tensor(compiled.encode(texts)).repeat_interleave(trials, 0)
+    tokens = torch.as_tensor(encode(compiled, texts)).repeat_interleave(trials, 0)
     with torch.no_grad():
         ref = P.run(tokens[::trials]).repeat_interleave(trials, 0)        # [R, T+1, w]
     thr = P.threshold_columns()

@@ -13,14 +13,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import compile_tf
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.transformer import compile as compile_tf
-from tm2nn.nets import Attention, ReLU
-from tm2nn.syntax import load
-from tm2nn.verify import verify_compiled
-from tm2nn.verify.perturbed_decode import PerturbedTransformer, attack
-from tm2nn.verify.transformer_margin import (
+from tm2nn.backends.transformer.margin import (
     MarginError,
     ScoreGapError,
     _Plan,
@@ -31,6 +27,10 @@ from tm2nn.verify.transformer_margin import (
     score_gaps,
     tie_reasons,
 )
+from tm2nn.backends.transformer.perturbed_decode import PerturbedTransformer, attack
+from tm2nn.nets import Attention, ReLU
+from tm2nn.syntax import load
+from tm2nn.verify import verify_compiled
 
 TEXTS = {"bb4": ["", "1", "0110"], "binary_counter": ["0", "101", "11"]}
 
@@ -259,7 +259,7 @@ def test_evaluator_is_the_emitted_module_at_zero_perturbation(name, corrections)
         got0 = zero.run(tok, d).numpy()
     assert np.array_equal(want, got)      # the same function, to the last bit
     assert np.array_equal(want, got0)     # an explicit zero δ too
-    from tm2nn.verify.trace import run_taps
+    from tm2nn.backends.transformer.runtime import run_taps
     assert np.array_equal(run_taps(c, texts, "torch") > 0.5, got > 0.5)  # float32 engine: same fields
 
 
@@ -356,9 +356,9 @@ def test_bracketing_at_larger_T(name, T):
 
 
 def _accepts(**options) -> bool:
-    import inspect
+    from tm2nn.backends import get
 
-    return set(options) <= set(inspect.signature(compile_tf).parameters)
+    return set(options) <= {f.name for f in dataclasses.fields(get("transformer").Options)}
 
 
 @pytest.mark.skipif(not _accepts(correction_placement="layers", cls_readout=True),

@@ -15,11 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import compile_tf, engines
+from tests.backends.transformer.test_transformer import tapes as _tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tests.test_transformer import engines
-from tests.test_transformer import tapes as _tapes
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.attention import attention
 from tm2nn.backends.transformer.backend import BACKEND
 from tm2nn.backends.transformer.bounds import (
@@ -43,6 +42,8 @@ from tm2nn.backends.transformer.paper_layers import (
     decoder,
     paper_layers,
 )
+from tm2nn.backends.transformer.reference import expected_cls
+from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 from tm2nn.interp import run_machine
 from tm2nn.ir import GridMachine
 from tm2nn.nets import Attention, Net, Port, ReLU, Slice, Space, SparseMatrix, StopGradient
@@ -50,7 +51,6 @@ from tm2nn.nets.round import round_correction
 from tm2nn.options import OptionError
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled
-from tm2nn.verify.trace import encode_tokens, expected_cls, torch_runner
 
 #: the module (the package re-exports its function ``build`` under the same name)
 build_mod = importlib.import_module("tm2nn.backends.transformer.build")
@@ -338,7 +338,7 @@ def test_cls_off_changes_nothing():
     tok = encode_tokens(off.input_encoding, ["0110", "1"])
     a, b = torch_runner(off.net)(tok), torch_runner(on.net)(tok)
     np.testing.assert_array_equal(a, b[..., :tap_w])
-    assert type(BACKEND.checker(off)).__name__ == "TraceChecker"
+    assert type(BACKEND.reference(off)).__name__ == "TraceChecker"
     assert off.run("0110") == on.run("0110")
 
 
@@ -346,7 +346,7 @@ def test_cls_off_changes_nothing():
 def test_function_class_of_a_model():
     m = load(EXAMPLES / "bb3.tm")
     c = compile_tf(m, steps=20)
-    fc = BACKEND.function_class(c)
+    fc = BACKEND.analyses["function_class"](c)
     assert set(fc) >= {"w", "d", "d_total", "alpha", "alpha_per_step", "p", "beta"}
     assert fc["theorem"] == "Theorem 4.1" and fc["scaling"]["k"] == len(m.states) and fc["scaling"]["T"] == 20
     lay = Layout.from_json(c.output_encoding["layout"])

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tm2nn.engines import EngineRefused
-from tm2nn.engines import decode_kernel as K
-from tm2nn.engines.decode_kernel import (
+from tm2nn.backends.transformer.engines import decode_kernel as K
+from tm2nn.backends.transformer.engines.decode_kernel import (
     A_WIDTH,
     OP_AFFINE,
     OP_ATTN,
@@ -40,7 +39,7 @@ from tm2nn.engines.decode_kernel import (
     OP_RELU,
     PROG_WIDTH,
 )
-from tm2nn.engines.hardmax_index import (
+from tm2nn.backends.transformer.engines.hardmax_index import (
     IM_CAP,
     IM_D,
     IM_HIST,
@@ -54,6 +53,7 @@ from tm2nn.engines.hardmax_index import (
     IM_WIDTH,
     MAX_KEY_BITS,
 )
+from tm2nn.engines import EngineRefused
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, Net, ReLU, Slice
 from tm2nn.nets.positions import BinaryPositions
 
@@ -89,7 +89,7 @@ class NetProgram:
 
 @dataclass
 class DecodeProgram:
-    """Everything the driver needs (:class:`tm2nn.engines.index_engine.IndexEngine`)."""
+    """Everything the driver needs (:class:`.index_engine.IndexEngine`)."""
 
     body: NetProgram
     prologue: NetProgram

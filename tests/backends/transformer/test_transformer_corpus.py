@@ -5,7 +5,7 @@ on the index engine, and with softmax attention at beta = SOFTMAX_BETA.
 All but one of the 200 halt within 289 steps, and they run to halting on every engine.
 The exception halts at step 6,445 (2x4 ``1RB3LA1LA1RA_2LA1RZ3LA3RB``): a dense decoder
 scans every past step, so its run costs O(T^2): it took half the test's time.  It runs
-to halting on the index engine with hard-max (tests/test_index_engine.py proves step by
+to halting on the index engine with hard-max (tests/backends/transformer/test_index_engine.py proves step by
 step that this engine computes the torch module's function) and in onnxruntime with
 softmax (the longest softmax run, where the error bound i·e^{-beta} of docs/transformer.md
 "Softmax" is largest); torch (both attentions) and onnxruntime with hard-max run its first
@@ -17,8 +17,7 @@ import random
 
 import pytest
 
-from tests.test_transformer import corpus_machines, engines
-from tm2nn.backends.transformer import compile as compile_tf
+from tests.backends.transformer.test_transformer import compile_tf, corpus_machines, engines
 from tm2nn.verify import verify_compiled
 
 STEMS = ("2x2", "2x3", "2x4", "3x2", "4x2")

@@ -1,6 +1,6 @@
 """All-layer margin of the transformer backend (Wei, Chen & Ma §4, App. C and D): score
 gaps read off the built weights, a certified lower bound on the per-layer margin, and
-the report that puts it next to the attacks of :mod:`tm2nn.verify.perturbed_decode`.
+the report that puts it next to the attacks of :mod:`.perturbed_decode`.
 The derivation is docs/transformer_margin.md (next to the circuit one, docs/relu_circuit.md).
 
 * :func:`score_gaps` / :func:`check_score_gaps` — for every hard-max attention op, from
@@ -17,33 +17,47 @@ The derivation is docs/transformer_margin.md (next to the circuit one, docs/relu
 * :func:`margin_report` / :func:`margin_table` — certified radius and both attacks, with
   and without the Prop. 3.4 corrections (what ``tm2nn margin --backend transformer``
   prints).
+* :func:`margin` and :func:`certified_margin` — the backend's ``margin`` and
+  ``certified_margin`` analyses.
 
 The bound rests on the construction's invariant (the paper's proof of Theorem 4.1: "all
 of the intermediate layers are sparse binary vectors"): in the exact run every value an
 affine or attention op reads is a 0/1 vector, except the hidden layer of a round
 correction, and every ReLU and attention output lies in [0, 1]
-(tests/test_transformer_margin.py checks it on reference runs).
+(tests/backends/transformer/test_transformer_margin.py checks it on reference runs).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 
-from tm2nn.errors import Tm2nnError
+from tm2nn.backends.protocol import Table
+from tm2nn.backends.transformer.model import Options, check_source, options
+from tm2nn.backends.transformer.model import compile as compile_model
+from tm2nn.backends.transformer.perturbed_decode import (
+    UnsupportedNet,
+    attack,
+    net_of,
+    transformer_parts,
+)
+from tm2nn.errors import OptionError, Tm2nnError
+from tm2nn.limits import check_int, check_seed
 from tm2nn.nets import Affine, Attention, BinaryPositions, Concat, ReLU, Slice
 from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.nets.round import ROUND_RADIUS as SIGMA  # round is exact within SIGMA of a bit
+from tm2nn.verify.check import InputSpace
 
 # The margin toolkit, shared with the circuit margin so that there is one copy: ``_lin`` (an
 # affine layer's ‖W‖_op by Schur's bound) and ``_sup`` (bisection on log ε).
 from tm2nn.verify.margin_toolkit import affine_bounds as _lin
 from tm2nn.verify.margin_toolkit import sup_log as _sup
-from tm2nn.verify.perturbed_decode import UnsupportedNet, attack, net_of, transformer_parts
+from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
 
 #: a decoded coordinate (argmax of a one-hot group, or a bit > 1/2) keeps its value while
 #: its error stays below this
@@ -622,16 +636,13 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     """One row per corrections setting: ``machine`` (a line Machine, or a compiled
     transformer whose source is recompiled) compiled with ``steps``, ``corrections``,
     ``attention`` and ``compile_options`` (other options of
-    :func:`tm2nn.backends.transformer.compile`; a correction placement applies to the rows
+    :class:`.model.Options`; a correction placement applies to the rows
     with corrections only); the certified radius (None for softmax, which it does not cover)
     and its binding check; the random attack (``trials`` directions per input) and the
     gradient attack (``max(1, trials // 4)`` starts per input, ``attack_steps`` steps,
     from the random attack's ε); the smallest flipping ε and where it flipped (input,
     decoder step, field, tap coordinate).  The attacks refuse, before allocating, what
     would not fit in memory (:func:`tm2nn.limits.check_memory`)."""
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.limits import check_int, check_seed
-
     trials = check_int("trials", trials, 1)
     attack_steps = check_int("attack_steps", attack_steps, 0)
     seed = check_seed("seed", seed)
@@ -644,7 +655,7 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     rows = []
     for corr in corrections:
         opts = {k: v for k, v in compile_options.items() if corr or k != "correction_placement"}
-        comp = compile_tf(source, steps=steps, corrections=bool(corr), attention=attention, **opts)
+        comp = compile_model(source, options(steps=steps, corrections=bool(corr), attention=attention, **opts))
         cert = certified_radius(comp) if attention == "hardmax" else None
         rnd = attack(comp, texts, eps_max, "random", trials, seed=seed)
         grd = attack(comp, texts, eps_max, "gradient", max(1, trials // 4), steps=attack_steps, seed=seed,
@@ -674,9 +685,7 @@ def _num(x) -> str:
 
 
 def margin_table(rows: list[dict]):
-    """:func:`margin_report` rows as a :class:`~tm2nn.backends.base.Table` (the CLI's)."""
-    from tm2nn.backends.base import Table
-
+    """:func:`margin_report` rows as a :class:`~tm2nn.backends.protocol.Table` (the CLI's)."""
     def where(r):
         b = r["binding"]
         return "-" if not b else f"{b['check']} {b['op']} (step {b['step']})"
@@ -702,3 +711,34 @@ def margin_table(rows: list[dict]):
     return Table(title, ["corrections", "decoder steps", "certified (lower bound)", "binds at",
                          "tightest layer budgets", "gradient attack (upper)", "random directions (upper)",
                          "first flip"], out, json=rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# E. The backend's analyses
+# ---------------------------------------------------------------------------------------------
+def certified_margin(compiled) -> dict:
+    """The certified per-layer all-layer margin (:func:`certified_radius`, derived in
+    docs/transformer_margin.md): Lemma 2.3's γ for :mod:`tm2nn.verify.statistics`."""
+    r = certified_radius(compiled, per_step=False, budgets=False)
+    return {**r, "kind": "per-layer: every parameter block moves by <= radius (l2) at every decoder step; "
+                         "a lower bound on rho (docs/transformer_margin.md)"}
+
+
+def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None) -> Table:
+    """Wei-Chen-Ma's all-layer margin of the transformer: the certified lower bound and two
+    attacks (:func:`margin_report`), on ``samples`` tapes of the verifier's input space; with
+    and without corrections (only without, for ``--no-corrections``)."""
+    if engines and set(engines) != {"torch"}:
+        raise OptionError("the transformer's margin attacks run in torch (they need its gradients): "
+                          "{engines} takes only torch", "engines")
+    samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
+    seed = check_seed("seed", seed)
+    check_source(ir)
+    space = InputSpace(ir.alphabet, 0, min(EXHAUSTIVE_CELLS, opts.steps + 1), EXHAUSTIVE_TAPES)
+    texts = space.pick(samples, seed)[0]
+    if len(texts) > samples:  # an exhaustive space larger than asked: a seeded sample of it
+        texts = random.Random(seed).sample(texts, samples)
+    rows = margin_report(ir, texts, steps=opts.steps, corrections=(True, False) if opts.corrections else (False,),
+                         seed=seed, trials=trials, attention=opts.attention,
+                         correction_placement=opts.correction_placement)
+    return margin_table(rows)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.conftest import CORPUS, EXAMPLES
 from tests.strategies import machines
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.layout import Layout
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
@@ -23,6 +23,11 @@ from tm2nn.syntax import load, load_all
 from tm2nn.verify import verify_compiled
 
 LINE_EXAMPLES = [p for p in sorted(EXAMPLES.glob("*.tm")) if not isinstance(load(p), GridMachine)]
+
+
+def compile_tf(m, **options):
+    """The transformer model of ``m`` with ``options`` (the user's handle)."""
+    return tm2nn.compile(m, "transformer", **options)
 
 
 def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
@@ -48,7 +53,7 @@ def test_examples_match_interpreter_every_step(path):
     """Every step to T = 120 (bb4 halts at 107 on the blank tape) on the index engine.
     Torch runs to the last of these tapes' halting steps, plus 4 steps of the halted
     configuration (at most T): after that the steps repeat it, which the index engine
-    checks to T, and tests/test_index_engine.py proves it computes the torch module's
+    checks to T, and tests/backends/transformer/test_index_engine.py proves it computes the torch module's
     function step by step (the halted steps were most of torch's time here)."""
     m = load(path)
     inputs = tapes(m, 25)
@@ -128,7 +133,7 @@ def test_shared_history_is_the_per_layer_search(m, seed):
     """The C.5/C.6 layers attending over the search input's history (one cache) compute
     the same taps as each layer attending over its own input's (Claims C.4–C.6 read
     literally; docs/transformer.md), in torch and in onnxruntime."""
-    from tm2nn.verify.trace import encode_tokens, torch_runner
+    from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 
     inputs = tapes(m, 4, seed, max_len=5)
     shared, literal = compile_tf(m, steps=12), compile_tf(m, steps=12, shared_history=False)
@@ -146,9 +151,9 @@ def c_layers(c) -> int:
 
 def readout_reports(c, inputs: list[str]) -> list[dict]:
     """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
+    from tm2nn.backends.transformer.runtime import encode_tokens
     from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.modelfile.formats import onnx_model
-    from tm2nn.verify.trace import encode_tokens
 
     model = onnx_model(c)
     names = [o.name for o in model.graph.output]
@@ -208,7 +213,7 @@ def test_a_wrong_weight_is_caught_at_the_right_step():
 
 
 def test_softmax_needs_a_cold_enough_beta():
-    from tm2nn.verify.beta import find_beta
+    from tm2nn.backends.transformer.beta import find_beta
 
     m = load(EXAMPLES / "binary_increment.tm")
     inputs = ["1011", "111", "", "10"]
@@ -254,7 +259,7 @@ def test_cli_verify_and_info(run_cli):
 def test_decoded_taps_are_exact_zero_one():
     m = load(EXAMPLES / "bb3.tm")
     c = compile_tf(m, steps=21)
-    from tm2nn.verify.trace import encode_tokens, torch_runner
+    from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 
     taps = torch_runner(c.net)(encode_tokens(c.input_encoding, ["", "11"]))
     assert np.max(np.minimum(np.abs(taps), np.abs(taps - 1))) < 1e-5
@@ -266,12 +271,13 @@ def test_ten_thousand_steps_binary_counter():
     index engine, every step checked against the interpreter, and the decoded report.  The
     ONNX model scans every past step at every step (O(T^2): about 40 s at T = 10^4), so
     onnxruntime runs T = 2,048 (4,096 decoder steps, w_pos = 14): every step, and the
-    model's own decoded outputs.  tests/test_index_engine.py proves step by step that the
+    model's own decoded outputs.  tests/backends/transformer/test_index_engine.py proves step by step that the
     index engine computes the torch module's function, on every example."""
     from tm2nn.backends.transformer.decoding import TraceDecoder
+    from tm2nn.backends.transformer.runtime import encode_tokens, run_taps
     from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.modelfile.formats import onnx_model
-    from tm2nn.verify.trace import encode_tokens, first_divergence, run_taps
+    from tm2nn.verify.runs import first_divergence
 
     m = load(EXAMPLES / "binary_counter.tm")
     text = "0" * 14

@@ -12,16 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import LINE_EXAMPLES, compile_tf, tapes
 from tests.conftest import EXAMPLES
 from tests.strategies import machines
-from tests.test_transformer import LINE_EXAMPLES, tapes
-from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.decoding import TraceDecoder
-from tm2nn.emit.torch_emit import to_torch
-from tm2nn.emit.torch_seq import record_attention
-from tm2nn.engines import EngineRefused
-from tm2nn.engines import decode_kernel as K
-from tm2nn.engines.hardmax_index import (
+from tm2nn.backends.transformer.engines import decode_kernel as K
+from tm2nn.backends.transformer.engines.hardmax_index import (
     IM_CAP,
     IM_D,
     IM_NV,
@@ -30,7 +26,10 @@ from tm2nn.engines.hardmax_index import (
     MAX_KEY_BITS,
     STACK,
 )
-from tm2nn.engines.index_engine import IndexEngine
+from tm2nn.backends.transformer.engines.index_engine import IndexEngine
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_seq import record_attention
+from tm2nn.engines import EngineRefused
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.nets import Decode
@@ -313,7 +312,7 @@ def _index(keys, vals, d):
 def test_lookup_equals_brute_force(d, data):
     """Top score, the items at it and their value sums, for any integer weights (zeros,
     negatives, ties, duplicate keys) and any threshold."""
-    from tm2nn.engines.hardmax_index import index_query
+    from tm2nn.backends.transformer.engines.hardmax_index import index_query
 
     n = data.draw(st.integers(1, 40))
     keys = data.draw(st.lists(st.integers(0, 2**d - 1), min_size=n, max_size=n))

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tm2nn.engines.hardmax_index import (
+from tm2nn.backends.transformer.engines.hardmax_index import (
     IM_D,
     IM_HIST,
     IM_KEYCOLS,

@@ -27,15 +27,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from tm2nn import interrupt
-from tm2nn.engines import EngineRefused
-from tm2nn.engines import decode_kernel as K
-from tm2nn.engines.decode_program import (
+from tm2nn.backends.transformer.engines import decode_kernel as K
+from tm2nn.backends.transformer.engines.decode_program import (
     MEMORY,
     DecodeProgram,
     build_program,
     imeta_for,
 )
-from tm2nn.engines.hardmax_index import MAX_KEY_BITS, STACK
+from tm2nn.backends.transformer.engines.hardmax_index import MAX_KEY_BITS, STACK
+from tm2nn.engines import EngineRefused
+from tm2nn.limits import check_memory
 from tm2nn.nets.positions import BinaryPositions
 
 #: bytes per index item: leaf key (8), count (4), crit-bit node: bit, 2 children, count,
@@ -194,8 +195,6 @@ class IndexEngine:
         ``stop(taps, n)`` (taps ``[B, n + 1, tap_w]`` so far) may end the run early by
         returning True.  Ctrl-C (:func:`tm2nn.interrupt.graceful`) raises
         :class:`~tm2nn.interrupt.Interrupted` with the taps so far."""
-        from tm2nn.limits import check_memory
-
         steps = self.steps if steps is None else int(steps)
         if not 0 <= steps <= self.steps:
             raise ValueError(f"the decoder runs at most {self.steps} steps (its positions), not {steps}")
