@@ -13,6 +13,7 @@ from tm2nn.backends.transformer.bounds import function_class_of
 from tm2nn.backends.transformer.decoding import TraceDecoder, description
 from tm2nn.backends.transformer.margin import certified_margin, margin
 from tm2nn.backends.transformer.model import Options, compile
+from tm2nn.backends.transformer.pictures import attention_weights
 from tm2nn.backends.transformer.reference import TraceChecker
 from tm2nn.backends.transformer.runtime import encode, run_taps
 from tm2nn.backends.transformer.statistics import statistics_bracket
@@ -73,6 +74,7 @@ BACKEND = Backend(
     model_keys={"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",
                 "tm2nn.input_encoding/blank": "string", "tm2nn.output_encoding/layout": "object",
                 "tm2nn.output_encoding/lowering": "object", "tm2nn.output_encoding/source_steps": "int"},
+    pictures={"attention": attention_weights},
     examples=(Example("bb4.tm", (
         "compile {ex}/bb4.tm --backend transformer --steps 110 -o {out}/bb4_transformer.onnx --json",
         "verify {ex}/bb4.tm --backend transformer --steps 110 --json")),),
