@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tm2nn import load_model
+from tm2nn.backends.gd_trace.check import learn_report
 from tm2nn.backends.gd_trace.extended import (
     Constants,
     Extended,
@@ -31,9 +32,8 @@ from tm2nn.emit.onnx_emit import run_onnx, to_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.syntax import gd_layout, load, parse_text
-from tm2nn.verify.gd import learn_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "sign_sum_3x2.tm"
 CSV = ROOT / "examples" / "sign_sum_3x2.csv"
 
