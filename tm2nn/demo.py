@@ -40,9 +40,8 @@ def default_examples_dir() -> Path:
 def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
     from tm2nn.api import run_circuit
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
     from tm2nn.interp import run_machine
-    from tm2nn.ir import Circuit, Learner
+    from tm2nn.ir import Circuit, Learner, NoisyLearner
     from tm2nn.syntax import EXTENSIONS, load
 
     rows = []

@@ -26,6 +26,7 @@ import json
 import struct
 from pathlib import Path
 
+from tm2nn import backends as registry
 from tm2nn.errors import Tm2nnError
 
 #: what the manifest's ``manifest`` field says, and the schema version it follows
@@ -228,10 +229,15 @@ def check_manifest(m, path) -> None:
 
 
 def net_of(m: dict, arrays: dict, path):
-    """The network IR the manifest and arrays describe, or one error naming the file."""
+    """The network IR the manifest and arrays describe, or one error naming the file.  The
+    backend the manifest names is loaded first (through the backend registry): a
+    construction registers its own activations (:func:`tm2nn.nets.activations.register`)
+    when it is imported, and its net may use them."""
     from tm2nn.nets import NetIRError
     from tm2nn.nets.serial import net_from_json, space_from_json
 
+    if m["backend"] in registry.names():
+        registry.get(m["backend"])
     try:
         spaces = [space_from_json(row) for row in m["spaces"]]
         return net_from_json(m["net"], arrays, spaces)

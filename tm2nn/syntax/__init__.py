@@ -143,8 +143,7 @@ def dump(obj, fmt: str) -> str:
     mod = format_module(fmt)
     if not hasattr(mod, "dump"):
         raise Tm2nnError(f"tm2nn cannot write the {fmt!r} format")
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-    from tm2nn.ir import Circuit, Learner
+    from tm2nn.ir import Circuit, Learner, NoisyLearner
 
     if isinstance(obj, (Learner, NoisyLearner)) and fmt != "circ":
         raise Tm2nnError(f"only the 'circ' format can hold a learner, not {fmt!r}")
