@@ -93,7 +93,7 @@ def relu_row(name: str, m, texts: list[str], T: int, attacks: bool) -> dict:
 
     t0 = time.perf_counter()
     c = tm2nn.compile(m, "relu-circuit", steps=T)
-    fc = c.spec.function_class(c)
+    fc = c.analysis("function_class")(c)
     cert = certified_radius(c)["radius"]
     row = {"bench": f"margin study {name} T={T} relu-circuit", "machine": name, "route": "relu-circuit", "T": T,
            "w": fc["w"], "d": fc["d"], "d_total": fc["d"], "alpha": round(fc["alpha"], 1),

@@ -39,7 +39,8 @@ def bench_grid(m, rows: int, cols: int, batch: int, steps: int, fused_only: bool
     from tm2nn.backends.rcnn import machine_form
     from tm2nn.backends.rcnn.build import filter_for, machine_net
     from tm2nn.backends.rcnn.machine_io import decode_run, start_grids
-    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.emit.torch_emit import run_torch, to_torch
     from tm2nn.engines.grid_engine import GridEngine, GridOptions
     from tm2nn.interp import run_machine

@@ -58,11 +58,11 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
     import torch
 
     from tm2nn.compiler import compile as tm2nn_compile
-    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
     from tm2nn.emit.torch_emit import to_torch
     from tm2nn.engines.layered_engine import LayeredEngine
     from tm2nn.interp import eval_circuit, random_inputs
-    from tm2nn.model_io import metadata
+    from tm2nn.modelfile.metadata import metadata
     from tm2nn.syntax import load
 
     c = load(path)

@@ -39,9 +39,9 @@ ENGINES = ("torch", "onnxruntime", "onnxruntime_mt")
 def bench_one(m, steps: int, engines=ENGINES) -> dict:
     from tm2nn.backends.transformer import compile as compile_tf
     from tm2nn.backends.transformer.decoding import TraceDecoder
-    from tm2nn.emit.onnx_emit import onnx_session, run_onnx
+    from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
     from tm2nn.interp import run_machine
-    from tm2nn.model_io import onnx_model
+    from tm2nn.modelfile.formats import onnx_model
     from tm2nn.verify.trace import encode_tokens, torch_runner
 
     load = round(os.getloadavg()[0], 2)

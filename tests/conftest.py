@@ -16,10 +16,10 @@ try:  # the same for numba's parallel kernels (the fused engines) ...
 except ImportError:  # pragma: no cover
     pass
 try:  # ... and onnxruntime's sessions (callers import onnx_session when they run)
-    import tm2nn.emit.onnx_emit as _onnx_emit
+    import tm2nn.emit.onnx_runtime as _onnx_runtime
 
-    _session = _onnx_emit.onnx_session
-    _onnx_emit.onnx_session = lambda model, threads=None: _session(model, 1 if threads is None else threads)
+    _session = _onnx_runtime.onnx_session
+    _onnx_runtime.onnx_session = lambda model, threads=None: _session(model, 1 if threads is None else threads)
 except ImportError:  # pragma: no cover
     pass
 

@@ -17,7 +17,8 @@ from tests.strategies import machines
 from tests.test_transformer import LINE_EXAMPLES, tapes
 from tm2nn.backends.transformer import compile as compile_tf
 from tm2nn.backends.transformer.decoding import TraceDecoder
-from tm2nn.emit.torch_emit import record_attention, to_torch
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_seq import record_attention
 from tm2nn.engines import EngineRefused
 from tm2nn.engines import decode_kernel as K
 from tm2nn.engines.hardmax_index import (

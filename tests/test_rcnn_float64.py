@@ -26,7 +26,8 @@ from tm2nn.backends.rcnn.filter_net import (
     net_dtype,
 )
 from tm2nn.backends.rcnn.machine_io import value_tolerance
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.syntax import load, parse_text
@@ -242,7 +243,7 @@ def test_info_says_float64(wide):
 
 def test_float64_model_files_eval(wide, run_cli, tmp_path):
     """compile -o then eval from .onnx, .pt and .safetensors: the loaders rebuild float64 nets."""
-    from tm2nn.model_io import load_model
+    from tm2nn.api import load_model
 
     m, c = wide
     for suffix, inp in ((".onnx", "01"), (".pt", ""), (".safetensors", "1")):
@@ -279,9 +280,9 @@ def test_sign_sum_3x2_compiles_and_verifies_in_float64():
 
 # -- the ONNX emitter's float64 mode on the other ops -------------------------------------------
 def test_onnx_float64_emission_of_the_other_ops():
-    from tests import test_emit_seq as seq
-    from tests.test_emit import mixed_net, np_eval, np_outputs, rand_inputs
-    from tests.test_emit_activation import FNS, act_net, in_domain, sample_points
+    from tests.core.emit import test_emit_seq as seq
+    from tests.core.emit.test_emit import mixed_net, np_eval, np_outputs, rand_inputs
+    from tests.core.emit.test_emit_activation import FNS, act_net, in_domain, sample_points
 
     def model(net):
         m = to_onnx(net, dtype="float64")

@@ -147,7 +147,7 @@ def test_cli_compile_eval_and_info_from_the_model_file(run_cli, tmp_path):
 
 
 def test_onnx_size_does_not_grow_with_the_step_bound():
-    from tm2nn.emit.onnx_emit import to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
 
     m = load(EXAMPLES / "bb3.tm")
     sizes = [len(to_onnx(compile_rcnn(m, steps=t, max_input=0).net).SerializeToString()) for t in (5, 50, 500)]

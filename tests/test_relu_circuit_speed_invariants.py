@@ -25,7 +25,7 @@ from tests.conftest import EXAMPLES
 from tests.strategies import circuits
 from tm2nn.backends.relu_circuit import compile as relu_compile
 from tm2nn.ir import Circuit, Gate
-from tm2nn.model_io import weights_sha256
+from tm2nn.modelfile.metadata import weights_sha256
 from tm2nn.syntax import load, parse_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -6,10 +6,11 @@ import pytest
 
 from tests.conftest import CORPUS
 from tm2nn.compiler import compile as tm2nn_compile
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.engines.layered_engine import LayeredEngine
-from tm2nn.model_io import metadata
+from tm2nn.modelfile.metadata import metadata
 from tm2nn.syntax import load
 from tm2nn.verify import verify_compiled
 

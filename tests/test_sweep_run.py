@@ -199,7 +199,7 @@ print(json.dumps([big["peak_rss_mb"], small["peak_rss_mb"], big["outcome"], smal
 def test_init_worker_sets_one_thread(monkeypatch):
     import torch
 
-    import tm2nn.emit.onnx_emit as onnx_emit
+    import tm2nn.emit.onnx_runtime as onnx_emit
 
     for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         monkeypatch.setenv(var, "7")

@@ -146,8 +146,8 @@ def c_layers(c) -> int:
 
 def readout_reports(c, inputs: list[str]) -> list[dict]:
     """The compiled ONNX model's own decoded outputs (readout.py), as run reports."""
-    from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.emit.onnx_runtime import run_onnx
+    from tm2nn.modelfile.formats import onnx_model
     from tm2nn.verify.trace import encode_tokens
 
     model = onnx_model(c)
@@ -269,8 +269,8 @@ def test_ten_thousand_steps_binary_counter():
     model's own decoded outputs.  tests/test_index_engine.py proves step by step that the
     index engine computes the torch module's function, on every example."""
     from tm2nn.backends.transformer.decoding import TraceDecoder
-    from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.emit.onnx_runtime import run_onnx
+    from tm2nn.modelfile.formats import onnx_model
     from tm2nn.verify.trace import encode_tokens, first_divergence, run_taps
 
     m = load(EXAMPLES / "binary_counter.tm")

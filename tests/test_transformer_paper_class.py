@@ -255,8 +255,8 @@ def test_softmax_with_every_layer_corrected_verifies():
 # --------------------------------------------------------------------------------- θ_cls
 def _cls_values(c, inputs: list[str]):
     """θ_clsᵀ o_T' from the torch module's last tap and from the ONNX model's ``cls``."""
-    from tm2nn.emit.onnx_emit import run_onnx
-    from tm2nn.model_io import onnx_model
+    from tm2nn.emit.onnx_runtime import run_onnx
+    from tm2nn.modelfile.formats import onnx_model
 
     tok = encode_tokens(c.input_encoding, inputs)
     taps = torch_runner(c.net)(tok)

@@ -12,10 +12,21 @@ once at the edges of the graph.
 
 In the torch module every op tensor is a named ``nn.Parameter`` (frozen unless the
 construction trains it) holding exactly what :meth:`tm2nn.nets.Net.info` counts, and each
-op caches its runtime form (:mod:`tm2nn.emit.torch_emit`).
+op caches its runtime form (:mod:`tm2nn.emit.torch_net`).
 
-The entry points are imported lazily, so ``tm2nn.emit.onnx_emit`` (``tm2nn eval`` on an
-``.onnx`` file) does not import torch.
+Each emitter is a table, op type -> emitter, filled beside each op's emitter code
+(``@torch_emitter(Affine)`` on a module class, ``@onnx_emitter(Affine)`` on a function), so
+a new op is one entry in each:
+
+* torch: :mod:`.torch_net` (:class:`NetModule`, the op modules' base, the table),
+  :mod:`.torch_ops`, :mod:`.torch_seq`, :mod:`.torch_grid` (the op modules),
+  :mod:`.torch_emit` (:func:`to_torch`, :func:`run_torch`, progress);
+* ONNX: :mod:`.onnx_graph` (the emitter's state and the table), :mod:`.onnx_ops`,
+  :mod:`.onnx_seq`, :mod:`.onnx_grid` (the op emitters), :mod:`.onnx_model` (model
+  assembly, metadata, files), :mod:`.onnx_runtime` (onnxruntime sessions, :func:`run_onnx`).
+
+The entry points are imported lazily, so the ONNX modules (``tm2nn eval`` on an ``.onnx``
+file) do not import torch.
 """
 
 from __future__ import annotations
@@ -92,14 +103,15 @@ def affine_form(op: "Affine", batch: int = BULK_BATCH) -> str:
 _LAZY = {
     "to_torch": "tm2nn.emit.torch_emit",
     "run_torch": "tm2nn.emit.torch_emit",
-    "NetModule": "tm2nn.emit.torch_emit",
-    "OpModule": "tm2nn.emit.torch_emit",
-    "AffineModule": "tm2nn.emit.torch_emit",
-    "to_onnx": "tm2nn.emit.onnx_emit",
-    "to_onnx_step": "tm2nn.emit.onnx_emit",
-    "save_onnx": "tm2nn.emit.onnx_emit",
-    "run_onnx": "tm2nn.emit.onnx_emit",
-    "onnx_metadata": "tm2nn.emit.onnx_emit",
+    "NetModule": "tm2nn.emit.torch_net",
+    "OpModule": "tm2nn.emit.torch_net",
+    "AffineModule": "tm2nn.emit.torch_ops",
+    "to_onnx": "tm2nn.emit.onnx_model",
+    "to_onnx_step": "tm2nn.emit.onnx_model",
+    "save_onnx": "tm2nn.emit.onnx_model",
+    "onnx_metadata": "tm2nn.emit.onnx_model",
+    "run_onnx": "tm2nn.emit.onnx_runtime",
+    "onnx_session": "tm2nn.emit.onnx_runtime",
 }
 
 __all__ = ["affine_form", "FORMS", "STEP_BATCH", "BULK_BATCH", "DENSE_WORK", "ELL_MAX_K", "ELL_MAX_DENSITY", "SCATTER_MAX_DENSITY", *_LAZY]

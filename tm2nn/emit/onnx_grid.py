@@ -1,5 +1,5 @@
-"""ONNX emission of the grid ops (:mod:`tm2nn.nets.grid`), called by
-:class:`tm2nn.emit.onnx_emit._Emitter`.
+"""The ONNX emitters of the grid ops (:mod:`tm2nn.nets.grid`), one table entry each
+(:func:`~tm2nn.emit.onnx_graph.onnx_emitter`; conventions in :mod:`tm2nn.emit.onnx_graph`).
 
 A grid is ``[batch, height, width]`` inside the graph as outside.  ``PatchMap`` ``X``:
 ``Pad`` with the padding value, nine ``Slice`` views (one per 3×3 offset, bounds from
@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from tm2nn.emit.onnx_graph import _DecodeCtx, _Emitter, onnx_emitter, weight_bytes
 from tm2nn.nets.grid import PATCH_OFFSETS, GridReadout, MemoryGrid, PatchMap
 
 
-def patch_map(em, op: PatchMap, out: list, x: str, base: str, final: str) -> None:
+def _body_bytes(op: PatchMap | GridReadout, batch: int) -> int:
+    return 64 + weight_bytes(op.body, batch)  # + offsets, padding, column
+
+
+@onnx_emitter(PatchMap, weight_bytes=_body_bytes)
+def patch_map(em: _Emitter, op: PatchMap, out: list, ins: list[str], base: str, final: str,
+              ctx: _DecodeCtx | None) -> None:
+    x = ins[0]
     zero, one = em.ints(base, 0), em.ints(base, 1)
     steps = [("pad", "Pad", [x, em.ints(base, 0, 1, 1, 0, 1, 1), em.init(f"{base}.pad", em.scalar(op.pad))],
               {"mode": "constant"}),
@@ -38,7 +46,10 @@ def patch_map(em, op: PatchMap, out: list, x: str, base: str, final: str) -> Non
     em.steps(out, base, final, [("grid", "Reshape", [env[op.body.outputs[0]], got["shape"]], {})], bare=False)
 
 
-def memory_grid(em, op: MemoryGrid, out: list, z: str, base: str, final: str) -> None:
+@onnx_emitter(MemoryGrid, weight_bytes=lambda op, batch: 4 * op.weight.size + 32)
+def memory_grid(em: _Emitter, op: MemoryGrid, out: list, ins: list[str], base: str, final: str,
+                ctx: _DecodeCtx | None) -> None:
+    z = ins[0]
     d_mem, _d_in = op.weight.shape
     steps = [("z", "Transpose", [z], {"perm": [1, 0]}),                                     # [B, d_in]
              ("z.rows", "Unsqueeze", ["@z", em.ints(base, 1)], {}),                          # [B, 1, d_in]
@@ -60,7 +71,10 @@ def memory_grid(em, op: MemoryGrid, out: list, z: str, base: str, final: str) ->
     em.steps(out, base, final, steps, op.cite, bare=False)
 
 
-def grid_readout(em, op: GridReadout, out: list, x: str, base: str, final: str) -> None:
+@onnx_emitter(GridReadout, weight_bytes=_body_bytes)
+def grid_readout(em: _Emitter, op: GridReadout, out: list, ins: list[str], base: str, final: str,
+                 ctx: _DecodeCtx | None) -> None:
+    x = ins[0]
     steps = [("shape", "Shape", [x], {}),
              ("batch", "Slice", ["@shape", em.ints(base, 0), em.ints(base, 1)], {})]
     if op.column is not None:

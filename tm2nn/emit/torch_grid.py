@@ -5,7 +5,7 @@ A ``grid`` value is ``[batch, height, width]`` (the same inside the net and outs
 filter of a :class:`~tm2nn.nets.PatchMap` runs on all patches at once: the nine shifted
 views of the padded grid are stacked into one feature-major ``[9, batch·height·width]``
 matrix and the body net runs on it, so there is no Python loop over cells.  The modules follow
-:mod:`tm2nn.emit.torch_emit`'s conventions (Parameters, caches, hooks, ``to_op``).
+:mod:`tm2nn.emit.torch_net`'s conventions (Parameters, caches, hooks, ``to_op``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from tm2nn.emit.torch_emit import NetModule, OpModule, _net_fm
+from tm2nn.emit import BULK_BATCH
+from tm2nn.emit.torch_net import NetModule, OpModule, _net_fm, torch_emitter
 from tm2nn.nets.grid import PATCH_OFFSETS, GridReadout, MemoryGrid, PatchMap
 
 
@@ -25,10 +26,11 @@ def patches(x: torch.Tensor, pad: float) -> torch.Tensor:
     return torch.stack([xp[:, 1 + di: 1 + di + h, 1 + dj: 1 + dj + w] for di, dj in PATCH_OFFSETS]).reshape(9, -1)
 
 
+@torch_emitter(PatchMap)
 class PatchMapModule(OpModule):
     """Goel et al.'s filter applied at every cell (Def. 5)."""
 
-    def __init__(self, op: PatchMap, dtype: torch.dtype) -> None:
+    def __init__(self, op: PatchMap, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
         self.pad = float(op.pad)
         self.body = NetModule(op.body, dtype)
@@ -44,12 +46,13 @@ class PatchMapModule(OpModule):
         return y.reshape(x.shape)
 
 
+@torch_emitter(MemoryGrid)
 class MemoryGridModule(OpModule):
     """``[W diag(z)  1]``; ``W`` is a trainable Parameter when the construction trains it
     (every entry free), else a fixed one holding its nonzero entries
-    (:mod:`tm2nn.emit.torch_emit`'s layout)."""
+    (:mod:`tm2nn.emit.torch_net`'s layout)."""
 
-    def __init__(self, op: MemoryGrid, dtype: torch.dtype) -> None:
+    def __init__(self, op: MemoryGrid, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
         self.ones = int(op.ones)
         self.trainable = bool(op.trainable)
@@ -77,10 +80,11 @@ class MemoryGridModule(OpModule):
         return g
 
 
+@torch_emitter(GridReadout)
 class GridReadoutModule(OpModule):
     """``Σ body(cell)`` over one column, ``width`` columns from ``start``, or every cell."""
 
-    def __init__(self, op: GridReadout, dtype: torch.dtype) -> None:
+    def __init__(self, op: GridReadout, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
         self.column = op.column
         self.width = op.width

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tm2nn.errors import Loc, error_at
+from tm2nn.errors import Loc
 from tm2nn.interp.circuit import eval_circuit
 from tm2nn.ir.circuit import Circuit
 from tm2nn.ir.learner import port_mismatch
+from tm2nn.source import error_at
 
 
 def ports(n: int, t: int) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from tm2nn.nets.activations import REGISTRY
 from tm2nn.nets.matrix import SparseMatrix
 from tm2nn.nets.positions import BinaryPositions, as_positions
 from tm2nn.nets.space import Space
@@ -109,8 +110,6 @@ class Activation(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from tm2nn.nets.activations import REGISTRY
-
         if self.fn not in REGISTRY:
             raise NetIRError(f"activation {self.name!r}: unknown function {self.fn!r} "
                              f"(registered: {sorted(REGISTRY)})")

@@ -17,7 +17,7 @@ def find_beta(compile_at, inputs=None, samples: int = 256, seed: int | None = No
 
     first = compile_at(start)
     if inputs is None:  # the verifier's own input space, fixed once for every beta
-        inputs, mode, seed = first.spec.checker(first).space().pick(samples, seed)
+        inputs, mode, seed = first.spec.reference(first).space().pick(samples, seed)
     else:
         inputs, mode = list(inputs), "given"
     tried: list[tuple[float, int]] = []

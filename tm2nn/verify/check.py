@@ -169,7 +169,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         check_int("samples", samples, 1)
     seed = check_seed("seed", seed)
     budget = check_float("budget", budget, 0.0, open_low=True)
-    checker = compiled.spec.checker(compiled)
+    checker = compiled.spec.reference(compiled)
     if engines:
         engines = list(dict.fromkeys(engines))
         for eng in engines:
@@ -266,7 +266,7 @@ class CircuitChecker(Checker):
         return InputSpace("01", n, n, EXHAUSTIVE_LIMIT, noun="inputs")
 
     def prepare(self, texts: list[str]):
-        from tm2nn.api import parse_bits
+        from tm2nn.codec import parse_bits
         from tm2nn.interp import eval_circuit
 
         c: Circuit = self.compiled.source

@@ -257,7 +257,7 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
                       steps: int = 60, delta: float = 0.01) -> dict:
     """The mean ℓ_γ (eq. 2.2) of ``compiled`` on ``dataset`` (:func:`load_dataset`), bracketed:
 
-    * ρ_lower: the certified margin (``compiled.spec.certified_margin``, valid at every binary
+    * ρ_lower: the certified margin (the backend's ``certified_margin`` analysis, valid at every binary
       input) where the net's output equals the label, 0 where it does not (ρ = 0 there:
       δ = 0 already violates the label);
     * ρ_upper: the smallest joint ℓ2 perturbation the attacks (random directions and the
@@ -281,7 +281,7 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     thr = float(compiled.output_encoding.get("threshold", 0.5))
     pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
     agree = (pred == Y).all(1)
-    cert = float(compiled.spec.certified_margin(compiled)["radius"])
+    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
     upper = np.full(len(X), math.inf)
     for method in ("random", "gradient"):
         att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
@@ -352,7 +352,7 @@ def _machine_loss_on(compiled, dataset, g: float, *, seed: int, trials: int, ste
     texts, y = load_machine_dataset(dataset)
     F = run_taps(compiled, texts, "torch")[:, -1, int(col)]
     agree = np.sign(np.rint(F)) == y
-    cert = float(compiled.spec.certified_margin(compiled)["radius"])
+    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
     rnd = attack(compiled, texts, 1.0, "random", trials, seed=seed, target="cls")
     grd = attack(compiled, texts, 1.0, "gradient", max(1, trials // 4), steps=steps, seed=seed, target="cls",
                  eps0=rnd["eps"])
@@ -362,7 +362,7 @@ def _machine_loss_on(compiled, dataset, g: float, *, seed: int, trials: int, ste
 
 
 def _alpha_p(compiled) -> tuple[float, int]:
-    fc = compiled.spec.function_class(compiled)
+    fc = compiled.analysis("function_class")(compiled)
     return float(fc["alpha"]), int(fc["p"])
 
 
@@ -388,15 +388,15 @@ def _theorem(compiled, fc: dict) -> tuple[str, str, dict]:
 
 def statistics_report(compiled, eps: float = 0.1, delta: float = 0.01) -> dict:
     """Every factor of Lemma 2.3's sample complexity for ``compiled`` and the resulting n:
-    α, p, w, d from ``compiled.spec.function_class``, γ = the certified margin
-    (``compiled.spec.certified_margin``), n from :func:`sample_complexity`, next to the
+    α, p, w, d from the backend's ``function_class`` analysis, γ = the certified margin
+    (the backend's ``certified_margin`` analysis), n from :func:`sample_complexity`, next to the
     paper's theorem (3.1 for circuits: ``poly(s) log(wd)/ε²`` with α ~ s, γ = 1/poly(r, q);
     4.1 for Turing machines: ``poly(k, |A|, log T) log(wd)/ε²``), whose form is shown as
     ``(α/γ)² log(wd)/ε²`` with every constant 1.  ``constants`` lists each constant chosen
     where the paper gives only an order."""
     e, d = _check_prob("eps", eps), _check_prob("delta", delta)
-    fc = compiled.spec.function_class(compiled)
-    cm = compiled.spec.certified_margin(compiled)
+    fc = compiled.analysis("function_class")(compiled)
+    cm = compiled.analysis("certified_margin")(compiled)
     gamma = float(cm["radius"])
     if not (gamma > 0 and math.isfinite(gamma)):
         raise Tm2nnError(f"the certified margin of this model is {gamma:g}: Lemma 2.3 needs a positive finite gamma")

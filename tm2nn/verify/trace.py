@@ -44,7 +44,8 @@ def torch_runner(net_or_module, progress=None):
     """``tokens [n, L] -> taps [n, T+1, tap_w]`` with the torch module (float32, no_grad)."""
     import torch
 
-    from tm2nn.emit.torch_emit import NetModule, loop_progress, to_torch
+    from tm2nn.emit.torch_emit import loop_progress, to_torch
+    from tm2nn.emit.torch_net import NetModule
 
     mod = net_or_module if isinstance(net_or_module, NetModule) else to_torch(net_or_module)
 

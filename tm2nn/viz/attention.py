@@ -16,7 +16,7 @@ from .render import figure, refuse_large
 def attention_weights(compiled, text: str) -> dict[str, list[np.ndarray]]:
     """Op name -> one weight vector ``[1 + n]`` (null first) per decoder step, for every
     self-attention op of the decoder (the binary search)."""
-    from tm2nn.emit.torch_emit import record_attention
+    from tm2nn.emit.torch_seq import record_attention
     from tm2nn.verify.trace import encode_tokens, torch_runner
 
     if compiled.backend != "transformer":

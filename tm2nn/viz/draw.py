@@ -56,7 +56,7 @@ def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=N
         spec = backends.get(backend or ("transformer" if isinstance(obj, Machine) else default_backend(obj).name))
         if isinstance(obj, Machine):
             steps = default_steps(obj, text) if steps is None else steps
-            options = spec.options_for_run({**options, "steps": steps}, [text]) if spec.run_steps else \
+            options = spec.stepping.options_for({**options, spec.stepping.option: steps}, [text]) if spec.stepping else \
                 {**options, "steps": steps}
         fig, _ = draw_weights(compile_source(obj, spec.name, **options).net, layer)
     else:

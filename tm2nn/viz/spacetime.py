@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir import GridMachine
+from tm2nn.syntax import load
 
 from .render import figure, refuse_large
 from .runs import Config, divergences
@@ -72,7 +74,6 @@ def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = 
                    got_label: str = "network"):
     """The figure and the first divergent step (None when the runs agree, or when only
     the interpreter's run is drawn)."""
-    from tm2nn.ir import GridMachine
 
     if isinstance(m, GridMachine):
         raise Tm2nnError("space-time diagrams are drawn for line machines; a grid machine's tape is 2D "
@@ -104,7 +105,6 @@ def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = 
 def spacetime_png(source, text: str, out, backend: str | None = "transformer", steps: int | None = None):
     """Load a machine (path or IR), run it in the interpreter and, with ``backend``, as a
     compiled network; write the space-time diagram to ``out`` (.png or .svg)."""
-    from tm2nn.syntax import load
 
     from .render import check_out, save
     from .runs import aligned, default_steps, interpreter_run, net_run

@@ -71,7 +71,7 @@ def test_a_fresh_process_loads_and_runs_each_model_file(saved, ext):
 def test_a_fresh_process_builds_the_module_from_the_manifest_alone(saved):
     paths, _, values = saved
     out = _fresh("import json, torch\n"
-                 "from tm2nn.manifest import load_module\n"
+                 "from tm2nn.modelfile.manifest import load_module\n"
                  f"mod = load_module({str(paths['safetensors'])!r})\n"
                  f"x = 2.0 * torch.tensor({[[int(b) for b in t] for t in INPUTS]!r}, dtype=torch.float64) - 1.0\n"
                  "print(json.dumps(mod(x).detach().numpy().tolist()))\n")

@@ -208,7 +208,7 @@ def test_noise_beyond_bound_breaks(factor):
        st.sampled_from([1, -1]))
 @settings(max_examples=10, deadline=None)
 def test_lemma4_mpmath_noisy(labels, t0, sign):
-    """Extends tests/test_abbe_sandon_gadgets.py::test_lemma4_mpmath: the same run with noise
+    """Extends tests/backends/abbe_sandon/test_abbe_sandon_gadgets.py::test_lemma4_mpmath: the same run with noise
     of total eps = 2^-134 3^-11 per edge (hypothesis 6 at its limit, same sign every step)
     still keeps v2 in Lemma 4's intervals and vr = ±2 as stated."""
     T = len(labels)

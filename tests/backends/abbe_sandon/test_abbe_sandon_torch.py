@@ -18,7 +18,8 @@ from tm2nn.backends.abbe_sandon.net import build_net
 from tm2nn.backends.abbe_sandon.train import held_out_inputs, prepare_stream
 from tm2nn.backends.abbe_sandon.train import train as train_exact
 from tm2nn.backends.abbe_sandon.train_torch import TorchEngine, train
-from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, to_onnx
+from tm2nn.emit.onnx_model import onnx_metadata, to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.interp.learner import run_learner
 from tm2nn.learners.examples import parity_learner

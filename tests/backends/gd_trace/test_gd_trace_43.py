@@ -337,7 +337,8 @@ def _net_case():
 
 
 def test_loss13_net_equals_the_closed_form_and_its_gradient():
-    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.emit.torch_emit import run_torch, to_torch
 
     cs = _net_case()

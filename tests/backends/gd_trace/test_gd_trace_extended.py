@@ -28,7 +28,8 @@ from tm2nn.backends.gd_trace.fixed_point import FixedPoint
 from tm2nn.backends.gd_trace.sign_sum import dataset_text, sign_sum_machine, theta_of
 from tm2nn.cli import main
 from tm2nn.datasets import load_csv
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.syntax import gd_layout, load, parse_text
@@ -123,7 +124,7 @@ def test_worked_example_file_is_the_generator_and_its_csv_gives_minus_minus():
 @pytest.mark.parametrize("seed", range(5))
 def test_random_datasets(ext32, seed):
     """Five random ±1 datasets (the 20-dataset acceptance of issue 18 runs the perceptron,
-    tests/test_gd_trace_perceptron.py)."""
+    tests/backends/gd_trace/test_gd_trace_perceptron.py)."""
     rng = np.random.default_rng(1000 + seed)
     X, Y = rng.choice([-1, 1], (3, 2)), rng.choice([-1, 1], 3)
     rep = learn_report(ext32, X, Y, tests=5, seed=seed)

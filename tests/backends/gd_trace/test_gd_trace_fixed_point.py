@@ -11,7 +11,8 @@ import torch
 from tm2nn.backends.gd_trace import fixed_point
 from tm2nn.backends.gd_trace.fixed_point import FixedPoint, dequantise_ops, quantise_ops
 from tm2nn.emit import to_torch
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import Net, Port, Space
 

@@ -167,7 +167,8 @@ def test_primary_ops_equal_their_reference(kind):
 
     from tm2nn.backends.gd_trace.layout import PRIMARIES
     from tm2nn.emit import to_torch
-    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.nets import Port, Slice, Space
 
     n, M = 3, 2

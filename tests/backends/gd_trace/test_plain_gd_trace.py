@@ -21,8 +21,8 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 import tm2nn
-from tm2nn import manifest as mf
 from tm2nn.cli import main
+from tm2nn.modelfile import manifest as mf
 
 from ...conftest import EXAMPLES, ROOT
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.base import Compiled
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.interp.multitape import run_multitape

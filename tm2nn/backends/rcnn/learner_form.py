@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tm2nn.errors import error_at
 from tm2nn.interp.machine import run_machine
 from tm2nn.ir import GridMachine, Machine
+from tm2nn.source import error_at
 
 SIGNS = ("-", "+")
 

@@ -104,7 +104,7 @@ class LookupEngine:
         for k in self.read:
             patch[k] = vals[(new_keys >> shift) & (MAX_VALUES - 1)]
             shift -= _BITS
-        from tm2nn.emit.torch_emit import _net_fm
+        from tm2nn.emit.torch_net import _net_fm
 
         with torch.no_grad():
             y = _net_fm(self.pm.body, (torch.as_tensor(patch, dtype=self.dtype),))[0]

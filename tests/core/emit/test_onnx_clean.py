@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn.compiler import compile
 
-from .conftest import EXAMPLES
+from ...conftest import EXAMPLES
 
 
 def _graphs(graph: onnx.GraphProto):

@@ -1,5 +1,5 @@
-"""The ONNX decode loop's self-attention over histories (tm2nn/emit/onnx_emit.py,
-``_Emitter.history_attention``; issue 19): its taps equal the torch module's at every
+"""The ONNX decode loop's self-attention over histories (tm2nn/emit/onnx_seq.py,
+``history_attention``; issue 19): its taps equal the torch module's at every
 step (example machines, random machines, hand-built nets whose null key ties with the
 items), the graph has the structure the module docstring describes (each history part
 carried from ``[B, c_p, 0]`` and appended once per step, read directly by every op; the
@@ -15,13 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
+from tests.core.emit.test_emit_seq import Ref
+from tests.core.emit.test_onnx_clean import _graphs
 from tests.strategies import machines
-from tests.test_emit_seq import Ref
-from tests.test_onnx_clean import _graphs
 from tests.test_transformer import LINE_EXAMPLES, tapes
 from tm2nn.backends.transformer import compile as compile_tf
-from tm2nn.emit import onnx_emit
-from tm2nn.emit.onnx_emit import _history_parts, run_onnx, to_onnx, to_onnx_step
+from tm2nn.emit import onnx_seq
+from tm2nn.emit.onnx_model import to_onnx, to_onnx_step
+from tm2nn.emit.onnx_runtime import run_onnx
+from tm2nn.emit.onnx_seq import _history_parts
 from tm2nn.nets import Attention, Decode, Embed, Net, Port, Slice, Space, SparseMatrix
 from tm2nn.syntax import load
 from tm2nn.verify.trace import encode_tokens, torch_runner
@@ -141,7 +143,7 @@ TOKENS = np.array([[0, 1, 2], [1, 1, 0], [2, 0, 1], [0, 2, 2], [1, 0, 0], [2, 2,
 
 def check_tiny(seed: int) -> TieCount:
     """ONNX (and torch) = the reference on a tiny net; returns the reference's counts."""
-    from tests.test_emit_seq import run_torch_module, torch_module
+    from tests.core.emit.test_emit_seq import run_torch_module, torch_module
 
     net = tiny_net(seed)
     ref = TieCount()
@@ -158,7 +160,7 @@ def test_null_ties_with_items_are_averaged_exactly(split, monkeypatch):
     it does not (the share is ``live``), in the same batch; with the history in one part
     and split into key and value parts."""
     if split:
-        monkeypatch.setattr(onnx_emit, "SPLIT_MIN_READS", 0)
+        monkeypatch.setattr(onnx_seq, "SPLIT_MIN_READS", 0)
     assert [len(p) for p in _history_parts(decode_op(tiny_net(0))).values()] == ([2] if split else [1])
     tied = clear = 0
     for seed in SEEDS:
@@ -274,27 +276,27 @@ def test_step_model_drives_the_same_decode():
 def test_a_broken_history_write_is_caught(monkeypatch):
     """Gather the appended columns in the wrong order (the readers' weights expect the
     parts' order): the taps no longer match."""
-    original = onnx_emit._Emitter.append_history
+    original = onnx_seq.append_history
 
     def shuffled(self, source, parts, *args, **kw):
         return original(self, source, [p[::-1] for p in parts], *args, **kw)
 
     c = compile_tf(load(EXAMPLES / "bb4.tm"), steps=40)
     assert_taps_agree(c, ["", "1"])
-    monkeypatch.setattr(onnx_emit._Emitter, "append_history", shuffled)
+    monkeypatch.setattr(onnx_seq, "append_history", shuffled)
     with pytest.raises(AssertionError):
         assert_taps_agree(c, ["", "1"])
 
 
 def test_a_history_that_forgets_is_caught(monkeypatch):
     """Carry no history (each step attends over its own column only): caught."""
-    original = onnx_emit._Emitter.append_history
+    original = onnx_seq.append_history
 
     def forgetful(self, source, parts, src, base, emit, got, ctx):
         return original(self, None, parts, src, base, emit, got, ctx)  # the new column alone
 
     c = compile_tf(load(EXAMPLES / "bb4.tm"), steps=40)
-    monkeypatch.setattr(onnx_emit._Emitter, "append_history", forgetful)
+    monkeypatch.setattr(onnx_seq, "append_history", forgetful)
     with pytest.raises(AssertionError):
         assert_taps_agree(c, ["", "1"])
 
@@ -302,7 +304,7 @@ def test_a_history_that_forgets_is_caught(monkeypatch):
 def test_a_tie_count_that_is_skipped_is_caught(monkeypatch):
     """An ``If`` whose then-branch does not count the ties (the share stays ``live``):
     the null-tie cases no longer match the reference."""
-    original = onnx_emit._Emitter.tie_branches
+    original = onnx_seq.tie_branches
 
     def never_count(self, base, scores, top, live):
         branches = original(self, base, scores, top, live)
@@ -315,7 +317,7 @@ def test_a_tie_count_that_is_skipped_is_caught(monkeypatch):
         then.output[0].name += ".skipped"
         return {"then_branch": then, "else_branch": branches["else_branch"]}
 
-    monkeypatch.setattr(onnx_emit._Emitter, "tie_branches", never_count)
+    monkeypatch.setattr(onnx_seq, "tie_branches", never_count)
     with pytest.raises(AssertionError):
         for seed in SEEDS:
             check_tiny(seed)

@@ -23,7 +23,10 @@ from __future__ import annotations
 import json
 import re
 
+from tm2nn import backends
 from tm2nn.errors import Tm2nnError
+from tm2nn.nets import Net, Space, SparseMatrix
+from tm2nn.syntax import FORMATS
 
 #: what a key's value must be: a test and the words for it.  Top-level values are
 #: strings; "object", "list" and "table" are JSON text; "int", "number" and "bool" are
@@ -72,14 +75,10 @@ OPTIONAL: dict[str, str] = {
 
 
 def _backend_names() -> list[str]:
-    from tm2nn import backends
-
     return backends.names()
 
 
 def _formats() -> dict:
-    from tm2nn.syntax import FORMATS
-
     return FORMATS
 
 
@@ -363,8 +362,6 @@ def net_edit(mine, built, path, backend: str, where: str = "") -> str | None:
     import dataclasses
 
     import numpy as np
-
-    from tm2nn.nets import Net, Space, SparseMatrix
 
     def wrong(what: str) -> Tm2nnError:
         return Tm2nnError(f"its manifest's network is not the {backend} construction of its source: {what}",

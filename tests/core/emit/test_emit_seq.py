@@ -22,14 +22,10 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.test_emit import np_vector_op
-from tm2nn.emit import onnx_emit
-from tm2nn.emit.onnx_emit import (
-    onnx_metadata,
-    run_onnx,
-    to_onnx,
-    to_onnx_step,
-)
+from tests.core.emit.test_emit import np_vector_op
+from tm2nn.emit import onnx_graph
+from tm2nn.emit.onnx_model import onnx_metadata, to_onnx, to_onnx_step
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.nets import (
     Affine,
     Attention,
@@ -44,7 +40,7 @@ from tm2nn.nets import (
     SparseMatrix,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- the reference ------------------------------------------------------------------------
@@ -237,9 +233,9 @@ def assert_close(got, want, tol: float = 1e-5) -> None:
 
 def torch_module(net: Net):
     """The torch emitter's module, or a skip while it does not know the sequence ops."""
-    from tm2nn.emit import torch_emit
+    from tm2nn.emit import torch_emit, torch_seq
 
-    if not hasattr(torch_emit, "DecodeModule"):
+    if not hasattr(torch_seq, "DecodeModule"):
         pytest.skip("the torch emitter has no Attention/Embed/Decode support yet")
     return torch_emit.to_torch(net)
 
@@ -360,8 +356,8 @@ def test_emission_is_deterministic():
 
 
 def test_emission_is_deterministic_across_processes():
-    code = ("import hashlib; from tests.test_emit_seq import decode_net; "
-            "from tm2nn.emit.onnx_emit import to_onnx, to_onnx_step; n = decode_net(2); "
+    code = ("import hashlib; from tests.core.emit.test_emit_seq import decode_net; "
+            "from tm2nn.emit.onnx_model import to_onnx, to_onnx_step; n = decode_net(2); "
             "print(hashlib.sha256(to_onnx(n).SerializeToString()"
             " + to_onnx_step(n.node('dec')).SerializeToString()).hexdigest())")
     digests = set()
@@ -490,11 +486,11 @@ def test_older_opsets(opset):
 
 def test_weight_bytes_counts_the_sequence_ops():
     net = decode_net(0)
-    est = onnx_emit._weight_bytes(net)
+    est = onnx_graph.weight_bytes(net)
     model = to_onnx(net)
     actual = sum(len(t.raw_data) for t in model.graph.initializer)
     assert actual <= est <= 4 * actual
-    assert onnx_emit._weight_bytes(attention_net(0)) > 0
+    assert onnx_graph.weight_bytes(attention_net(0)) > 0
 
 
 def test_wide_sparse_attention_uses_gathers():

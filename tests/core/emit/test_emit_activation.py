@@ -11,10 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_emit import np_eval
+from tests.core.emit.test_emit import np_eval
 from tm2nn.backends.abbe_sandon import activation as act
 from tm2nn.backends.abbe_sandon import float64 as f64
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.nets import Activation, Affine, Net, NetIRError, Port, Space, SparseMatrix, activations
 

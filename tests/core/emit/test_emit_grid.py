@@ -12,8 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_emit import np_eval
-from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+from tests.core.emit.test_emit import np_eval
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.nets import (
     Affine,

@@ -15,15 +15,10 @@ import pytest
 import torch
 
 from tests.conftest import EXAMPLES
-from tm2nn.emit.torch_emit import (
-    AffineModule,
-    AttentionModule,
-    DecodeModule,
-    LoopModule,
-    NetModule,
-    OpModule,
-    to_torch,
-)
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_net import NetModule, OpModule
+from tm2nn.emit.torch_ops import AffineModule, LoopModule
+from tm2nn.emit.torch_seq import AttentionModule, DecodeModule
 from tm2nn.nets import Affine, Loop, MemoryGrid, Net, Param, Port, ReLU, Space, SparseMatrix
 
 NETS = ["circuit", "unrolled", "transformer", "rcnn", "gd-trace", "abbe-sandon", "rcnn-learner", "extended"]
@@ -191,7 +186,8 @@ def test_print_is_readable_and_cites_the_paper():
 # ------------------------------------------------------------------------------ running
 @pytest.mark.parametrize("name", NETS)
 def test_outputs_match_the_onnx_emitter(name):
-    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
 
     net, _, inputs = case(name)
     got = run(to_torch(net, torch.float32), inputs)  # ONNX runs float32
@@ -259,7 +255,8 @@ def test_to_net_writes_every_parameter_back(name):
 
 
 def test_edited_module_exports_to_onnx():
-    from tm2nn.emit.onnx_emit import run_onnx, to_onnx
+    from tm2nn.emit.onnx_model import to_onnx
+    from tm2nn.emit.onnx_runtime import run_onnx
 
     net, dtype, inputs = case("circuit")
     module = to_torch(net, dtype)

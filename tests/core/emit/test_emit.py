@@ -28,9 +28,11 @@ from tm2nn.emit import (
     STEP_BATCH,
     affine_form,
 )
-from tm2nn.emit import onnx_emit as onnx_emit_mod
-from tm2nn.emit.onnx_emit import onnx_metadata, run_onnx, save_onnx, to_onnx
-from tm2nn.emit.torch_emit import NetModule, run_torch, to_torch
+from tm2nn.emit import onnx_model as onnx_emit_mod
+from tm2nn.emit.onnx_model import onnx_metadata, save_onnx, to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
+from tm2nn.emit.torch_emit import run_torch, to_torch
+from tm2nn.emit.torch_net import NetModule
 from tm2nn.errors import Tm2nnError
 from tm2nn.nets import (
     Activation,
@@ -47,7 +49,7 @@ from tm2nn.nets import (
     activations,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- the reference ------------------------------------------------------------------------
@@ -614,7 +616,7 @@ def test_save_onnx_leaves_no_partial_file(tmp_path, monkeypatch):
         raise RuntimeError("serialization failed")
 
     with monkeypatch.context() as mp:
-        mp.setattr(onnx_emit_mod, "_serialize", boom)
+        mp.setattr(onnx_emit_mod, "serialize", boom)
         with pytest.raises(RuntimeError, match="serialization failed"):
             save_onnx(model, target)
     assert not target.exists()
@@ -633,7 +635,7 @@ def test_save_onnx_leaves_no_partial_file(tmp_path, monkeypatch):
     # an existing file survives a failed save untouched
     target.write_bytes(b"old")
     with monkeypatch.context() as mp:
-        mp.setattr(onnx_emit_mod, "_serialize", boom)
+        mp.setattr(onnx_emit_mod, "serialize", boom)
         with pytest.raises(RuntimeError):
             save_onnx(model, target)
     assert target.read_bytes() == b"old"

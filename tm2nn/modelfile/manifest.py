@@ -16,7 +16,7 @@ and the header records its name and sha256.
 * :func:`load_net` / :func:`load_module`: the network IR / the torch module, rebuilt from
   the manifest and arrays alone (no source, no backend);
 * :func:`flat_metadata`: the manifest as the ``tm2nn.*`` metadata an ``.onnx`` carries,
-  so :func:`tm2nn.model_io.load_model` checks every format with one schema.
+  so :func:`tm2nn.modelfile.load.load_model` checks every format with one schema.
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ import json
 import struct
 from pathlib import Path
 
-from tm2nn import backends as registry
+from tm2nn import backends
+from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input, write_atomic
+from tm2nn.modelfile import MAX_MODEL_BYTES
+from tm2nn.modelfile.metadata import metadata, net_of
+from tm2nn.nets import NetIRError
+from tm2nn.nets.serial import SpaceTable, net_from_json, net_to_json, space_from_json
 
 #: what the manifest's ``manifest`` field says, and the schema version it follows
 MANIFEST_KIND = "tm2nn.manifest"
@@ -59,18 +65,16 @@ FLAT_KEYS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
 
 def build_manifest(compiled, net=None) -> tuple[dict, dict]:
     """``(manifest, arrays)`` of a compiled model: the manifest's network is ``net``
-    (default: the weights the model runs, :func:`tm2nn.model_io._net_of`)."""
-    from tm2nn.model_io import _net_of, metadata
-    from tm2nn.nets.serial import SpaceTable, net_to_json
-
-    net = _net_of(compiled) if net is None else net
+    (default: the weights the model runs, :func:`tm2nn.modelfile.metadata.net_of`)."""
+    net = net_of(compiled) if net is None else net
     flat = metadata(compiled, net)
     m: dict = {"manifest": MANIFEST_KIND, "schema_version": SCHEMA_VERSION}
     for key, path, is_json in FLAT_KEYS:
         if key in flat:
             _put(m, path, json.loads(flat[key]) if is_json else flat[key])
-    m["paper"] = compiled.spec.paper or compiled.spec.summary  # a backend of a user's may name no paper
-    m["decoding"] = compiled.spec.decoding(compiled)
+    spec = backends.get(compiled.backend)
+    m["paper"] = spec.paper or spec.summary  # a backend of a user's may name no paper
+    m["decoding"] = spec.codec.describe(compiled)
     m["weights"]["edited"] = flat.get("tm2nn.weights_edited") == "true"
     arrays: dict = {}
     spaces = SpaceTable()
@@ -130,8 +134,6 @@ def save_safetensors(compiled, out: Path) -> Path:
     """Write ``out`` (and, for a manifest over :data:`HEADER_MANIFEST_MAX`, its sidecar)."""
     from safetensors.numpy import save
 
-    from tm2nn.fileio import write_atomic
-
     if compiled.edited is not None and compiled.onnx_bytes is not None:
         raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}) and live in its ONNX "
                          "graph, which a .safetensors network cannot hold: save it as .onnx", file=compiled.path)
@@ -190,9 +192,6 @@ def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
 
 
 def _sidecar(path, meta: dict) -> str:
-    from tm2nn.fileio import read_input
-    from tm2nn.model_io import MAX_MODEL_BYTES
-
     name = meta["tm2nn.manifest_file"]
     if not isinstance(name, str) or Path(name).name != name:
         raise Tm2nnError(f"its manifest file {name!r} is not a file name beside it", file=str(path))
@@ -228,16 +227,13 @@ def check_manifest(m, path) -> None:
                              file=str(path))
 
 
-def net_of(m: dict, arrays: dict, path):
+def manifest_net(m: dict, arrays: dict, path):
     """The network IR the manifest and arrays describe, or one error naming the file.  The
     backend the manifest names is loaded first (through the backend registry): a
     construction registers its own activations (:func:`tm2nn.nets.activations.register`)
     when it is imported, and its net may use them."""
-    from tm2nn.nets import NetIRError
-    from tm2nn.nets.serial import net_from_json, space_from_json
-
-    if m["backend"] in registry.names():
-        registry.get(m["backend"])
+    if m["backend"] in backends.names():
+        backends.get(m["backend"])
     try:
         spaces = [space_from_json(row) for row in m["spaces"]]
         return net_from_json(m["net"], arrays, spaces)
@@ -247,9 +243,6 @@ def net_of(m: dict, arrays: dict, path):
 
 
 def _read(path) -> tuple[dict, dict]:
-    from tm2nn.fileio import read_input
-    from tm2nn.model_io import MAX_MODEL_BYTES
-
     return read_safetensors(path, read_input(Path(path), "model", limit=MAX_MODEL_BYTES))
 
 
@@ -261,7 +254,7 @@ def load_manifest(path) -> dict:
 def load_net(path):
     """The network IR of a ``.safetensors`` model, from its manifest and arrays alone."""
     m, arrays = _read(path)
-    return net_of(m, arrays, path)
+    return manifest_net(m, arrays, path)
 
 
 def load_module(path, dtype=None):
@@ -271,10 +264,8 @@ def load_module(path, dtype=None):
     model records float64)."""
     import torch
 
-    from tm2nn.emit.torch_emit import to_torch
-
     m, arrays = _read(path)
-    net = net_of(m, arrays, path)
+    net = manifest_net(m, arrays, path)
     if dtype is None:
         float64 = (m["encodings"].get("input") or {}).get("dtype") == "float64" \
             or (m.get("options") or {}).get("dtype") == "float64"
@@ -325,7 +316,5 @@ def value_labels(m: dict, value: str) -> list[str]:
         net = op["nets"][field]
     for entry in [*net["inputs"], *net["ops"]]:
         if entry["name"] == name:
-            from tm2nn.nets.serial import space_from_json
-
             return list(space_from_json(m["spaces"][entry["space"]]).labels)
     raise KeyError(f"{value!r}: no such value in the manifest's network")
