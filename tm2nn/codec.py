@@ -35,48 +35,7 @@ def _codec(enc: dict):
         n = len(enc["names"])
         return (lambda text: parse_bits(text, n),
                 lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
-    if kind in ("pm1", "sign"):  # the abbe-sandon net: bits in as ±1 (Theorem 4), sign out
-        n = len(enc["names"])
-        return (lambda text: 2.0 * np.asarray(parse_bits(text, n), dtype=np.float32) - 1.0,
-                lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
-    if kind == "signs":  # Welper §5's extended network: the dataset's features as + / - signs
-        n = len(enc["names"])
-        return (lambda text: _signs(text, n), None)
-    if kind == "reals":  # Welper §5 with fixed-point data: the dataset's features as numbers
-        n = len(enc["names"])
-        return (lambda text: _reals(text, n), None)
     raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
-
-
-def _signs(text: str, n: int) -> np.ndarray:
-    """``n`` characters ``+``/``-`` -> ±1 (a located error otherwise)."""
-    for i, ch in enumerate(text):
-        if ch not in "+-":
-            raise Tm2nnError(f"input: {ch!r} is not + or - (the model reads {n} feature signs)",
-                             file="input", line=1, col=i + 1, snippet=text)
-    if len(text) != n:
-        raise Tm2nnError(f"input: the model reads {n} feature signs, got {len(text)}",
-                         file="input", line=1, col=max(1, len(text)), snippet=text)
-    return np.array([1.0 if ch == "+" else -1.0 for ch in text], dtype=np.float32)
-
-
-def _reals(text: str, n: int) -> np.ndarray:
-    """``n`` comma-separated finite numbers (a located error otherwise)."""
-    out, col = [], 1
-    for f in text.split(","):
-        try:
-            v = float(f)
-        except ValueError:
-            v = float("nan")
-        if not np.isfinite(v):
-            raise Tm2nnError(f"input: {f.strip() or 'an empty field'!r} is not a finite number (the model reads "
-                             f"{n} comma-separated numbers)", file="input", line=1, col=col, snippet=text)
-        out.append(v)
-        col += len(f) + 1
-    if len(out) != n:
-        raise Tm2nnError(f"input: the model reads {n} comma-separated numbers, got {len(out)}",
-                         file="input", line=1, col=1, snippet=text)
-    return np.array(out, dtype=np.float64)
 
 
 def encode(enc: dict, text: str) -> np.ndarray:
@@ -93,9 +52,9 @@ def encode_many(enc: dict, texts: list[str]) -> np.ndarray:
 
 
 def output_bits(enc: dict, y: np.ndarray) -> np.ndarray:
-    """Threshold raw outputs to booleans (the constructions output 0/1, or ±1)."""
-    default = 0.0 if enc.get("kind") == "sign" else 0.5
-    return np.asarray(y) > float(enc.get("threshold", default))
+    """Threshold raw outputs to booleans (the constructions output 0/1, or ±1 with a
+    ``threshold`` of 0)."""
+    return np.asarray(y) > float(enc.get("threshold", 0.5))
 
 
 def decode(enc: dict, y: np.ndarray) -> dict:

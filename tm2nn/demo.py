@@ -34,7 +34,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.interp.circuit import exhaustive_inputs
 from tm2nn.interp.learner import predict, run_learner
-from tm2nn.ir import Circuit, Learner
+from tm2nn.ir import Circuit, Learner, NoisyLearner
 from tm2nn.learners.targets import parse_target, samples
 from tm2nn.syntax import EXTENSIONS, load
 
@@ -55,7 +55,6 @@ def default_examples_dir() -> Path:
 
 def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
 
     rows = []
     for path in sorted(folder.iterdir()):

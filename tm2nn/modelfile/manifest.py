@@ -228,7 +228,12 @@ def check_manifest(m, path) -> None:
 
 
 def manifest_net(m: dict, arrays: dict, path):
-    """The network IR the manifest and arrays describe, or one error naming the file."""
+    """The network IR the manifest and arrays describe, or one error naming the file.  The
+    backend the manifest names is loaded first (through the backend registry): a
+    construction registers its own activations (:func:`tm2nn.nets.activations.register`)
+    when it is imported, and its net may use them."""
+    if m["backend"] in backends.names():
+        backends.get(m["backend"])
     try:
         spaces = [space_from_json(row) for row in m["spaces"]]
         return net_from_json(m["net"], arrays, spaces)

@@ -16,9 +16,8 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
 from tm2nn.errors import Tm2nnError
-from tm2nn.ir import Circuit, Learner
+from tm2nn.ir import Circuit, Learner, NoisyLearner
 from tm2nn.options import OptionError
 from tm2nn.source import SourceText
 

@@ -82,6 +82,7 @@ from lark.lark import PostLex
 
 from tm2nn.errors import Loc, Tm2nnError
 from tm2nn.ir.circuit import Circuit, Gate
+from tm2nn.ir.noisy_learner import NoisyLearner
 from tm2nn.source import SourceText
 from tm2nn.syntax.grammar import grammar_path, lalr_parser
 
@@ -667,8 +668,6 @@ def _build_noisy_learner(src: SourceText, b: _NoisyBlock, circuits: dict[str, Ci
     """A ``noisy_learner`` block (§4.2): ``input x[n]`` (exactly one vector named x),
     ``samples T`` (a positive integer), ``output H`` (a circuit of this file); the
     structural checks (h's ports and output) are :func:`validate_noisy_learner`'s."""
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-
     name = b.name.name
     got: dict[str, object] = {}
     locs: dict[str, Loc] = {}
@@ -980,7 +979,7 @@ def dump_learner(lr, header: bool = True) -> str:
 
 
 def dump_noisy_learner(lr, header: bool = True) -> str:
-    """``lr`` (a :class:`~tm2nn.backends.abbe_sandon.noisy_learner.NoisyLearner`) as a
+    """``lr`` (a :class:`~tm2nn.ir.noisy_learner.NoisyLearner`) as a
     ``noisy_learner`` block followed by its h circuit block; parsing it back gives an equal
     learner."""
     lines = ["# converted by tm2nn"] if header else []

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tm2nn.backends.gd_trace.check import learn_report
 from tm2nn.backends.gd_trace.extended import (
     BoundViolation,
     Extended,
@@ -37,9 +38,8 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.nets import Net, SparseMatrix
 from tm2nn.syntax import gd_layout, load, parse_text
-from tm2nn.verify.gd import learn_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "gd_trace" / "perceptron_3x1.tm"
 CSV = ROOT / "examples" / "gd_trace" / "perceptron_3x1.csv"
 SHAPE = Perceptron(3, 1, 2, 1, bias=True, epochs=1)   # the example's

@@ -27,7 +27,7 @@ from tm2nn.learners.targets import parity_target, samples
 from tm2nn.nets import Affine, Net, Param, Port, SparseMatrix
 from tm2nn.nets.space import Space
 
-from .conftest import EXAMPLES
+from ...conftest import EXAMPLES
 from .test_abbe_sandon_net import _stream, learners
 
 

@@ -31,7 +31,7 @@ from tm2nn.interp.machine import configurations, run_machine
 from tm2nn.source import SourceText
 from tm2nn.syntax import load, std
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BB = ROOT.parent / "shared" / "corpus" / "tm" / "bb"
 
 
@@ -331,7 +331,7 @@ def random_machine_case(m, data, trace_fn, check) -> None:
 def _net_case():
     from tm2nn.backends.gd_trace.config_simplex import window_for
 
-    m = load(Path(__file__).resolve().parent.parent / "examples" / "binary_increment.tm")
+    m = load(Path(__file__).resolve().parents[3] / "examples" / "binary_increment.tm")
     tau, left = window_for(m, "111", 10)
     return build(m, inputs_up_to(m, 2), tau, left, max_steps=10)
 

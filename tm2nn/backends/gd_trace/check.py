@@ -19,16 +19,22 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.base import Compiled
+from tm2nn.emit.onnx_model import to_onnx
+from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.check import Checker
+from tm2nn.interp.machine import run_machine
+from tm2nn.interp.multitape import run_multitape
+from tm2nn.verify.check import Checker, InputSpace
+from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES, compare_runs
+
+from .extended import BoundViolation, train
+from .machine_mode import check_text, run_gd, simplex_of
 
 LOSS_RTOL = 1e-5  # onnxruntime runs float32
 
 
 def _onnx_loss(net, ro: np.ndarray) -> float:
     import onnxruntime as ort
-
-    from tm2nn.emit.onnx_model import to_onnx
 
     sess = ort.InferenceSession(to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {net.inputs[0].name: ro.astype(np.float32)})
@@ -38,11 +44,6 @@ def _onnx_loss(net, ro: np.ndarray) -> float:
 def check_one(compiled: Compiled, text: str, use_onnx: bool = False, progress=None):
     """``(GDRun, first divergence or None, onnx divergence or None)`` for one input;
     ``progress(k, total)`` after every optimizer step."""
-    from tm2nn.backends.gd_trace.machine_mode import run_gd, simplex_of
-    from tm2nn.interp.machine import run_machine
-    from tm2nn.interp.multitape import run_multitape
-    from tm2nn.verify.runs import compare_runs
-
     low, ts = simplex_of(compiled)
     total = int(compiled.output_encoding["lowered_steps"])
     g = run_gd(compiled, text, progress=(lambda k: progress(k, total)) if progress else None)
@@ -86,9 +87,6 @@ class GDChecker(Checker):
                 "the loss bounds (23)")
 
     def space(self):
-        from tm2nn.verify.check import InputSpace
-        from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
-
         m = self.compiled.source
         cells = min(EXHAUSTIVE_CELLS, int(self.compiled.input_encoding["max_input"]))
         return InputSpace([a for a in m.alphabet if a != m.blank], 0, cells, EXHAUSTIVE_TAPES)
@@ -100,8 +98,6 @@ class GDChecker(Checker):
         """The optimizer runs (torch), checked, with the ONNX loss when onnxruntime is
         among the engines: :func:`check_one` for each input.  An iterate that does not
         decode (a broken net) is that input's divergence, not an error."""
-        from tm2nn.backends.gd_trace.machine_mode import check_text
-
         out = []
         for t in texts:
             check_text(self.compiled, t)  # a bad input is the user's error, not a divergence
@@ -121,8 +117,6 @@ class GDChecker(Checker):
 # -- Welper §5: the extended network's training against the interpreters -------------------
 def lowered_run(ext, x, y, max_steps: int = 100_000):
     """The §4.1 machine's interpreter run on the encoded dataset (the reference)."""
-    from tm2nn.interp.multitape import run_multitape
-
     return run_multitape(ext.low.machine, ext.low.lower_input(ext.layout.text(x, y)), max_steps)
 
 
@@ -130,15 +124,12 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
     """Train on ``(X, Y)`` and check Prop. 2.1 against the interpreters: the stopping
     criterion after ``k_t + 1`` steps (``k_t`` = the §4.1 machine's steps), every iterate
     ``k >= 1`` equal to the machine's configuration ``k - 1``, (23), (29) and (33) at every
-    iterate (:func:`~tm2nn.backends.gd_trace.extended.check_step`), ``theta`` equal to what
+    iterate (:func:`.extended.check_step`), ``theta`` equal to what
     the source machine writes (App. B's de-quantisation of its output cells), and ``F =
     f_theta`` (the layout's primary network, in numpy) exactly on the training data and on
     ``tests`` fresh random datasets of the same formats; with ``onnx``, the trained net is
     also emitted to ONNX (float64) and run in onnxruntime on the same datasets."""
     import torch
-
-    from tm2nn.backends.gd_trace.extended import BoundViolation, train
-    from tm2nn.interp.machine import run_machine
 
     lay = ext.layout
     X, Y = lay.check_data(X, Y)
@@ -186,9 +177,6 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
         "final_loss": r.losses[-1], "result": r,
     }
     if onnx:
-        from tm2nn.emit.onnx_model import to_onnx
-        from tm2nn.emit.onnx_runtime import run_onnx
-
         o = run_onnx(to_onnx(r.net, dtype="float64"), sets)
         ok = [bool(np.array_equal(a, b)) for a, b in zip(o, want)]
         out["onnx_F_equals_f_theta_on_train"] = ok[0]

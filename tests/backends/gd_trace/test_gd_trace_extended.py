@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tm2nn import load_model
+from tm2nn.backends.gd_trace.check import learn_report
 from tm2nn.backends.gd_trace.extended import (
     Constants,
     Extended,
@@ -32,9 +33,8 @@ from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.syntax import gd_layout, load, parse_text
-from tm2nn.verify.gd import learn_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "sign_sum_3x2.tm"
 CSV = ROOT / "examples" / "sign_sum_3x2.csv"
 
@@ -124,7 +124,7 @@ def test_worked_example_file_is_the_generator_and_its_csv_gives_minus_minus():
 @pytest.mark.parametrize("seed", range(5))
 def test_random_datasets(ext32, seed):
     """Five random ±1 datasets (the 20-dataset acceptance of issue 18 runs the perceptron,
-    tests/test_gd_trace_perceptron.py)."""
+    tests/backends/gd_trace/test_gd_trace_perceptron.py)."""
     rng = np.random.default_rng(1000 + seed)
     X, Y = rng.choice([-1, 1], (3, 2)), rng.choice([-1, 1], 3)
     rep = learn_report(ext32, X, Y, tests=5, seed=seed)

@@ -22,7 +22,7 @@ from tm2nn.backends.abbe_sandon.lemma5 import (
     run_at,
 )
 from tm2nn.backends.abbe_sandon.noisy import DPS, build_noisy_net
-from tm2nn.backends.abbe_sandon.noisy_learner import majority_learner, parity_learner
+from tm2nn.learners.noisy import majority_learner, parity_learner
 
 EPS = Fraction(1, 2**10)
 

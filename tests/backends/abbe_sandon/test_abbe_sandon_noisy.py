@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_abbe_sandon_gadgets import _mp_num, _run_mprime
+from tests.backends.abbe_sandon.test_abbe_sandon_gadgets import _mp_num, _run_mprime
 from tm2nn.backends.abbe_sandon import noisy
 from tm2nn.backends.abbe_sandon.gadgets import MP_PATH
 from tm2nn.backends.abbe_sandon.noisy import (
@@ -27,14 +27,9 @@ from tm2nn.backends.abbe_sandon.noisy import (
     noise_bound,
     train_noisy,
 )
-from tm2nn.backends.abbe_sandon.noisy_learner import (
-    NoisyLearner,
-    majority_learner,
-    parity_learner,
-    ports,
-    random_learner,
-)
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir.noisy_learner import NoisyLearner, ports
+from tm2nn.learners.noisy import majority_learner, parity_learner, random_learner
 
 
 def _stream(n, t, seed):
@@ -213,7 +208,7 @@ def test_noise_beyond_bound_breaks(factor):
        st.sampled_from([1, -1]))
 @settings(max_examples=10, deadline=None)
 def test_lemma4_mpmath_noisy(labels, t0, sign):
-    """Extends tests/test_abbe_sandon_gadgets.py::test_lemma4_mpmath: the same run with noise
+    """Extends tests/backends/abbe_sandon/test_abbe_sandon_gadgets.py::test_lemma4_mpmath: the same run with noise
     of total eps = 2^-134 3^-11 per edge (hypothesis 6 at its limit, same sign every step)
     still keeps v2 in Lemma 4's intervals and vr = ±2 as stated."""
     T = len(labels)

@@ -24,7 +24,7 @@ import tm2nn
 from tm2nn.cli import main
 from tm2nn.modelfile import manifest as mf
 
-from .conftest import EXAMPLES, ROOT
+from ...conftest import EXAMPLES, ROOT
 
 SCRIPT = ROOT / "examples" / "plain" / "gd_trace_torch.py"
 DOC = ROOT / "docs" / "gd_trace.md"

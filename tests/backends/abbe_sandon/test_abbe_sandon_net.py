@@ -20,7 +20,7 @@ from tm2nn.learners.builder import LearnerBuilder
 from tm2nn.learners.examples import majority_learner, parity_learner
 from tm2nn.learners.targets import parity_target, samples
 
-from .conftest import EXAMPLES
+from ...conftest import EXAMPLES
 
 
 @st.composite

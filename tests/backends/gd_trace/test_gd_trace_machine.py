@@ -2,7 +2,7 @@
 BB(3), optimizer step k of (22) equals machine step k of the §4.1 machine, the run mapped
 back equals the source machine's run at every step, the loss stays within Prop. 4.3's
 bounds (23) and the halting loss is below every earlier one (all inside
-``verify.gd.check_one``); plus the CLI verbs."""
+``gd_trace.check.check_one``); plus the CLI verbs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import machines
+from tm2nn.backends.gd_trace.check import check_one
 from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
 from tm2nn.backends.gd_trace.machine_mode import estimate, run_gd
 from tm2nn.cli import main
@@ -25,9 +26,8 @@ from tm2nn.nets import Net, SparseMatrix
 from tm2nn.source import SourceText
 from tm2nn.syntax import load, std
 from tm2nn.verify import verify_compiled
-from tm2nn.verify.gd import check_one
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BB = ROOT.parent / "shared" / "corpus" / "tm" / "bb"
 LINE_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.tm")
                        if load(p).tape_kind == "line" and not p.name.startswith("learner"))
