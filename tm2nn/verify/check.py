@@ -25,7 +25,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tm2nn.codec import output_bits, parse_bits
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp import eval_circuit
 from tm2nn.ir import Circuit
+from tm2nn.limits import check_float, check_int, check_seed
 
 EXHAUSTIVE_LIMIT = 1 << 16
 #: seconds of random inputs when no budget is given (ARCHITECTURE: "verify at human speed")
@@ -163,7 +167,6 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     (default: torch, and onnxruntime unless ``use_onnx`` is False).  ``progress(done,
     total, elapsed, budget)`` is called after every chunk (``total`` None for a random
     run bounded by the budget alone)."""
-    from tm2nn.limits import check_float, check_int, check_seed
 
     if samples is not None:
         check_int("samples", samples, 1)
@@ -223,7 +226,6 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
     rep.seconds = time.perf_counter() - t0
     if rep.n_inputs == 0:  # a pass that compared nothing is not a pass
-        from tm2nn.errors import Tm2nnError
 
         raise Tm2nnError(f"the verification compared no input ({how}): give at least one input")
     # a random run with no sample count promises nothing beyond the budget
@@ -267,16 +269,11 @@ class CircuitChecker(Checker):
         return InputSpace("01", n, n, EXHAUSTIVE_LIMIT, noun="inputs")
 
     def prepare(self, texts: list[str]):
-        from tm2nn.codec import parse_bits
-        from tm2nn.interp import eval_circuit
-
         c: Circuit = self.compiled.source
         x = np.stack([parse_bits(s, len(c.inputs)) for s in texts])
         return x, eval_circuit(c, x)
 
     def check(self, engine: str, texts: list[str], prepared):
-        from tm2nn.codec import output_bits
-
         c: Circuit = self.compiled.source
         x, want = prepared
         enc = self.compiled.output_encoding

@@ -41,7 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tm2nn.datasets import load_csv
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir import Machine
 
 #: Proposition 2.2's factors: error ≤ E ℓ_γ(F*) + RAD_FACTOR·Rad_n + CONF_FACTOR·sqrt(log(2/δ)/n).
 #: (Dudley's 4β and 12/√n are written out in :func:`_dudley`: with them the optimal β is 3A/√n.)
@@ -218,8 +220,6 @@ def load_dataset(compiled, dataset) -> tuple[np.ndarray, np.ndarray]:
     m = _width(compiled, "inputs")
     k = _width(compiled, "outputs")
     if isinstance(dataset, (str, Path)):
-        from tm2nn.datasets import load_csv
-
         X, Y = load_csv(dataset)
         a = np.column_stack([X, Y])
         if a.shape[1] != m + k:
@@ -308,7 +308,6 @@ def _theorem(compiled, fc: dict) -> tuple[str, str, dict]:
     Theorem 4.1's setting, anything else Lemma 2.3's."""
     if fc.get("theorem"):
         return fc["theorem"], fc.get("order", ""), dict(fc.get("scaling", {}))
-    from tm2nn.ir import Machine
 
     src = compiled.source
     if isinstance(src, Machine):

@@ -35,6 +35,7 @@ import numpy as np
 
 from tm2nn.backends.transformer.cls import CLS_LABEL
 from tm2nn.nets import Affine, Attention, Concat, Decode, Net, NetIRError, Op, ReLU, Slice
+from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 
 #: Slot ranks within one paper transformer layer, in the order §4.1 applies them.
 SELF, CROSS, FF, CORRECTION = 0, 1, 2, 3
@@ -91,7 +92,6 @@ def _round_ops(net: Net, ops: tuple[Op, ...], i: int, cur: str) -> tuple[str, ..
             or not b.name.endswith(".round_b"):
         raise PaperLayerError(f"{net.name}: the round correction {names} is not one chain "
                               "round_a -> ReLU -> round_b -> ReLU")
-    from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 
     n = len(net.spaces[cur])
     wa, wb = a.weight, b.weight
