@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tm2nn.errors import Tm2nnError
 from tm2nn.sweep.local import sigterm_as_interrupt, unfinished
-from tm2nn.sweep.tasks import failed_row, init_worker, run_task
+from tm2nn.sweep.tasks import failed_row, init_worker, one_line, run_task
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,6 @@ def _connect(ray, address: str) -> bool:
         # the rows carry every task's messages: the workers' output stays in Ray's logs
         ray.init(address=address, logging_level="warning", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError, ImportError) as e:  # (ray:// needs ray[client])
-        from tm2nn.sweep.tasks import one_line
-
         raise Tm2nnError(f"cannot connect to the Ray cluster at {address}: {one_line(e)}") from None
     finally:
         if main and sigterm is not None:  # ray.init makes SIGTERM sys.exit(15): SIGTERM stops a sweep as Ctrl-C
