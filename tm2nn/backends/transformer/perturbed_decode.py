@@ -401,7 +401,7 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     * ``method="gradient"``: ``trials`` random starts per input, then ``steps`` projected
       normalised-gradient steps on the direction, maximising the wrong-side amount of
       the worst decoded coordinate over all steps (a soft-min), with ε shrunk after a
-      step that flips and grown after one that does not (as :mod:`tm2nn.verify.margin`).
+      step that flips and grown after one that does not (as :mod:`tm2nn.verify.margin_toolkit`).
       Every matrix moves by a rank-one ``a bᵀ`` (``‖a bᵀ‖_F = ‖a‖‖b‖``; a single
       input's cheapest change of one layer is rank-one, and the backward pass then costs
       O(n_out + n_in) per matrix instead of O(n_out n_in)); biases, null key/value, E and
