@@ -8,7 +8,7 @@
   with the recorded options and checks the weights hash) against ``tm2nn.compile`` alone,
   per backend, for ``.onnx``, ``.pt`` and ``.safetensors`` (also ISCAS-85 c6288 where
   ../shared/corpus is present), with the file sizes; for ``.safetensors`` also
-  ``tm2nn.manifest.load_module`` (the torch module from the manifest alone, no recompile).
+  ``tm2nn.modelfile.manifest.load_module`` (the torch module from the manifest alone, no recompile).
 * **Verify.** Inputs checked per second by ``Compiled.verify`` (torch and onnxruntime, step
   by step where the backend decodes every step) within a budget of BUDGET seconds.
 """
@@ -101,7 +101,7 @@ def bench_models() -> list[dict]:
                 row[f"{suffix[1:]}_bytes"] = os.path.getsize(path)
                 assert back.run([text]) == c.run([text]), f"{backend}{suffix}: the loaded model disagrees"
                 if suffix == ".safetensors":
-                    from tm2nn.manifest import load_module
+                    from tm2nn.modelfile.manifest import load_module
 
                     t0 = time.perf_counter()
                     load_module(path)

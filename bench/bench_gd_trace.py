@@ -89,10 +89,10 @@ def config_simplex_row() -> dict:
 def extended_rows(datasets: int) -> list[dict]:
     import numpy as np
 
+    from tm2nn.backends.gd_trace.check import learn_report
     from tm2nn.backends.gd_trace.extended import Extended, sign_sum_layout
     from tm2nn.backends.gd_trace.sign_sum import sign_sum_machine
     from tm2nn.syntax import parse_text
-    from tm2nn.verify.gd import learn_report
 
     rows = []
     for n, M, k in ((3, 2, datasets), (2, 3, 1), (4, 2, 1)):
@@ -122,10 +122,10 @@ def perceptron_row(datasets: int) -> dict:
     """§5 with the perceptron over fixed-point data (multi-bit App. B, affine primary)."""
     import numpy as np
 
+    from tm2nn.backends.gd_trace.check import learn_report
     from tm2nn.backends.gd_trace.extended import Extended, perceptron_layout
     from tm2nn.backends.gd_trace.perceptron import Perceptron, theta_of
     from tm2nn.syntax import load
-    from tm2nn.verify.gd import learn_report
 
     p = Perceptron(3, 1, 2, 1, bias=True)
     t0 = time.perf_counter()

@@ -82,25 +82,27 @@ def imports(root: Path = PACKAGE) -> list[Import]:
         tree = ast.parse(path.read_text(), filename=str(path))
         is_package = path.name == "__init__.py"
 
-        def visit(node: ast.AST, in_function: bool) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and _is_type_checking(child):
-                    for sub in child.orelse:
-                        visit_one(sub, in_function)
-                    continue
-                visit_one(child, in_function)
-
-        def visit_one(child: ast.AST, in_function: bool) -> None:
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                for t in _targets(child, module, is_package, known):
-                    if t != module:
-                        found.append(Import(module, t, child.lineno, in_function))
-                return
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            visit(child, inner)
-
-        visit(tree, False)
+        _visit(tree, False, module, is_package, known, found)
     return found
+
+
+def _visit(node: ast.AST, in_function: bool, module: str, is_package: bool, known, found: list) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            for sub in child.orelse:
+                _visit_one(sub, in_function, module, is_package, known, found)
+            continue
+        _visit_one(child, in_function, module, is_package, known, found)
+
+
+def _visit_one(child: ast.AST, in_function: bool, module: str, is_package: bool, known, found: list) -> None:
+    if isinstance(child, (ast.Import, ast.ImportFrom)):
+        for t in _targets(child, module, is_package, known):
+            if t != module:
+                found.append(Import(module, t, child.lineno, in_function))
+        return
+    inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+    _visit(child, inner, module, is_package, known, found)
 
 
 def circles(edges: list[Import]) -> list[list[str]]:

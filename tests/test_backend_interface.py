@@ -15,9 +15,13 @@ import pytest
 import torch
 
 import tm2nn
-from tm2nn.backends.base import Backend, Compiled
+from tm2nn.backends.protocol import BITS, Backend, Model
+from tm2nn.interp import exhaustive_inputs
+from tm2nn.interp import truth_table as interp_truth_table
 from tm2nn.ir import Circuit
+from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
 from tm2nn.options import option
+from tm2nn.verify.check import CircuitChecker
 
 from .conftest import EXAMPLES, ROOT
 
@@ -28,34 +32,29 @@ class ToyOptions:
     scale: float = option(1.0, "the output's scale (1: outputs in {0, 1})")
 
 
-class TruthTable(Backend):
+def truth_table(c, opts) -> Model:
     """``h_p = ReLU(sum_i (2p_i - 1) x_i - |p| + 1)`` is 1 exactly at ``x = p``;
     ``y_j = scale * sum_{p: f_j(p) = 1} h_p``."""
+    pats, table = exhaustive_inputs(len(c.inputs)), interp_truth_table(c)
+    hid = Space.named("pat", range(len(pats)))
+    net = Net(c.name, (Port("x", Space.named("in", c.inputs)),), (
+        Affine("match", ("x",), SparseMatrix.from_dense(2.0 * pats - 1), 1.0 - pats.sum(1), hid),
+        ReLU("h", ("match",)),
+        Affine("y", ("h",), SparseMatrix.from_dense(opts.scale * table.T), None, Space.named("out", c.outputs))),
+        ("y",))
+    return Model("toy-truth-table", net, c, {"kind": "bits", "names": list(c.inputs)},
+                 {"kind": "bits", "names": list(c.outputs), "threshold": opts.scale / 2},
+                 [["hidden units", str(len(pats)), "2^n"]])
 
-    name = "toy-truth-table"
-    summary = "a circuit as its truth table (a test of the backend interface)"
-    Options = ToyOptions
-    takes = (Circuit,)
 
-    def compile(self, c, opts):
-        from tm2nn.interp import exhaustive_inputs, truth_table
-        from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
-
-        pats, table = exhaustive_inputs(len(c.inputs)), truth_table(c)
-        hid = Space.named("pat", range(len(pats)))
-        net = Net(c.name, (Port("x", Space.named("in", c.inputs)),), (
-            Affine("match", ("x",), SparseMatrix.from_dense(2.0 * pats - 1), 1.0 - pats.sum(1), hid),
-            ReLU("h", ("match",)),
-            Affine("y", ("h",), SparseMatrix.from_dense(opts.scale * table.T), None, Space.named("out", c.outputs))),
-            ("y",))
-        return Compiled(self.name, net, c, {"kind": "bits", "names": list(c.inputs)},
-                        {"kind": "bits", "names": list(c.outputs), "threshold": opts.scale / 2},
-                        [["hidden units", str(len(pats)), "2^n"]])
+TRUTH_TABLE = Backend(name="toy-truth-table", paper="", summary="a circuit as its truth table (a test of the "
+                      "backend interface)", Options=ToyOptions, takes=(Circuit,), takes_what="circuits",
+                      compile=truth_table, codec=BITS, reference=CircuitChecker)
 
 
 @pytest.fixture
 def toy():
-    tm2nn.backends.register(TruthTable())
+    tm2nn.backends.register(TRUTH_TABLE)
     yield "toy-truth-table"
     tm2nn.backends.unregister("toy-truth-table")
 

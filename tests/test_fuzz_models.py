@@ -82,7 +82,7 @@ def _edit_safetensors(blob: bytes, draw) -> bytes:
     """One field of the manifest (top level, or an op of the network) or one array edited."""
     from safetensors.numpy import load, save
 
-    from tm2nn.manifest import read_safetensors
+    from tm2nn.modelfile.manifest import read_safetensors
 
     m, arrays = read_safetensors("m.safetensors", blob)
     if draw(st.booleans()):

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import tm2nn
-from tm2nn import manifest as mf
-from tm2nn.model_io import metadata
+from tm2nn.modelfile import manifest as mf
+from tm2nn.modelfile.metadata import metadata
 
 from .conftest import EXAMPLES, ROOT
 
@@ -98,7 +98,7 @@ def test_every_backend_loads_in_a_fresh_process_from_the_file_alone(saved, tmp_p
 
 def test_loaded_models_report_as_the_originals(saved):
     for name, (c, path) in saved.items():
-        if c.spec.run_steps is None and c.input_encoding["kind"] != "bits":
+        if c.spec.stepping is None and c.input_encoding["kind"] != "bits":
             continue  # abbe-sandon: run on samples, by tm2nn learn
         texts = {"bits": ["1" * len(c.input_encoding.get("names", ())), "0" * len(c.input_encoding.get("names", ()))]}
         texts = texts.get(c.input_encoding["kind"], ["", "1", "10"])

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tm2nn
 from tm2nn.cli import main
-from tm2nn.model_schema import REQUIRED
+from tm2nn.modelfile.schema import REQUIRED
 
 from .conftest import EXAMPLES
 

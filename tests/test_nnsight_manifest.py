@@ -27,7 +27,7 @@ import tm2nn
 from tm2nn.backends.transformer.layout import symbol_label
 from tm2nn.interp import eval_circuit, run_machine
 from tm2nn.ir import Machine
-from tm2nn.manifest import find_ops, load_manifest, load_module, module_path, value_labels
+from tm2nn.modelfile.manifest import find_ops, load_manifest, load_module, module_path, value_labels
 from tm2nn.passes.stay import remove_stays
 
 torch = pytest.importorskip("torch")

@@ -17,9 +17,9 @@ import onnx
 import pytest
 
 import tm2nn
-from tm2nn.backends.rcnn import machine_form
 from tm2nn.backends.rcnn.encoding import COMPUTE, grids_from_configs, pack, to_value
 from tm2nn.backends.rcnn.machine_io import start_grids
+from tm2nn.backends.rcnn.machine_mode import machine_form
 from tm2nn.errors import Tm2nnError
 
 from .conftest import EXAMPLES, ROOT
@@ -227,7 +227,7 @@ def test_a_corrupted_rcnn_table_changes_the_scripts_reports(plain, table):
 
 def test_tm2nn_refuses_the_corrupted_table(plain, tmp_path):
     """The same corruption in a file tm2nn loads is refused: the tables must be the
-    construction's (model_schema.check_encodings)."""
+    construction's (modelfile.schema.check_encodings)."""
     def drop(enc):
         enc["start_grid"]["symbols"]["1"] = [0]
 

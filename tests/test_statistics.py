@@ -3,18 +3,18 @@ all-layer-margin loss (2.2) on data, Corollary A.1 (A.2), and `tm2nn info --stat
 
 import json
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 
 import tm2nn
 from tests.conftest import EXAMPLES
-from tm2nn.backends.relu_circuit import compile as relu_compile
+from tm2nn.backends.relu_circuit.margin import certified_radius
 from tm2nn.cli import main
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.ir import Circuit, Gate
-from tm2nn.verify.margin import certified_radius
 from tm2nn.verify.statistics import (
     corollary_a1,
     lemma23_error,
@@ -25,6 +25,9 @@ from tm2nn.verify.statistics import (
     surrogate_loss,
     surrogate_loss_on,
 )
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 
 def and_gate():
@@ -65,7 +68,7 @@ def test_one_and_gate_by_hand():
     X1 = sqrt(‖x‖² + 1) = √3 and X2 = sqrt((1 + ε√3)² + 1) (the hidden unit is ≤ 1 on bits),
     and must stay below 1/2."""
     comp = relu_compile(and_gate())
-    fc = comp.spec.function_class(comp)
+    fc = comp.analysis("function_class")(comp)
     assert (fc["alpha"], fc["p"], fc["w"], fc["d"]) == (4.0, 5, 1, 2)
     assert fc["theorem"] == "Theorem 3.1" and fc["scaling"] == {"s": 1, "r": 1, "q": 1}
     lo, hi = 0.0, 1.0
@@ -119,9 +122,9 @@ def test_full_adder_by_hand():
 def test_the_pm1_net_has_the_same_depth():
     """With the ±1 map the net has one more affine layer (W_d = out.pm1); without, it ends in a
     ReLU (W_d the identity read-out): d is the same, the number of ReLU layers."""
-    a = relu_compile(full_adder()).spec.function_class(relu_compile(full_adder()))
+    a = relu_compile(full_adder()).analysis("function_class")(relu_compile(full_adder()))
     comp = relu_compile(full_adder(), pm_one_output=True)
-    b = comp.spec.function_class(comp)
+    b = comp.analysis("function_class")(comp)
     assert (a["d"], b["d"]) == (22, 22) and (a["affine_layers"], b["affine_layers"]) == (22, 23)
     assert b["alpha"] == a["alpha"] + 2 * 2 + 2 * 1  # 2z - 1 on two outputs
     assert b["p"] == a["p"] + 2 * 2 + 2
@@ -243,9 +246,9 @@ def test_datasets_from_csv_and_arrays(tmp_path):
 def test_backends_without_the_hooks_say_which_have_them():
     comp = tm2nn.compile(EXAMPLES / "majority7.circ", "abbe-sandon", engine="float64")
     with pytest.raises(Tm2nnError, match=r"does not describe its function class \(backends that do: .*relu-circuit"):
-        comp.spec.function_class(comp)
+        comp.analysis("function_class")(comp)
     with pytest.raises(Tm2nnError, match=r"no certified margin \(backends with one: .*relu-circuit"):
-        comp.spec.certified_margin(comp)
+        comp.analysis("certified_margin")(comp)
     with pytest.raises(Tm2nnError):
         statistics_report(comp)
 
@@ -288,8 +291,8 @@ def test_info_statistics_on_the_command_line(capsys, tmp_path):
 def test_the_transformer_loss_is_of_its_theta_cls_classifier():
     """Theorem 4.1's classifier F = θ_clsᵀ o_T: ρ bracketed between the certified radius and
     √B × the attacks that change F's sign; a wrong label is ρ = 0 (loss 1)."""
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.verify.perturbed_decode import attack
+    from tests.backends.transformer.test_transformer import compile_tf
+    from tm2nn.backends.transformer.perturbed_decode import attack
 
     m = tm2nn.load(EXAMPLES / "even_ones.tm")
     c = compile_tf(m, steps=6, cls_readout=True)

@@ -9,19 +9,19 @@ The public API (re-exports only; docs/api.md walks through it):
 * ``verify``: a compiled net against the reference interpreter;
 * ``learn``: the constructions trained by SGD;
 * ``backends``: the registry (``backends.names()``, ``backends.get(name)``,
-  ``backends.register(backend)``).
+  ``backends.register(backend)``); :class:`Backend` is what a construction declares.
 """
 
-from tm2nn import backends  # noqa: E402
+from tm2nn import backends
 from tm2nn._version import __version__
-from tm2nn.api import load, load_all, run, run_circuit  # noqa: E402
-from tm2nn.backends.base import Backend, Compiled, Learned  # noqa: E402
-from tm2nn.compiler import compile, learn  # noqa: E402
-from tm2nn.errors import Tm2nnError  # noqa: E402
-from tm2nn.model_io import load_model  # noqa: E402
-from tm2nn.options import OptionError  # noqa: E402
-from tm2nn.report import Report  # noqa: E402
-from tm2nn.verify import verify_compiled as verify  # noqa: E402
+from tm2nn.api import load, load_all, load_model, run, run_circuit
+from tm2nn.backends.protocol import Backend, Learned
+from tm2nn.compiler import compile, learn
+from tm2nn.errors import Tm2nnError
+from tm2nn.handle import Compiled
+from tm2nn.options import OptionError
+from tm2nn.report import Report
+from tm2nn.verify import verify_compiled as verify
 
 __all__ = ["load", "load_all", "run", "run_circuit", "compile", "learn", "verify", "load_model", "backends",
            "Backend", "Compiled", "Learned", "Report", "Tm2nnError", "OptionError", "__version__"]

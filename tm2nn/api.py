@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
+from tm2nn import backends
+from tm2nn.codec import parse_bits
 from tm2nn.compiler import compile, load_ir
 from tm2nn.errors import Tm2nnError
+from tm2nn.handle import Compiled
 from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
 from tm2nn.interrupt import Interrupted
 from tm2nn.ir import Circuit, Machine
 from tm2nn.options import OptionError
 from tm2nn.report import Report
+from tm2nn.source import SourceText
 from tm2nn.syntax import format_module, guess_format, load, load_all
 
-__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits"]
+__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model"]
 
 
 def default_input(path: str | Path, fmt: str | None = None, name: str | None = None) -> str | None:
@@ -26,23 +28,7 @@ def default_input(path: str | Path, fmt: str | None = None, name: str | None = N
     fn = getattr(mod, "default_input", None)
     if fn is None:
         return None
-    from tm2nn.source import SourceText
-
     return fn(SourceText.from_file(path).text)
-
-
-def parse_bits(text: str, n: int, what: str = "input") -> np.ndarray:
-    """A '0'/'1' string of length ``n`` (spaces and '_' ignored) -> bool array."""
-    bits = []
-    for i, ch in enumerate(text):
-        if ch in " _":
-            continue
-        if ch not in "01":
-            raise Tm2nnError(f"{what}: expected 0 or 1, got {ch!r}", file=what, line=1, col=i + 1, snippet=text)
-        bits.append(ch == "1")
-    if len(bits) != n:
-        raise Tm2nnError(f"{what}: the circuit has {n} inputs, got {len(bits)} bits", file=what, line=1, col=1, snippet=text)
-    return np.array(bits, dtype=bool)
 
 
 def run_circuit(c: Circuit, bits: str) -> Report:
@@ -80,12 +66,18 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
         except Interrupted as e:  # Ctrl-C (tm2nn.interrupt.graceful): the configuration reached
             e.reports = [Report.of_run(e.partial)]
             raise
-    from tm2nn import backends
-
     spec = backends.get(backend)
-    if spec.run_steps is None:
+    if spec.stepping is None:
         raise Tm2nnError(f"the {spec.name} backend does not run machines step by step (backends that do: "
-                         f"{', '.join(b.name for b in backends.all() if b.run_steps)})")
-    values = {**options, spec.run_steps: spec.run_default_steps if max_steps is None else max_steps}
-    compiled = compile(ir, spec.name, **spec.options_for_run(values, [text]))
+                         f"{', '.join(b.name for b in backends.all() if b.stepping)})")
+    values = {**options, spec.stepping.option: spec.stepping.default if max_steps is None else max_steps}
+    compiled = compile(ir, spec.name, **spec.stepping.options_for(values, [text]))
     return compiled.run(text, engine=engine, progress=progress)
+
+
+def load_model(path):
+    """The :class:`~tm2nn.handle.Compiled` a model file holds (``.onnx``, ``.pt`` or
+    ``.safetensors``), checked against its construction (:mod:`tm2nn.modelfile.load`)."""
+    from tm2nn.modelfile.load import load_model as load_file  # loads torch and onnx: not at import
+
+    return Compiled.of(load_file(path))

@@ -13,22 +13,43 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import backends
+from tm2nn import __version__, backends, interrupt, limits
+from tm2nn.api import default_input, load_model, run
+from tm2nn.compiler import compile as compile_source
+from tm2nn.compiler import default_backend, learn, load_ir
+from tm2nn.console import (
+    console,
+    print_beta,
+    print_eval,
+    print_interrupted,
+    print_report,
+    print_statistics,
+    print_summaries,
+    print_table,
+    print_verify,
+    progress,
+    verify_progress,
+)
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input, write_atomic
 from tm2nn.flags import Parser, add_source, engine_list, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
 from tm2nn.limits import SEED_MAX, flag_float, flag_int
+from tm2nn.lint import check_report
+from tm2nn.modelfile import SUFFIXES, check_model_path
 from tm2nn.options import OptionError
+from tm2nn.source import SourceText
+from tm2nn.syntax import dump, load_all, select
+from tm2nn.verify import DEFAULT_BUDGET
+from tm2nn.verify.statistics import statistics_report
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tm2nn import __version__
-
     ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits "
                  "into exact, verified neural networks.")
     ap.add_argument("--version", action="version", version=f"tm2nn {__version__}")
@@ -44,14 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a machine (or evaluate a circuit) and report")
     add_source(p, None)
-    runners = [b.name for b in backends.all() if b.run_steps]
+    runners = [b.name for b in backends.all() if b.stepping]
     p.add_argument("--backend", default="interp", choices=["interp", *runners], metavar="NAME",
                    help=f"interp (the reference interpreter, default) or a backend that runs machines: "
                    f"{', '.join(runners)} (compiled with T = --max-steps)")
     p.add_argument("--input", help="initial tape (machines; grid rows separated by '/') "
                    "or input bits (circuits). Default: the input the file documents, else empty")
     p.add_argument("--max-steps", type=flag_int(0), help="stop after N steps (default 10,000,000; a backend: its step "
-                   f"bound T, default {', '.join(f'{b.name} {b.run_default_steps}' for b in backends.all() if b.run_steps)}); "
+                   f"bound T, default {', '.join(f'{b.name} {b.stepping.default}' for b in backends.all() if b.stepping)}); "
                    "not halting by then exits 1")
     p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: torch (default), "
                    "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
@@ -145,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        from tm2nn import limits
-
         limits.set_memory_limit(args.max_memory)
         limits.set_source_limit(args.max_source_size)
         try:
@@ -180,7 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 # -- verbs ----------------------------------------------------------------------------------
 def _spec(args, learning: bool = False):
     """(the backend object, the source IR) of a verb that compiles or trains."""
-    from tm2nn.compiler import default_backend, load_ir
 
     ir = load_ir(args.source, args.format, args.name)
     spec = backends.get(args.backend) if args.backend else default_backend(ir, learning)
@@ -192,9 +210,9 @@ def _spec(args, learning: bool = False):
 def _compile(args, verb: str):
     """The source compiled with the chosen backend and the options given (the model
     records the source file's hash)."""
-    from tm2nn.compiler import compile as compile_source
 
-    spec, ir = _spec(args)
+    ir = load_ir(args.source, args.format, args.name)
+    spec = backends.get(args.backend) if args.backend else default_backend(ir)
     return compile_source(ir, spec.name, source_path=args.source, **_backend_values(args, spec, verb))
 
 
@@ -203,8 +221,6 @@ def _dump(obj) -> None:
 
 
 def cmd_check(args) -> int:
-    from tm2nn.lint import check_report
-
     items, diags = check_report(args.source, args.format, args.name, all_items=args.all)
     for d in diags:
         print(d.render(), file=sys.stderr)
@@ -214,17 +230,11 @@ def cmd_check(args) -> int:
     if args.json:
         _dump(summaries if args.all else summaries[0])
     else:
-        from tm2nn.console import print_summaries
-
         print_summaries(args.source, summaries)
     return EXIT_OK
 
 
 def cmd_run(args) -> int:
-    from tm2nn import interrupt
-    from tm2nn.api import default_input, run
-    from tm2nn.console import print_interrupted, print_report, progress
-
     text = default_input(args.source, args.format, args.name) or "" if args.input is None else args.input
     backend = None if args.backend == "interp" else args.backend
     values = _backend_values(args, backends.get(backend), "run") if backend else {}
@@ -240,7 +250,7 @@ def cmd_run(args) -> int:
                          format=args.format, name=args.name, trace=args.trace, progress=bar, **values)
     except OptionError as e:  # the backend's step bound is --max-steps here
         if backend is not None:
-            e.flags = {backends.get(backend).run_steps: "--max-steps"}
+            e.flags = {backends.get(backend).stepping.option: "--max-steps"}
         raise
     except interrupt.Interrupted as e:  # Ctrl-C: the configuration reached, then exit 130
         print_interrupted(e, as_json=args.json)
@@ -265,9 +275,6 @@ def _trace_rows(result) -> list[dict]:
 
 
 def cmd_convert(args) -> int:
-    from tm2nn.fileio import write_atomic
-    from tm2nn.syntax import dump, load_all, select
-
     items = load_all(args.source, args.format)
     if args.all and args.to not in ("tm", "circ"):
         raise Tm2nnError(f"--all writes several items, which only the tm and circ formats hold (not {args.to!r})")
@@ -280,8 +287,6 @@ def cmd_convert(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from tm2nn.model_io import check_model_path
-
     out = check_model_path(args.output, "-o")
     compiled = _compile(args, "compile")
     compiled.save(out)
@@ -297,14 +302,9 @@ def cmd_compile(args) -> int:
 
 def cmd_eval(args) -> int:
     """Run a model file; each report is checked against the reference its source gives."""
-    from tm2nn.console import print_eval
-    from tm2nn.model_io import load_model
 
     texts = list(args.input or [])
     if args.inputs:
-        from tm2nn.fileio import read_input
-        from tm2nn.source import SourceText
-
         texts += SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
     if not texts and not args.inputs:
         texts = [""]
@@ -318,10 +318,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from tm2nn.console import print_table
-
     stats = _statistics_values(args)
-    from tm2nn.model_io import SUFFIXES, load_model
 
     if Path(args.source).suffix in SUFFIXES:
 
@@ -330,7 +327,7 @@ def cmd_info(args) -> int:
     else:
         spec, ir = _spec(args)
         values = _backend_values(args, spec, "info")
-        table = None if stats else spec.info_source(ir, spec.options(**values))
+        table = None if stats or not spec.has("size_estimate") else spec.analyses["size_estimate"](ir, spec.options(**values))
         if table is not None:
             if args.json:
                 _dump({"backend": spec.name, "info": {r[0].strip(): r[1] for r in table.rows}, "bounds": table.rows})
@@ -340,9 +337,6 @@ def cmd_info(args) -> int:
         model = _compile(args, "info")
         rep = model.info()
     if stats:
-        from tm2nn.console import print_statistics
-        from tm2nn.verify.statistics import statistics_report
-
         rep = statistics_report(model, **stats)
         _dump(rep) if args.json else print_statistics(args.source, rep)
         return EXIT_OK
@@ -359,18 +353,13 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from tm2nn.console import print_verify, verify_progress
-    from tm2nn.verify import DEFAULT_BUDGET
-
     if args.find_beta:
         spec, ir = _spec(args)
-        res = spec.find_beta(ir, _backend_values(args, spec, "verify"), inputs=args.input,
+        res = spec.analysis("find_beta", backends.having)(ir, _backend_values(args, spec, "verify"), inputs=args.input,
                              samples=args.samples or 256, seed=args.seed)
         if args.json:
             _dump(res)
         else:
-            from tm2nn.console import print_beta
-
             print_beta(res)
         return EXIT_OK if res["beta"] is not None else EXIT_FAIL
     compiled = _compile(args, "verify")
@@ -385,10 +374,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_margin(args) -> int:
-    from tm2nn.console import print_table
-
     spec, ir = _spec(args)
-    table = spec.margin(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
+    table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
                         trials=args.trials, seed=args.seed, engines=args.engines)
     if args.json:
         _dump(table.json)
@@ -398,10 +385,6 @@ def cmd_margin(args) -> int:
 
 
 def cmd_learn(args) -> int:
-    from tm2nn.compiler import learn
-    from tm2nn.console import console, progress
-    from tm2nn.model_io import check_model_path
-
     exports = {k: check_model_path(p, f"--export-{k}") for k, p in
                (("before", args.export_before), ("after", args.export_after)) if p}
     spec, ir = _spec(args, learning=True)
@@ -439,7 +422,7 @@ def cmd_viz(args) -> int:
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
-    return run_demo(args.examples, args.out)
+    return run_demo(main, args.examples, args.out)
 
 
 _VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile, "eval": cmd_eval, "info":

@@ -11,66 +11,31 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.report import Report
+
+
+def parse_bits(text: str, n: int, what: str = "input") -> np.ndarray:
+    """A '0'/'1' string of length ``n`` (spaces and '_' ignored) -> bool array."""
+    bits = []
+    for i, ch in enumerate(text):
+        if ch in " _":
+            continue
+        if ch not in "01":
+            raise Tm2nnError(f"{what}: expected 0 or 1, got {ch!r}", file=what, line=1, col=i + 1, snippet=text)
+        bits.append(ch == "1")
+    if len(bits) != n:
+        raise Tm2nnError(f"{what}: the circuit has {n} inputs, got {len(bits)} bits", file=what, line=1, col=1, snippet=text)
+    return np.array(bits, dtype=bool)
 
 
 def _codec(enc: dict):
     """(encode one string, decode one bit vector) for an encoding, built once per call site."""
     kind = enc.get("kind")
     if kind == "bits":
-        from tm2nn.api import parse_bits
-
         n = len(enc["names"])
         return (lambda text: parse_bits(text, n),
                 lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
-    if kind in ("pm1", "sign"):  # the abbe-sandon net: bits in as ±1 (Theorem 4), sign out
-        from tm2nn.api import parse_bits
-
-        n = len(enc["names"])
-        return (lambda text: 2.0 * np.asarray(parse_bits(text, n), dtype=np.float32) - 1.0,
-                lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
-    if kind == "signs":  # Welper §5's extended network: the dataset's features as + / - signs
-        n = len(enc["names"])
-        return (lambda text: _signs(text, n), None)
-    if kind == "reals":  # Welper §5 with fixed-point data: the dataset's features as numbers
-        n = len(enc["names"])
-        return (lambda text: _reals(text, n), None)
-    if kind == "unrolled_tm":
-        from tm2nn.passes.unroll import UnrollLayout
-
-        layout = UnrollLayout.from_json(enc["layout"])  # parsed once, not per input
-        return layout.encode, layout.decode
     raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
-
-
-def _signs(text: str, n: int) -> np.ndarray:
-    """``n`` characters ``+``/``-`` -> ±1 (a located error otherwise)."""
-    for i, ch in enumerate(text):
-        if ch not in "+-":
-            raise Tm2nnError(f"input: {ch!r} is not + or - (the model reads {n} feature signs)",
-                             file="input", line=1, col=i + 1, snippet=text)
-    if len(text) != n:
-        raise Tm2nnError(f"input: the model reads {n} feature signs, got {len(text)}",
-                         file="input", line=1, col=max(1, len(text)), snippet=text)
-    return np.array([1.0 if ch == "+" else -1.0 for ch in text], dtype=np.float32)
-
-
-def _reals(text: str, n: int) -> np.ndarray:
-    """``n`` comma-separated finite numbers (a located error otherwise)."""
-    out, col = [], 1
-    for f in text.split(","):
-        try:
-            v = float(f)
-        except ValueError:
-            v = float("nan")
-        if not np.isfinite(v):
-            raise Tm2nnError(f"input: {f.strip() or 'an empty field'!r} is not a finite number (the model reads "
-                             f"{n} comma-separated numbers)", file="input", line=1, col=col, snippet=text)
-        out.append(v)
-        col += len(f) + 1
-    if len(out) != n:
-        raise Tm2nnError(f"input: the model reads {n} comma-separated numbers, got {len(out)}",
-                         file="input", line=1, col=1, snippet=text)
-    return np.array(out, dtype=np.float64)
 
 
 def encode(enc: dict, text: str) -> np.ndarray:
@@ -87,9 +52,9 @@ def encode_many(enc: dict, texts: list[str]) -> np.ndarray:
 
 
 def output_bits(enc: dict, y: np.ndarray) -> np.ndarray:
-    """Threshold raw outputs to booleans (the constructions output 0/1, or ±1)."""
-    default = 0.0 if enc.get("kind") == "sign" else 0.5
-    return np.asarray(y) > float(enc.get("threshold", default))
+    """Threshold raw outputs to booleans (the constructions output 0/1, or ±1 with a
+    ``threshold`` of 0)."""
+    return np.asarray(y) > float(enc.get("threshold", 0.5))
 
 
 def decode(enc: dict, y: np.ndarray) -> dict:
@@ -103,3 +68,29 @@ def decode_many(enc: dict, y: np.ndarray) -> list[dict]:
         return [{"outputs": [round(float(v), 6) for v in row]} for row in np.asarray(y)]
     _, dec_one = _codec(enc)
     return [dec_one(bits) for bits in output_bits(enc, y)]
+
+
+# -- the codec of a circuit net (0/1 vectors in declared port order): the protocol's BITS ------
+def encode_bits(compiled, texts: list[str]) -> np.ndarray:
+    """The net's input matrix for ``texts`` (its input encoding)."""
+    return encode_many(compiled.input_encoding, texts)
+
+
+def run_bits(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+    """Encode ``texts``, run ``engine``, decode one ``{"outputs": ...}`` report each."""
+    y = compiled.runner(engine)(encode_bits(compiled, texts))
+    return [Report(r) for r in decode_many(compiled.output_encoding, y)]
+
+
+def describe_bits(compiled) -> dict:
+    """How a ``bits`` circuit's report is read: output i from dimension i of the output."""
+    enc = compiled.output_encoding
+    if enc.get("kind") != "bits":
+        raise Tm2nnError(f"the {compiled.backend} backend does not describe how its {enc.get('kind')!r} output "
+                         "is decoded")
+    y = compiled.net.outputs[0]
+    names = ", ".join(enc["names"][:4]) + (", ..." if len(enc["names"]) > 4 else "")
+    return {"fields": {"outputs": {
+        "value": y, "labels": list(compiled.net.spaces[y].labels),
+        "rule": f"character i of 'outputs' is '1' when dimension i of {y!r} exceeds {enc['threshold']}, "
+                f"else '0'; dimension i is the circuit's output i in declared order ({names})"}}}

@@ -12,16 +12,19 @@ import hashlib
 from pathlib import Path
 
 from tm2nn import backends
-from tm2nn.backends.base import Compiled, Learned
+from tm2nn.backends.protocol import Learned
+from tm2nn.datasets import load_csv
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input
+from tm2nn.handle import Compiled
 from tm2nn.options import OptionError, fields_of
+from tm2nn.source import registered
+from tm2nn.syntax import load
 
 
 def load_ir(source, format: str | None = None, name: str | None = None):
     """A path (loaded with :func:`tm2nn.syntax.load`) or an IR object (returned as is)."""
     if isinstance(source, (str, Path)):
-        from tm2nn.syntax import load
-
         return load(source, format, name)
     if format is not None or name is not None:
         raise OptionError("{format} and {name} apply to a source file, not to an IR object", "format", "name")
@@ -31,8 +34,10 @@ def load_ir(source, format: str | None = None, name: str | None = None):
 def default_backend(ir, learning: bool = False):
     """The first backend (in the registry's order) that compiles, or trains, ``ir``."""
     for b in backends.all():
-        takes = b.learn_takes if learning else b.takes
-        if (not learning or b.LearnOptions is not None) and takes and isinstance(ir, tuple(takes)):
+        if learning and b.trainer is None:
+            continue
+        takes = b.trainer.takes if learning else b.takes
+        if takes and isinstance(ir, tuple(takes)):
             return b
     what = "trains" if learning else "compiles"
     raise Tm2nnError(f"no backend {what} a {type(ir).__name__.lower()} ({getattr(ir, 'name', '?')!r})")
@@ -42,9 +47,8 @@ def sha256_of(source, compiled: Compiled) -> str:
     """The hash a model records: of the source file's bytes, or of the source's tm2nn text
     when it came as an IR object."""
     if isinstance(source, (str, Path)) and Path(source).is_file():
-        from tm2nn.fileio import read_input
-
-        return hashlib.sha256(read_input(source)).hexdigest()
+        loaded = registered(str(source))  # the bytes the parser read, not a second read
+        return hashlib.sha256(loaded.data if loaded is not None else read_input(source)).hexdigest()
     return hashlib.sha256(compiled.source_text().encode()).hexdigest()
 
 
@@ -61,7 +65,7 @@ def compile(source, backend: str | None = None, *, format: str | None = None, na
         spec = default_backend(ir)
         opts = spec.options(**options)
     spec.check_source(ir)
-    compiled = spec.compile(ir, opts).with_options(opts)
+    compiled = Compiled.of(spec.compile(ir, opts).with_options(opts))
     compiled.source_sha256 = sha256_of(source_path or source, compiled)
     return compiled
 
@@ -74,21 +78,29 @@ def learn(source, backend: str | None = None, *, format: str | None = None, name
     came from (a backend may read its header comments).  ``models`` names the snapshots to
     return (``"before"`` / ``"after"`` training), each a :class:`Compiled` that can be
     saved; ``progress(done, total, description=None)`` follows the training."""
-    from tm2nn.datasets import load_csv
-
     spec = backends.get(backend) if backend is not None else None
+    if spec is not None and spec.trainer is None:
+        raise does_not_train(spec)
     opts = spec.learn_options(**options) if spec is not None else None  # bad options fail before any work
     ir = load_ir(source, format, name)
     if spec is None:
         spec = default_backend(ir, learning=True)
         opts = spec.learn_options(**options)
-    missing = [m for m in models if m not in spec.exports]
+    trainer = spec.trainer
+    missing = [m for m in models if m not in trainer.exports]
     if missing:
         raise Tm2nnError(f"the {spec.name} backend does not export the net {missing[0]} training")
-    if not isinstance(ir, tuple(spec.learn_takes)):
+    if not isinstance(ir, tuple(trainer.takes)):
         raise Tm2nnError(f"the {spec.name} backend trains {spec.takes_what}; {getattr(ir, 'name', '?')!r} is a "
                          f"{type(ir).__name__.lower()}")
-    data = {f.name: load_csv(getattr(opts, f.name), reals=f.data == "csv-reals") for f in fields_of(spec.LearnOptions)
+    data = {f.name: load_csv(getattr(opts, f.name), reals=f.data == "csv-reals") for f in fields_of(trainer.Options)
             if f.data in ("csv", "csv-reals") and getattr(opts, f.name) is not None}
     path = str(source) if isinstance(source, (str, Path)) else source_path
-    return spec.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))
+    learned = trainer.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))
+    learned.models = {k: Compiled.of(m) for k, m in learned.models.items()}
+    return learned
+
+
+def does_not_train(spec) -> Tm2nnError:
+    """The error for ``learn`` with a backend that has no trainer."""
+    return Tm2nnError(f"the {spec.name} backend does not train (backends that do: {', '.join(backends.training())})")

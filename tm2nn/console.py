@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from tm2nn.errors import render_located
+
 #: the width used when standard output is not a terminal (tables take what they need)
 PIPE_WIDTH = 1000
 
@@ -101,14 +103,13 @@ def divergence_text(m) -> str:
 
 def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> bool:
     """``tm2nn eval``'s output: each report (JSON lines with ``as_json``), marked where
-    it is not the reference's (``checked``: :meth:`~tm2nn.backends.base.Compiled.check`'s
+    it is not the reference's (``checked``: :meth:`~tm2nn.handle.Compiled.check`'s
     answer); on standard error, a warning for edited weights and one line naming the
     first divergence.  Returns whether every report agrees with the reference."""
     import json
 
     from rich.markup import escape
 
-    from tm2nn.errors import render_located
 
     reference, diverged = checked or (None, [None] * len(texts))
     if compiled.edited is not None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input
+from tm2nn.source import SourceText
 
 _VALUES = {"1": 1, "+1": 1, "-1": -1}
 
@@ -92,7 +93,6 @@ def _real(s: str) -> float | None:
 def _text(path: str) -> str:
     """The CSV's text: not UTF-8 is an error at its byte; a byte-order mark (spreadsheets
     write one) is dropped."""
-    from tm2nn.source import SourceText
 
     return SourceText(path, read_input(path, "training set")).text.removeprefix("\ufeff")
 

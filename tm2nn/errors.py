@@ -82,12 +82,27 @@ def render_located(severity: str, message: str, file: str | None, line: int | No
     return "\n".join(out)
 
 
-def error_at(loc: Loc | None, message: str, notes=()) -> Tm2nnError:
-    """An error at ``loc``, with the source line read back from the file when possible."""
-    if loc is None:
-        return Tm2nnError(message, notes=notes)
-    from tm2nn.source import line_of  # local import: source.py imports this module
+class OptionError(Tm2nnError):
+    """A bad, missing or unknown option.  ``template`` names options as ``{name}``;
+    ``str()`` shows argument names, :meth:`for_cli` the command-line flags."""
 
-    return Tm2nnError(
-        message, file=loc.file, line=loc.line, col=loc.col, snippet=line_of(loc), notes=notes
-    )
+    def __init__(self, template: str, *names: str, **loc):
+        self.template = template
+        self.names = names
+        super().__init__(self._render(lambda n: n), **loc)
+
+    def _render(self, show) -> str:
+        out = self.template
+        for n in self.names:
+            out = out.replace("{" + n + "}", show(n))
+        return out
+
+    #: Flags that differ from the option's own on the verb that raised it (``run`` sets a
+    #: backend's step bound with ``--max-steps``).
+    flags: dict = {}
+
+    def for_cli(self, flag_of) -> "OptionError":
+        """This error with every option shown as its flag (``flag_of(name)``)."""
+        self.message = self._render(lambda n: self.flags.get(n) or flag_of(n))
+        self.args = (self.message,)
+        return self

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import human, source_limit
 
 #: Bytes read per ``os.read`` call.
 READ_CHUNK = 1 << 20
@@ -42,7 +43,6 @@ def read_input(path: str | Path, what: str = "", limit: int | None = None) -> by
     ``"training set"``), refused when it is not a regular file or is larger than ``limit``
     bytes (default :func:`tm2nn.limits.source_limit`).  Opening never blocks: a FIFO is
     opened non-blocking and refused by its type before anything is read."""
-    from tm2nn.limits import human, source_limit
 
     p = str(path)
     label = f"{what} {p}" if what else p

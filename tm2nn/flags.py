@@ -13,6 +13,7 @@ import re
 
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_size
 from tm2nn.options import fields_of
 
 
@@ -49,11 +50,11 @@ def option_fields(verb: str) -> dict:
     """flag -> [(backend, field)] for the backend options a verb takes."""
     out: dict = {}
     for b in backends.all():
-        cls = b.LearnOptions if verb == "learn" else b.Options
-        if cls is None or (verb == "run" and b.run_steps is None):
+        cls = (b.trainer.Options if b.trainer else None) if verb == "learn" else b.Options
+        if cls is None or (verb == "run" and b.stepping is None):
             continue
         for f in fields_of(cls):
-            if f.cli and not (verb == "run" and f.name == b.run_steps):
+            if f.cli and not (verb == "run" and f.name == b.stepping.option):
                 out.setdefault(f.flag, []).append((b.name, f))
     return out
 
@@ -90,7 +91,7 @@ def backend_values(args, spec, verb: str) -> dict:
     """The backend options given on the command line, converted by the chosen backend's
     field types; an option another backend owns is an error naming the ones it takes.
     Without a backend (``spec`` None) every given option is kept, typed by its first owner."""
-    cls = None if spec is None else spec.LearnOptions if verb == "learn" else spec.Options
+    cls = None if spec is None else (spec.trainer.Options if spec.trainer else None) if verb == "learn" else spec.Options
     mine = {f.name: f for f in fields_of(cls)} if cls else {}
     values = {}
     for flag, owners in option_fields(verb).items():
@@ -119,7 +120,6 @@ def backend_values(args, spec, verb: str) -> dict:
 def limit_flags(p):
     """``p`` with the flags every verb takes that bound what a request may cost
     (:mod:`tm2nn.limits`): ``--max-memory`` and ``--max-source-size``; used as a parent parser."""
-    from tm2nn.limits import MAX_SOURCE_BYTES, flag_size
 
     g = p.add_argument_group("limits")
     g.add_argument("--max-memory", type=flag_size, metavar="SIZE",
@@ -133,7 +133,6 @@ def limit_flags(p):
 
 def add_statistics_flags(p) -> None:
     """``info --statistics [--eps E] [--delta D]`` (:mod:`tm2nn.verify.statistics`)."""
-    from tm2nn.limits import flag_float
 
     g = p.add_argument_group("statistics (Wei, Chen & Ma Lemma 2.3)")
     g.add_argument("--statistics", action="store_true",

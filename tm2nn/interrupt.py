@@ -16,6 +16,8 @@ import contextlib
 import signal
 import threading
 
+from tm2nn.errors import Tm2nnError
+
 _active = False
 _requested = False
 
@@ -113,8 +115,6 @@ def _numpy(x):
 
 
 def _try(decode, row, text):
-    from tm2nn.errors import Tm2nnError
-
     try:
         return decode(row, text)
     except (Tm2nnError, ValueError, IndexError):  # a half-finished state that does not decode

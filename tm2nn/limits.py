@@ -23,6 +23,8 @@ import os
 import re
 import time
 
+from tm2nn.errors import OptionError, Tm2nnError
+
 #: Seeds are 32-bit: numpy, torch and Python's random all take them.
 SEED_MAX = 2**32 - 1
 #: The share of available memory one request may plan to use.
@@ -38,8 +40,6 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb"
 
 
 def _error(template: str, name: str):
-    from tm2nn.options import OptionError
-
     return OptionError(template, name)
 
 
@@ -214,8 +214,6 @@ def _limit(override: int | None, env: str, example: str, default) -> int:
         try:
             return parse_size(text)
         except ValueError:
-            from tm2nn.errors import Tm2nnError
-
             raise Tm2nnError(f"{env}: expected a size such as {example}, got {text!r}") from None
     return default()
 
@@ -248,7 +246,6 @@ def check_memory(nbytes: float, what: str, lower: tuple[str, ...] = ()) -> None:
     limit = memory_limit()
     if nbytes <= limit:
         return
-    from tm2nn.options import OptionError
 
     names = ["{" + n + "}" for n in lower]
     hint = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)

@@ -58,8 +58,13 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tm2nn.api import run_circuit
 from tm2nn.errors import Loc, Tm2nnError, render_located
-from tm2nn.source import line_of
+from tm2nn.interp import run_machine
+from tm2nn.ir import Circuit, Machine
+from tm2nn.source import SourceText, line_of
+from tm2nn.syntax import EXTENSIONS, format_module, guess_format, load_all, select
+from tm2nn.syntax.headers import circuit_mismatches, machine_mismatches, read_header
 
 HEADER_MAX_STEPS = 1_000_000
 
@@ -111,7 +116,6 @@ def _format_of(path: str | None, fmt: str | None) -> str | None:
         return fmt
     if path is None:
         return None
-    from tm2nn.syntax import EXTENSIONS
 
     return EXTENSIONS.get(Path(path).suffix.lower())
 
@@ -136,7 +140,6 @@ def lint(item, path: str | None = None, fmt: str | None = None) -> list[Diagnost
     """The likely mistakes in one parsed item (see the module docstring).  ``fmt`` is the
     format it was read in (default: from ``path``'s extension); circuits and learners have
     none to report."""
-    from tm2nn.ir import Machine
 
     if not isinstance(item, Machine):
         return []
@@ -215,8 +218,6 @@ def check_header(path, item, fmt: str | None = None, max_steps: int = HEADER_MAX
     the header documents no result, nor for learners and ``# train:`` machines (their
     headers describe training; ``tm2nn demo`` checks those).
     """
-    from tm2nn.ir import Circuit, Machine
-    from tm2nn.syntax.headers import circuit_mismatches, machine_mismatches, read_header
 
     hdr = read_header(path)
     if "train" in hdr or not isinstance(item, (Machine, Circuit)):
@@ -249,8 +250,6 @@ def check_header(path, item, fmt: str | None = None, max_steps: int = HEADER_MAX
         return [at("error", inp.line, col, f"documented {e.message}")]
 
     if isinstance(item, Circuit):
-        from tm2nn.api import run_circuit
-
         try:
             got = run_circuit(item, text)["outputs"]
         except Tm2nnError as e:
@@ -259,7 +258,6 @@ def check_header(path, item, fmt: str | None = None, max_steps: int = HEADER_MAX
                    f"the circuit's output on input {text!r} is {actual!r}, not the documented {want!r}")
                 for k, want, actual in circuit_mismatches(values, got)]
 
-    from tm2nn.interp import run_machine
 
     try:
         r = run_machine(item, text, max_steps)
@@ -280,7 +278,6 @@ def check_header(path, item, fmt: str | None = None, max_steps: int = HEADER_MAX
 
 def _source_of(file: str):
     """The file's registered text (the parser registered it), else read it now."""
-    from tm2nn.source import SourceText
 
     try:
         return SourceText.from_file(file)
@@ -289,8 +286,6 @@ def _source_of(file: str):
 
 
 def _default_input(path, fmt: str | None) -> str | None:
-    from tm2nn.syntax import format_module, guess_format
-
     mod = format_module(fmt or guess_format(path))
     fn = getattr(mod, "default_input", None)
     if fn is None:
@@ -314,7 +309,6 @@ def check_report(path, fmt: str | None = None, name: str | None = None,
     documents, when it is among them), in source order.  A file that does not parse
     raises :class:`Tm2nnError`, as :func:`tm2nn.syntax.load_all` does.
     """
-    from tm2nn.syntax import guess_format, load_all, select
 
     items = load_all(path, fmt)
     fmt = fmt or guess_format(path)

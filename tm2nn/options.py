@@ -22,34 +22,8 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field
 
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import OptionError
 from tm2nn.limits import check_float, check_int
-
-
-class OptionError(Tm2nnError):
-    """A bad, missing or unknown option.  ``template`` names options as ``{name}``;
-    ``str()`` shows argument names, :meth:`for_cli` the command-line flags."""
-
-    def __init__(self, template: str, *names: str, **loc):
-        self.template = template
-        self.names = names
-        super().__init__(self._render(lambda n: n), **loc)
-
-    def _render(self, show) -> str:
-        out = self.template
-        for n in self.names:
-            out = out.replace("{" + n + "}", show(n))
-        return out
-
-    #: Flags that differ from the option's own on the verb that raised it (``run`` sets a
-    #: backend's step bound with ``--max-steps``).
-    flags: dict = {}
-
-    def for_cli(self, flag_of) -> "OptionError":
-        """This error with every option shown as its flag (``flag_of(name)``)."""
-        self.message = self._render(lambda n: self.flags.get(n) or flag_of(n))
-        self.args = (self.message,)
-        return self
 
 
 def option(default=MISSING, help: str = "", *, flag: str | None = None, metavar: str | None = None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.fileio import read_input
 
 _REGISTRY: dict[str, "SourceText"] = {}
 
@@ -26,7 +27,6 @@ class SourceText:
     def from_file(cls, path: str | Path) -> "SourceText":
         """The file at ``path``, read by :func:`tm2nn.fileio.read_input` (regular files
         only, at most the source size limit)."""
-        from tm2nn.fileio import read_input
 
         return cls.register(str(path), read_input(path))
 
@@ -88,7 +88,21 @@ class SourceText:
         return self.error(message, line, col)
 
 
+def registered(path: str) -> SourceText | None:
+    """The text last read from ``path`` (by a parser), or None."""
+    return _REGISTRY.get(path)
+
+
 def line_of(loc: Loc) -> str | None:
     """The source line at ``loc`` if its text was registered, else None."""
     src = _REGISTRY.get(loc.file)
     return src.line_text(loc.line) if src else None
+
+
+def error_at(loc: Loc | None, message: str, notes=()) -> Tm2nnError:
+    """An error at ``loc``, with the source line read back from the file when possible."""
+    if loc is None:
+        return Tm2nnError(message, notes=notes)
+    return Tm2nnError(
+        message, file=loc.file, line=loc.line, col=loc.col, snippet=line_of(loc), notes=notes
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from tm2nn.backends.protocol import Backend
 from tm2nn.errors import Tm2nnError
 
 #: name -> the module that exports ``BACKEND``
@@ -21,7 +22,7 @@ BUILTIN: dict[str, str] = {
     "gd-trace": "tm2nn.backends.gd_trace.backend",
 }
 
-_loaded: dict = {}
+_loaded: dict = {}  # module -> its BACKEND
 _extra: dict = {}
 
 
@@ -36,13 +37,25 @@ def get(name: str):
         return _extra[name]
     if name not in BUILTIN:
         raise Tm2nnError(f"unknown backend {name!r} (available: {', '.join(names())})")
-    if name not in _loaded:
-        _loaded[name] = importlib.import_module(BUILTIN[name]).BACKEND
-    return _loaded[name]
+    module = BUILTIN[name]
+    if module not in _loaded:  # keyed by the module: a name pointed elsewhere loads anew
+        b = importlib.import_module(module).BACKEND
+        _loaded[module] = b if isinstance(b, Backend) else b.as_protocol()  # TRANSITION: legacy backends
+    return _loaded[module]
 
 
 def all() -> list:  # noqa: A001 - the registry's own vocabulary
     return [get(n) for n in names()]
+
+
+def having(analysis: str) -> list[str]:
+    """The backends that declare ``analysis`` (a name of :data:`protocol.ANALYSES`)."""
+    return [b.name for b in all() if b.has(analysis)]
+
+
+def training() -> list[str]:
+    """The backends that train."""
+    return [b.name for b in all() if b.trainer is not None]
 
 
 def engine_names() -> list[str]:
@@ -54,14 +67,12 @@ def engine_names() -> list[str]:
     return out
 
 
-def register(backend) -> None:
+def register(backend: Backend) -> None:
     """Add (or replace) a backend under ``backend.name``."""
-    from tm2nn.backends.base import Backend
-
+    if not isinstance(backend, Backend) and hasattr(backend, "as_protocol"):  # TRANSITION: legacy backends
+        backend = backend.as_protocol()
     if not isinstance(backend, Backend):
-        raise TypeError("register() takes a tm2nn.backends.base.Backend instance")
-    if not backend.name:
-        raise ValueError("a backend needs a name")
+        raise TypeError("register() takes a tm2nn.backends.protocol.Backend")
     _extra[backend.name] = backend
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
 
+from tm2nn.codec import describe_bits, encode_bits, run_bits
 from tm2nn.errors import Tm2nnError
 from tm2nn.options import NoOptions, make, to_dict
 
@@ -48,6 +49,15 @@ ANALYSES: dict[str, str] = {
                       "decoded from the network (space-time pictures)",
     "size_estimate": "size_estimate(ir, opts) -> Table | None: sizes without compiling (constructions "
                      "too large to build)",
+}
+
+
+#: how a backend without an analysis refuses it ({name}: the backend, {others}: those with it)
+REFUSALS: dict[str, str] = {
+    "margin": "the {name} backend has no margin analysis (backends with one: {others})",
+    "certified_margin": "the {name} backend has no certified margin (backends with one: {others})",
+    "function_class": "the {name} backend does not describe its function class (backends that do: {others})",
+    "find_beta": "the {name} backend has no softmax beta to search",
 }
 
 
@@ -103,6 +113,8 @@ class Model:
     edited: str | None = None
     #: ``net.info()`` when the backend measured the net already (a large net is measured once)
     net_info: dict | None = field(default=None, repr=False)
+    #: a loaded model's ``{"backend", "info", "bounds"}`` as its file records them
+    recorded_info: dict | None = field(default=None, repr=False)
 
     def with_options(self, opts) -> "Model":
         """Record the validated compile options (what a rebuild reads)."""
@@ -135,6 +147,10 @@ class Codec:
     describe: Callable
 
 
+#: the codec of a circuit net: 0/1 vectors in declared port order (:mod:`tm2nn.codec`)
+BITS = Codec(encode=encode_bits, run=run_bits, describe=describe_bits)
+
+
 @dataclass(frozen=True)
 class Stepping:
     """A backend that runs machines step by step with a compile-time step bound:
@@ -154,24 +170,33 @@ class Stepping:
 class Trainer:
     """A backend that trains (``tm2nn learn``): ``Options`` (its learn options; a
     ``data="csv"`` field is read by the API and handed over as arrays), ``takes`` (the IR
-    it trains), ``exports`` (the snapshots it can return: ``"before"`` / ``"after"``) and
-    ``learn(ir, opts, *, data, source_path, progress, models) -> Learned``."""
+    it trains), ``exports`` (the snapshots it can return: ``"before"`` / ``"after"``),
+    ``learn(ir, opts, *, data, source_path, progress, models) -> Learned`` and, where the
+    demo shows a training example of it with the reference, ``example(ir, header, folder) ->
+    (text, ok)`` (``header``: the example's documented header lines)."""
 
     Options: type
     takes: tuple
     learn: Callable
     exports: tuple[str, ...] = ()
+    example: Callable | None = None
 
 
 @dataclass(frozen=True)
 class Example:
-    """One row of ``tm2nn demo``: an example file (under ``examples/``) and the ``tm2nn``
-    command lines that show it (``{ex}``: the examples folder, ``{out}``: the output
-    folder), under ``label`` (default: the backend's name)."""
+    """One row of ``tm2nn demo``'s table of compiled networks: an example file (under
+    ``examples/``) and the ``tm2nn`` command lines that show it (``{ex}``: the examples
+    folder, ``{out}``: the output folder).  ``commands[0]`` writes the model (a ``.onnx``
+    under ``{out}``); the others verify it (``--json``, read for ``ok``, ``n_inputs`` and
+    ``mode``).  With no verify command the first one checks itself: its ``--json`` line
+    must hold every ``expect`` key with that value, and ``checked`` (formatted with that
+    line) says what it checked.  ``label`` names the row (default: the backend's name)."""
 
     file: str
     commands: tuple[str, ...]
     label: str = ""
+    expect: Mapping[str, object] = field(default_factory=dict)
+    checked: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,9 +261,10 @@ class Backend:
         (``others(name)`` lists the backends that have it)."""
         if name in self.analyses:
             return self.analyses[name]
-        have = ", ".join(others(name)) if others is not None else ""
-        raise Tm2nnError(f"the {self.name} backend has no {name.replace('_', ' ')} analysis"
-                         + (f" (backends with one: {have or 'none'})" if others is not None else ""))
+        have = (", ".join(others(name)) or "none") if others is not None else "see tm2nn.backends.having"
+        refusal = REFUSALS.get(name, "the {name} backend has no %s analysis (backends with one: {others})"
+                               % name.replace("_", " "))
+        raise Tm2nnError(refusal.format(name=self.name, others=have))
 
     # -- options and IR ----------------------------------------------------------------
     def options(self, **values):
@@ -274,5 +300,5 @@ class Backend:
         return f"<backend {self.name}: {self.summary}>"
 
 
-__all__ = ["ANALYSES", "DENSE", "Backend", "Codec", "Example", "Learned", "Model", "Stepping", "Table", "Trainer",
+__all__ = ["ANALYSES", "BITS", "DENSE", "Backend", "Codec", "Example", "Learned", "Model", "Stepping", "Table", "Trainer",
            "model_fields", "NoOptions"]

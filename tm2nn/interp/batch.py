@@ -11,6 +11,7 @@ import numpy as np
 
 from tm2nn.interp.machine import DEFAULT_MAX_STEPS, RunResult, _Tables, run_machine
 from tm2nn.ir.machine import GridMachine, Machine, check_input
+from tm2nn.options import OptionError
 
 
 def run_batch(m: Machine, inputs: list[str], max_steps: int = DEFAULT_MAX_STEPS) -> list[RunResult]:
@@ -18,8 +19,6 @@ def run_batch(m: Machine, inputs: list[str], max_steps: int = DEFAULT_MAX_STEPS)
     if isinstance(m, GridMachine):
         return [run_machine(m, x, max_steps) for x in inputs]
     if max_steps < 0:
-        from tm2nn.options import OptionError
-
         raise OptionError(f"{{max_steps}} must be >= 0, got {max_steps}", "max_steps")
     for x in inputs:
         check_input(m, x)

@@ -18,6 +18,8 @@ from typing import Callable
 
 from tm2nn import interrupt
 from tm2nn.ir.machine import MOVE_DELTA, GridMachine, Machine, check_input
+from tm2nn.limits import check_memory
+from tm2nn.options import OptionError
 
 DEFAULT_MAX_STEPS = 10_000_000
 
@@ -151,11 +153,8 @@ def run_machine(
     ``progress(steps)`` is called about every 2**20 steps, for progress bars.
     """
     if max_steps < 0:
-        from tm2nn.options import OptionError
-
         raise OptionError(f"{{max_steps}} must be >= 0, got {max_steps}", "max_steps")
     if trace:  # 4 + 8 + 8 + 4 + 4 bytes a step (+16 on a grid), and array's doubling
-        from tm2nn.limits import check_memory
 
         per = TRACE_BYTES_PER_STEP + (16 if isinstance(m, GridMachine) else 0)
         check_memory(2 * per * max_steps, f"a trace of up to {max_steps:,} steps ({per} bytes a step)", ("max_steps",))

@@ -1,4 +1,5 @@
-"""The IR: Machine (1D), GridMachine (2D), Circuit, Learner.  Validation lives here, once."""
+"""The IR: Machine (1D), GridMachine (2D), Circuit, Learner, NoisyLearner.  Validation lives
+here, once."""
 
 from tm2nn.ir.circuit import NULLARY, OPS, UNARY, Circuit, Gate
 from tm2nn.ir.learner import BaseLearner, Learner
@@ -12,9 +13,10 @@ from tm2nn.ir.machine import (
     Rule,
     check_input,
 )
+from tm2nn.ir.noisy_learner import NoisyLearner
 
 __all__ = [
-    "Circuit", "Gate", "BaseLearner", "Learner", "OPS", "UNARY", "NULLARY",
+    "Circuit", "Gate", "BaseLearner", "Learner", "NoisyLearner", "OPS", "UNARY", "NULLARY",
     "Machine", "GridMachine", "Rule", "OUTCOMES", "LINE_MOVES", "GRID_MOVES", "MOVE_DELTA",
     "check_input",
 ]

@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tm2nn.errors import Loc, error_at
+from tm2nn.errors import Loc
+from tm2nn.ir.levels import layer_widths
+from tm2nn.ir.ops import OPS
+from tm2nn.source import error_at
 
-OPS = ("AND", "OR", "NOT", "XOR", "NAND", "NOR", "XNOR", "BUF", "CONST0", "CONST1")
 UNARY = ("NOT", "BUF")
 NULLARY = ("CONST0", "CONST1")
 
@@ -105,8 +107,6 @@ class Circuit:
         from collections import Counter
 
         ops = Counter(g.op for g in self.gates)
-        from tm2nn.passes.layering import layer_widths
-
         return {
             "kind": "circuit",
             "name": self.name,

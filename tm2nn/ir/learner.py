@@ -75,8 +75,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tm2nn.errors import Loc, error_at
+from tm2nn.errors import Loc
 from tm2nn.ir.circuit import Circuit
+from tm2nn.source import error_at
 
 #: Largest memory a learner may declare (the net has a memory component per bit).
 MAX_MEMORY = 1 << 20

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
-from tm2nn.errors import Loc, Tm2nnError, error_at
+from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.source import error_at
 
 OUTCOMES = ("accept", "reject", "halt")
 LINE_MOVES = ("L", "R", "S")

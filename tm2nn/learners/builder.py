@@ -432,6 +432,25 @@ def add(a: Sequence[Bit], b: Sequence[Bit], cin: Bit | None = None) -> tuple[Vec
     return Vec(out), carry
 
 
+def popcount(bits: Sequence[Bit]) -> Vec:
+    """The number of 1s among ``bits`` as an unsigned vector (an adder tree)."""
+    cb = bits[0].cb
+    vecs = [Vec([b]) for b in bits]
+    while len(vecs) > 1:
+        nxt = []
+        for i in range(0, len(vecs) - 1, 2):
+            a, b = vecs[i], vecs[i + 1]
+            w = max(len(a), len(b))
+            a = Vec(list(a) + [cb.zero] * (w - len(a)))
+            b = Vec(list(b) + [cb.zero] * (w - len(b)))
+            s, carry = add(a, b)
+            nxt.append(Vec(list(s) + [carry]))
+        if len(vecs) % 2:
+            nxt.append(vecs[-1])
+        vecs = nxt
+    return vecs[0]
+
+
 def prefix_or(v: Sequence[Bit]) -> Vec:
     """``p[i] = v[0] | ... | v[i]`` (a chain: one 2-input OR a bit)."""
     out, acc = [], None
@@ -581,5 +600,5 @@ class BaseLearnerBuilder(_GroupBuilder):
 
 __all__ = [
     "Bit", "Vec", "CircuitBuilder", "LearnerBuilder", "BaseLearnerBuilder", "mux", "mux_vec", "any_", "all_", "eq",
-    "eq_const", "ge_const", "increment", "add", "prefix_or", "lowest_one",
+    "eq_const", "ge_const", "increment", "add", "popcount", "prefix_or", "lowest_one",
 ]

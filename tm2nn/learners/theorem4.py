@@ -51,9 +51,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tm2nn.errors import error_at
 from tm2nn.ir.learner import BaseLearner, Learner
 from tm2nn.learners.builder import Bit, LearnerBuilder, ge_const, increment, mux
+from tm2nn.source import error_at
 
 
 @dataclass(frozen=True)

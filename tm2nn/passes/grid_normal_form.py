@@ -54,10 +54,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tm2nn.errors import Tm2nnError, error_at
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import RunResult
 from tm2nn.ir.machine import GridMachine, Machine, Rule, check_input
 from tm2nn.passes.lowering import Lowering, Mapped, fresh_namer, symbol_map
+from tm2nn.source import error_at
 
 BLANK, MINUS, PLUS = "_", "-", "+"
 ALPHABET = (BLANK, MINUS, PLUS)

@@ -16,12 +16,13 @@ input, ``source_result`` maps a lowered run back to the source machine's run, an
 
 from __future__ import annotations
 
-from tm2nn.errors import Tm2nnError, error_at
+from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import GridMachine, Machine
 from tm2nn.passes.binarise import binarise
 from tm2nn.passes.grid_normal_form import normal_form
 from tm2nn.passes.line_to_grid import line_to_grid
 from tm2nn.passes.lowering import Chain
+from tm2nn.source import error_at
 
 
 def to_rcnn_form(m: Machine, code: dict[str, str] | None = None) -> Chain:

@@ -11,12 +11,15 @@ import json
 import sys
 from pathlib import Path
 
+from tm2nn.console import progress
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import write_atomic
+from tm2nn.limits import flag_int
+from tm2nn.sweep.spec import load_spec
 
 
 def add_parser(sub) -> None:
     """The ``sweep`` verb on the CLI's subparsers (``handler``: :func:`run`)."""
-    from tm2nn.limits import flag_int
 
     p = sub.add_parser("sweep", help="run a sweep spec (TOML) on a local process pool or a Ray cluster; "
                                      "'sweep report RESULTS' summarises and plots the results")
@@ -40,7 +43,6 @@ def run(args) -> int:
     if args.results is not None:
         raise Tm2nnError(f"sweep takes one spec, got a second argument {args.results!r} (the results folder "
                          "goes after -o)")
-    from tm2nn.sweep.spec import load_spec
 
     spec = load_spec(args.spec)
     tasks = spec.tasks()
@@ -85,7 +87,6 @@ def run(args) -> int:
 def _run_engine(args, tasks, store) -> None:
     """The tasks on the chosen engine, with a bar (on a terminal) of done, failed and
     remaining and an ETA; Ctrl-C keeps every row written and says how to resume."""
-    from tm2nn.console import progress
 
     with progress("sweep", counts=True) as bar:
         def update(done, failed, remaining):
@@ -109,7 +110,6 @@ def _run_engine(args, tasks, store) -> None:
 
 def _write_info(folder: Path, spec, n_tasks: int) -> None:
     """``RESULTS/sweep.json``: which spec wrote the rows (informational; rows carry their task)."""
-    from tm2nn.fileio import write_atomic
 
     info = {"name": spec.name, "spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256, "tasks": n_tasks}
     write_atomic(folder / "sweep.json", (json.dumps(info, indent=1) + "\n").encode())

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_int
 from tm2nn.sweep.tasks import failed_row, init_worker, run_task
 
 #: retries of a task whose worker died (then a "crash" row)
@@ -51,7 +52,6 @@ def run_local(tasks, store, *, workers: int | None = None, progress=None) -> Non
     ``progress(done, failed, remaining)`` is called at the start and after each row (done
     counts this run's rows, failed those whose outcome is not ``"ok"``).  See the module doc
     for dead workers and Ctrl-C."""
-    from tm2nn.limits import check_int
 
     n = (os.cpu_count() or 1) if workers is None else check_int("workers", workers, 1)
     state = _State(unfinished(tasks, store), store, progress)

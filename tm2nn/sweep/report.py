@@ -16,7 +16,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tm2nn.console import console as make_console
 from tm2nn.errors import Tm2nnError
+from tm2nn.sweep.store import Store
+from tm2nn.viz.render import figure, save
 
 OUTCOMES = ("ok", "mismatch", "error", "crash")
 #: how many of the slowest tasks, and of the failures, the summary lists
@@ -291,8 +294,6 @@ def _scales(ax, xs, ys, log_x_from: float = 8.0, log_y_from: float = 20.0) -> No
 
 
 def _draw_margin(plan: _Plan, title: str, notes: list[str]):
-    from tm2nn.viz.render import figure
-
     series, more = _margin_points(plan)
     notes += more
     if not series:
@@ -312,8 +313,6 @@ def _draw_margin(plan: _Plan, title: str, notes: list[str]):
 
 
 def _draw_beta(plan: _Plan, title: str, notes: list[str]):
-    from tm2nn.viz.render import figure
-
     series: dict[tuple, list] = {}
     key = _series(plan.rows, plan.x)
     none = at_start = 0
@@ -357,8 +356,6 @@ def _finish(fig, ax, xs, ys, xlabel: str, ylabel: str, title: str):
 
 
 def _draw_verify(plan: _Plan, title: str, notes: list[str]):
-    from tm2nn.viz.render import figure
-
     series: dict[str, list] = {}
     for r in plan.rows:
         s = _number(r.get("seconds"))
@@ -387,7 +384,6 @@ def _draw_verify(plan: _Plan, title: str, notes: list[str]):
 def _draw_histogram(plan: _Plan, title: str, notes: list[str]):
     import numpy as np
 
-    from tm2nn.viz.render import figure
 
     by: dict[str, list] = {}
     for r in plan.rows:
@@ -432,7 +428,6 @@ def plots(rows: list[dict], folder: str | Path, notes: list[str] | None = None) 
     paths: margin vs a numeric option (T), beta_min vs it, verify's seconds vs it (log-log),
     each per backend (and per ``corrections`` where it varies), and a histogram of task
     seconds.  What cannot be drawn is appended to ``notes`` (when given)."""
-    from tm2nn.viz.render import save
 
     rows = list(rows)
     plans, why = _plan(rows)
@@ -484,7 +479,6 @@ def render(summary: dict, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from tm2nn.console import console as make_console
 
     c = console or make_console()
     name = summary.get("sweep") or "sweep"
@@ -546,7 +540,6 @@ def load_rows(results_folder: str | Path) -> list[dict]:
         raise Tm2nnError("not a sweep's results folder (it has no rows/ and no sweep.json)", file=str(p))
     if not (p / "rows").is_dir():  # the driver wrote sweep.json, no row yet
         return []
-    from tm2nn.sweep.store import Store
 
     return Store(p, create=False).rows()
 

@@ -26,8 +26,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tm2nn import backends
+from tm2nn.api import run
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input
+from tm2nn.ir import GridMachine, Machine
+from tm2nn.limits import SEED_MAX, check_float, check_int
 from tm2nn.options import OptionError, fields_of
+from tm2nn.syntax import FORMATS, guess_format, load_all, select
 
 try:
     import tomllib
@@ -113,7 +119,6 @@ class SweepSpec:
 def load_spec(path) -> SweepSpec:
     """Read, check and expand the spec at ``path`` (every error a located
     :class:`Tm2nnError`; nothing runs)."""
-    from tm2nn.fileio import read_input
 
     data = read_input(path, "sweep spec")
     doc = _Doc.of(str(path), data)
@@ -276,8 +281,6 @@ class _Arg:
 
 
 def _seed() -> _Arg:
-    from tm2nn.limits import SEED_MAX
-
     return _Arg(int, 0, SEED_MAX)
 
 
@@ -299,7 +302,6 @@ ARGS: dict[str, dict[str, _Arg]] = {
 
 def _check_arg(name: str, a: _Arg, value):
     """``value`` as the argument's type, or an OptionError."""
-    from tm2nn.limits import check_float, check_int
 
     if a.kind is int:
         return check_int(name, value, a.low, a.high)
@@ -425,8 +427,6 @@ class _Builder:
 
     # -- backends ----------------------------------------------------------------------
     def _backends(self, d) -> list:
-        from tm2nn import backends
-
         if "backends" not in d:
             raise self.doc.error("the spec needs backends = [...] (backends: " + ", ".join(backends.names())
                                  + (f", {INTERP} for task = 'run'" if self.kind == "run" else "") + ")")
@@ -485,8 +485,6 @@ class _Builder:
         stay located in it, with a note naming the spec's line."""
         key = (path, fmt)
         if key not in self._files:
-            from tm2nn.syntax import guess_format, load_all
-
             try:
                 if fmt is None:
                     guess_format(path)
@@ -505,8 +503,6 @@ class _Builder:
         return _Item(path, None, None, self._load(path, None, where)[0], where)
 
     def _source_table(self, t: dict, table) -> list[_Item]:
-        from tm2nn.syntax import FORMATS
-
         self._known(t, SOURCE_KEYS, table)
         if "path" not in t:
             raise self.doc.at("[[source]] needs path = \"FILE\"", table)
@@ -573,7 +569,7 @@ class _Builder:
             return
         try:
             if self.kind == "learn":
-                if not isinstance(item.ir, tuple(b.learn_takes)):
+                if not isinstance(item.ir, tuple(b.trainer.takes)):
                     raise Tm2nnError(f"the {b.name} backend trains {b.takes_what}; {item.ir.name!r} is a "
                                      f"{type(item.ir).__name__.lower()}")
             else:
@@ -614,7 +610,7 @@ class _Builder:
         takes = {b.name if b else INTERP: _option_names(b, learn) for b in backs}
         if all(key in names for names in takes.values()):
             for b in backs:
-                if b is not None and self.kind == "run" and key == b.run_steps:
+                if b is not None and self.kind == "run" and key == b.stepping.option:
                     raise self.doc.at(f"for task = 'run' the step bound is the argument max_steps, not the "
                                       f"{b.name} option {key!r}", table, key)
             return "option"
@@ -640,7 +636,7 @@ class _Builder:
         opts = {k: v for k, v in values.items() if k not in spec}
         for k, v in opts.items():
             if _is_halt(v):
-                bound = b is not None and self.kind != "learn" and k in ("steps", b.run_steps)
+                bound = b is not None and self.kind != "learn" and k in ("steps", b.stepping.option if b.stepping else None)
                 opts[k] = self._halt_value(k, v, item, "", bound)
         opts = self._options(b, opts, args)
         return Task(self.kind, item.path, item.name, item.format, b.name if b is not None else INTERP, opts, args)
@@ -681,9 +677,6 @@ class _Builder:
         """The reference interpreter's step count for ``item`` on ``text`` (run once each)."""
         key = (id(item.ir), text)
         if key not in self._halts:
-            from tm2nn.api import run
-            from tm2nn.ir import GridMachine, Machine
-
             if not isinstance(item.ir, (Machine, GridMachine)):
                 raise self.doc.at(f"'halt+K' counts a machine's steps; {item.label} is a "
                                   f"{type(item.ir).__name__.lower()}", *item.where)
@@ -707,12 +700,12 @@ class _Builder:
             return opts
         learn = self.kind == "learn"
         if learn:
-            for f in fields_of(b.LearnOptions):
+            for f in fields_of(b.trainer.Options):
                 if f.data is not None and isinstance(opts.get(f.name), str):
                     opts[f.name] = os.path.normpath(os.path.join(self.folder, os.path.expanduser(opts[f.name])))
         values = dict(opts)
         if self.kind == "run":  # what tm2nn.run compiles with: its step bound is max_steps
-            values[b.run_steps] = args.get("max_steps", b.run_default_steps)
+            values[b.stepping.option] = args.get("max_steps", b.stepping.default)
         key = (b.name, canonical(values))
         if key not in self._checked:
             try:
@@ -729,7 +722,7 @@ class _Builder:
         """A backend's refusal, located at the option it names (else at the backend)."""
         if not isinstance(e, OptionError):
             return self.doc.at(e.message, None, "backends", b.name)
-        rename = {b.run_steps: "max_steps"} if self.kind == "run" else {}
+        rename = {b.stepping.option: "max_steps"} if self.kind == "run" else {}
         msg = e._render(lambda n: rename.get(n, n))
         owner = f"learning with the {b.name} backend" if self.kind == "learn" else f"the {b.name} backend"
         if not msg.startswith(owner):
@@ -744,7 +737,6 @@ class _Builder:
 def _name_of(items: list, i: int) -> str:
     """The name that picks item ``i`` with :func:`tm2nn.syntax.select`: its own, else its
     1-based index."""
-    from tm2nn.syntax import select
 
     nm = items[i].name
     if nm and select(items, nm) is items[i]:
@@ -755,15 +747,13 @@ def _name_of(items: list, i: int) -> str:
 def _option_names(b, learn: bool) -> tuple[str, ...]:
     if b is None:
         return ()
-    cls = b.LearnOptions if learn else b.Options
+    cls = (b.trainer.Options if b.trainer else None) if learn else b.Options
     return tuple(f.name for f in fields_of(cls)) if cls is not None else ()
 
 
 def _lacks(b, kind: str) -> bool:
-    from tm2nn.backends.base import overrides
-
-    return {"margin": not overrides(b, "margin"), "find-beta": not overrides(b, "find_beta"),
-            "learn": b.LearnOptions is None, "run": b.run_steps is None}.get(kind, False)
+    return {"margin": not b.has("margin"), "find-beta": not b.has("find_beta"),
+            "learn": b.trainer is None, "run": b.stepping is None}.get(kind, False)
 
 
 def _is_halt(v) -> bool:

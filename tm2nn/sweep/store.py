@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import replace_atomic, stale_temps, write_atomic
 from tm2nn.sweep.tasks import one_line
 
 #: The results table's columns (docs/sweep.md, "Results"); ``name``, ``format``, ``error``
@@ -106,7 +107,6 @@ class Store:
 
     def _clean_temps(self) -> None:
         """Remove temporary row files left by a driver that was killed while writing."""
-        from tm2nn.fileio import stale_temps
 
         if self.rows_dir.is_dir():
             for tmp in self.rows_dir.glob(".*.parquet.*.tmp"):
@@ -168,7 +168,6 @@ class Store:
     def export(self, path) -> Path:
         """Write the whole table to one file: ``.csv`` when ``path`` says so, else Parquet
         (atomic, as every file tm2nn writes)."""
-        from tm2nn.fileio import write_atomic
 
         path = Path(path)
         sink = pa.BufferOutputStream()
@@ -202,6 +201,5 @@ def _write_row(path: Path, data: bytes) -> None:
     (:func:`tm2nn.fileio.replace_atomic`).  Not ``write_atomic`` itself: it scans the folder
     for stale temporary files at every write, which costs time linear in the rows
     (quadratic over a sweep); the store cleans them once, when it opens the folder."""
-    from tm2nn.fileio import replace_atomic
 
     replace_atomic(path, data, _MODE, sync_folder=True)

@@ -33,7 +33,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tm2nn.sweep.spec import ARGS
+import tm2nn
+from tm2nn import backends
+from tm2nn.errors import Tm2nnError
+from tm2nn.sweep.spec import ARGS, canonical
 
 #: outcome -> exit class (0, 1, 2 are the CLI's exit codes; 70 is EX_SOFTWARE, a bug)
 EXIT_CLASS = {"ok": 0, "mismatch": 1, "error": 2, "crash": 70}
@@ -138,7 +141,6 @@ def one_line(text: str) -> str:
 def _error_text(e: BaseException) -> str:
     """A tm2nn error's message, after its ``file:line:col`` when it has one; any other
     exception as ``Type: message``."""
-    from tm2nn.errors import Tm2nnError
 
     if isinstance(e, Tm2nnError):
         where = str(e.loc) if e.loc is not None else e.file
@@ -151,7 +153,6 @@ def failed_row(task: dict, outcome: str, message: str, *, seconds: float = 0.0,
     """A task's row with empty figures: an ``"error"`` or ``"crash"`` row (:func:`run_task`
     fills in the figures of the others).  The engines use it for a task whose worker died
     (``worker`` then names the driver's process)."""
-    import tm2nn
 
     return {
         "task_id": str(task.get("id")), "sweep": None, "kind": str(task.get("kind")),
@@ -168,7 +169,6 @@ def failed_row(task: dict, outcome: str, message: str, *, seconds: float = 0.0,
 def _json_column(d) -> str:
     """``options`` / ``args``: the canonical JSON the task id hashes (:func:`tm2nn.sweep.spec.canonical`);
     a value JSON does not hold (a hand-made task's) as text rather than an exception."""
-    from tm2nn.sweep.spec import canonical
 
     try:
         return canonical(d or {})
@@ -188,7 +188,6 @@ def run_task(task: dict) -> dict:
     """Run one task (a ``Task.to_json()`` dict) and return its row (every column of
     docs/sweep.md, "Results"; ``sweep`` is None until the driver's store fills it in).
     Never raises for the task itself: see the module doc."""
-    from tm2nn.errors import Tm2nnError
 
     _reset_peak()
     t0 = time.perf_counter()
@@ -208,7 +207,6 @@ def run_task(task: dict) -> dict:
 def _task_args(task: dict) -> dict:
     """The task's own arguments, checked against its kind; the test hooks are run (when
     allowed, see the module doc) and removed."""
-    from tm2nn.errors import Tm2nnError
 
     kind = task.get("kind")
     if kind not in TASK_ARGS:
@@ -245,8 +243,6 @@ def _create(path: str) -> bool:
 
 # -- the kinds: each (task, args) -> (outcome, figures) ----------------------------------------
 def _compile(task: dict):
-    import tm2nn
-
     return tm2nn.compile(task["source"], task["backend"], name=task.get("name"), format=task.get("format"),
                          **(task.get("options") or {}))
 
@@ -254,7 +250,6 @@ def _compile(task: dict):
 def _backend_and_ir(task: dict):
     """The backend object and the source IR, for the analyses that take IR (margin,
     find-beta); the backend refuses a source it does not compile, as the CLI's."""
-    import tm2nn
 
     spec = tm2nn.backends.get(task["backend"])
     ir = tm2nn.load(task["source"], task.get("format"), task.get("name"))
@@ -277,14 +272,14 @@ def _verify(task: dict, args: dict):
 
 def _margin(task: dict, args: dict):
     spec, ir = _backend_and_ir(task)
-    table = spec.margin(ir, spec.options(**(task.get("options") or {})), samples=args.get("samples", 64),
+    table = spec.analysis("margin", backends.having)(ir, spec.options(**(task.get("options") or {})), samples=args.get("samples", 64),
                         trials=args.get("trials", 8), seed=args.get("seed", 0), engines=args.get("engines"))
     return "ok", {"title": table.title, "columns": table.columns, "rows": table.rows, "json": table.json}
 
 
 def _find_beta(task: dict, args: dict):
     spec, ir = _backend_and_ir(task)
-    res = spec.find_beta(ir, dict(task.get("options") or {}), inputs=args.get("inputs"),
+    res = spec.analysis("find_beta", backends.having)(ir, dict(task.get("options") or {}), inputs=args.get("inputs"),
                          samples=args.get("samples", 256), seed=args.get("seed"))
     return ("ok" if res.get("beta") is not None else "mismatch"), res  # no beta up to the search's cap: exit 1, as the CLI
 
@@ -294,16 +289,12 @@ def _info(task: dict, args: dict):
 
 
 def _learn(task: dict, args: dict):
-    import tm2nn
-
     learned = tm2nn.learn(task["source"], task["backend"], name=task.get("name"), format=task.get("format"),
                           **(task.get("options") or {}))
     return ("ok" if learned.ok else "mismatch"), {**learned.summary, "ok": learned.ok}
 
 
 def _run(task: dict, args: dict):
-    import tm2nn
-
     report = tm2nn.run(task["source"], args.get("input"), args.get("max_steps"), backend=task["backend"],
                        engine=args.get("engine", "torch"), name=task.get("name"), format=task.get("format"),
                        **(task.get("options") or {}))

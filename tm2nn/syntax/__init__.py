@@ -17,6 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir import Circuit, Learner, NoisyLearner
+from tm2nn.options import OptionError
 from tm2nn.source import SourceText
 
 # format name -> module (under tm2nn.syntax)
@@ -57,7 +59,6 @@ def guess_format(path: str | Path) -> str:
     if suffix in EXTENSIONS:
         return EXTENSIONS[suffix]
     known = ", ".join(sorted(EXTENSIONS))
-    from tm2nn.options import OptionError
 
     raise OptionError(
         f"cannot tell the format of {str(path)!r} from its extension {suffix or '(none)'!r}; "
@@ -80,7 +81,16 @@ def load_all(path: str | Path, fmt: str | None = None) -> list:
     return _parse(src, fmt, mod)
 
 
+def _aiger_kind(src: SourceText, fmt: str) -> str:
+    """An AIGER file is read as its header says (``aag``: ASCII, ``aig``: binary),
+    whatever its extension."""
+    head = src.data.split(b"\n", 1)[0].split()[:1]
+    return {b"aag": "aag", b"aig": "aig"}.get(head[0] if head else b"", fmt)
+
+
 def _parse(src: SourceText, fmt: str, mod: ModuleType | None = None) -> list:
+    if fmt in ("aag", "aig") and _aiger_kind(src, fmt) != fmt:
+        fmt, mod = _aiger_kind(src, fmt), None
     mod = mod or format_module(fmt)
     items = [it for it in mod.parse(src) if not _empty(it)]
     if not items:
@@ -93,7 +103,6 @@ def _parse(src: SourceText, fmt: str, mod: ModuleType | None = None) -> list:
 def _empty(item) -> bool:
     """A circuit with no inputs, outputs or gates: what an empty (or comment-only) file
     of a format without a header reads as."""
-    from tm2nn.ir import Circuit
 
     return isinstance(item, Circuit) and not (item.inputs or item.outputs or item.gates)
 
@@ -101,7 +110,6 @@ def _empty(item) -> bool:
 def _has_outputs(src: SourceText, fmt: str, item) -> None:
     """A source circuit computes something: one with no outputs is an error, at its
     declaration (every format alike)."""
-    from tm2nn.ir import Circuit
 
     if isinstance(item, Circuit) and not item.outputs:
         loc = item.loc
@@ -143,8 +151,6 @@ def dump(obj, fmt: str) -> str:
     mod = format_module(fmt)
     if not hasattr(mod, "dump"):
         raise Tm2nnError(f"tm2nn cannot write the {fmt!r} format")
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-    from tm2nn.ir import Circuit, Learner
 
     if isinstance(obj, (Learner, NoisyLearner)) and fmt != "circ":
         raise Tm2nnError(f"only the 'circ' format can hold a learner, not {fmt!r}")

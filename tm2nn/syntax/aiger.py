@@ -291,10 +291,6 @@ def build_circuit(
 
 
 def parse(src: SourceText) -> list[Circuit]:
-    if src.data.split(b"\n", 1)[0].split()[:1] == [b"aig"]:
-        from tm2nn.syntax import aiger_binary  # the header says binary: read it as such
-
-        return aiger_binary.parse(src)
     with gc_paused():
         return [_parse_ascii(src)]
 

@@ -36,13 +36,6 @@ _MAX_VARINT_BYTES = 10  # 70 bits: far beyond any literal a file could define
 
 
 def parse(src: SourceText) -> list[Circuit]:
-    data = src.data
-    nl = data.find(b"\n")
-    head = data if nl < 0 else data[:nl]
-    if head.split()[:1] == [b"aag"]:
-        from tm2nn.syntax import aiger  # the header says ASCII: read it as such
-
-        return aiger.parse(src)
     with gc_paused():
         return [_parse_binary(src)]
 

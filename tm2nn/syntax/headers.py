@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tm2nn.fileio import read_input
+
 _KEY = re.compile(r"^\s*[#;]\s*(input|output|outcome|target|samples|train)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 HEADER_LINES = 60
 _QUOTES = "'\"`"
@@ -49,7 +51,6 @@ class HeaderLine:
 def read_header(path: str | Path) -> dict[str, HeaderLine]:
     """The header entries of the file at ``path``, by lower-case key, with positions."""
     found: dict[str, HeaderLine] = {}
-    from tm2nn.fileio import read_input
 
     text = read_input(path).decode("utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines()[:HEADER_LINES], start=1):

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import Machine, Rule
 from tm2nn.source import SourceText
 
@@ -111,8 +112,6 @@ def default_input(text: str | SourceText) -> str | None:
     """
     tape = initial_tape(text)
     if tape is not None and initial_head(text) != 0:
-        from tm2nn.errors import Tm2nnError
-
         raise Tm2nnError(
             "$INITIAL_TAPE puts the head (the '*' marker) after the first cell; tm2nn starts "
             "the head on the first input cell: give the input from the head onwards"

@@ -4,6 +4,8 @@ apart, and for small circuits the layered DAG itself."""
 
 from __future__ import annotations
 
+from tm2nn.passes.layering import layer_circuit
+
 from .render import figure
 
 MAX_DAG_GATES = 60
@@ -12,7 +14,6 @@ MAX_DAG_GATES = 60
 def draw_layers(circuit):
     """Bar chart of gates per layer; with at most ``MAX_DAG_GATES`` gates also the DAG,
     nodes placed by layer.  Returns the figure and the per-layer gate counts."""
-    from tm2nn.passes.layering import layer_circuit
 
     lc = layer_circuit(circuit)
     real = [sum(1 for g in layer if g.name in circuit.driver) for layer in lc.layers]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import output_target, write_atomic
 
 SUFFIXES = (".png", ".svg")
 #: Most rows (steps) or columns (cells, dimensions) a picture draws.
@@ -14,7 +15,6 @@ MAX_EXTENT = 2000
 
 def check_out(path: str | Path) -> Path:
     """The output path, checked before any work: ``.png`` or ``.svg`` in an existing folder."""
-    from tm2nn.fileio import output_target
 
     out = Path(path)
     if out.suffix.lower() not in SUFFIXES:
@@ -39,7 +39,6 @@ def save(fig, path: str | Path) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) atomically."""
     import io
 
-    from tm2nn.fileio import write_atomic
 
     out = check_out(path)
     buf = io.BytesIO()

@@ -4,22 +4,32 @@ decoders are the verifier's (nothing is decoded twice)."""
 
 from __future__ import annotations
 
+from tm2nn import backends
+from tm2nn.compiler import compile as compile_source
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp import configurations, run_machine
 
 Config = tuple[str, int, dict]
 DEFAULT_MAX_STEPS = 200
 
 
-def interpreter_run(m, text: str, steps: int) -> list[Config]:
-    from tm2nn.interp import configurations, run_machine
+def machine_backend() -> str:
+    """The backend a machine's pictures use by default: the first (in the registry's order)
+    that shows its attention step by step (``pictures["attention"]``), whose layers are the
+    paper's lemmas."""
+    for b in backends.all():
+        if "attention" in b.pictures and b.has("configurations"):
+            return b.name
+    raise Tm2nnError("no backend draws a machine's run step by step")
 
+
+def interpreter_run(m, text: str, steps: int) -> list[Config]:
     # configurations() updates one dict in place: copy it per step
     return [(q, head, dict(cells)) for _k, q, head, cells in configurations(run_machine(m, text, steps, trace=True))]
 
 
 def default_steps(m, text: str, cap: int = DEFAULT_MAX_STEPS) -> int:
     """Steps to halting, or ``cap`` when the machine runs longer."""
-    from tm2nn.interp import run_machine
 
     return max(1, run_machine(m, text, cap).steps)
 
@@ -27,16 +37,14 @@ def default_steps(m, text: str, cap: int = DEFAULT_MAX_STEPS) -> int:
 def net_run(m, text: str, steps: int, backend: str, options: dict | None = None) -> list[Config]:
     """Compile ``m`` with ``backend`` for ``steps`` steps and inputs as long as ``text``,
     run it on ``text`` in torch and decode every step (the backend's
-    :meth:`~tm2nn.backends.base.Backend.configurations`)."""
-    from tm2nn import backends
-    from tm2nn.compiler import compile as compile_source
+    its ``configurations`` analysis)."""
 
     spec = backends.get(backend)
-    if spec.run_steps is None:
+    if spec.stepping is None or not spec.has("configurations"):
         raise Tm2nnError(f"the space-time diagram needs every step's configuration; the {backend} backend "
                          "decodes only the final tape")
-    values = spec.options_for_run({**(options or {}), spec.run_steps: steps}, [text])
-    return spec.configurations(compile_source(m, backend, **values), text)
+    values = spec.stepping.options_for({**(options or {}), spec.stepping.option: steps}, [text])
+    return spec.analyses["configurations"](compile_source(m, backend, **values), text)
 
 
 def absorbed(m, run: list[Config], length: int) -> list[Config]:

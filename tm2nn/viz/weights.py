@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
 
 from .render import declutter_ticks, figure, shorten, thin_ticks
 
@@ -40,7 +41,6 @@ def affine_layers(net, prefix: str = "") -> list[tuple[str, object, list[str], l
 
 def _check_size(shown) -> None:
     """Refuse, before anything is made dense, layers too big to draw or to hold."""
-    from tm2nn.limits import check_memory
 
     for name, w, _o, _i in shown:
         n = w.shape[0] * w.shape[1]

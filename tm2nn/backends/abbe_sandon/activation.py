@@ -37,9 +37,12 @@ Both functions are odd: ``f(-x) = -f(x)``.  Consequences used by Lemmas 1, 2, 4,
 w.r.t. the output vertex's input is 12" holds), and ``f*'(x) = 0`` exactly for ``|x| <= A``.
 
 Implementations: numpy (``f``, ``df``, ``fstar``, ``dfstar``), torch (``*_torch``, same
-formulas, only ops that map 1:1 onto ONNX: Abs, Sign, Where, Pow/Mul, Sigmoid, Div), and
-a scalar version for any exact/high-precision number type (:func:`f_scalar`,
-:func:`df_scalar`) used by :mod:`.exact`.
+formulas, only ops that map 1:1 onto ONNX: Abs, Sign, Where, Pow/Mul, Sigmoid, Div), ONNX
+steps (:func:`onnx_f`, :func:`onnx_fstar`) and a scalar version for any
+exact/high-precision number type (:func:`f_scalar`, :func:`df_scalar`) used by
+:mod:`.exact`.  Importing this module registers ``abbe_sandon_f`` and
+``abbe_sandon_fstar`` in the network IR's activation registry
+(:func:`tm2nn.nets.activations.register`).
 
 Numbers: ``A ~ 1.9e-41`` is a normal float64 but a *subnormal* float32 (float32's smallest
 normal is 1.2e-38), so ``f*`` needs float64 (see docs/abbe_sandon.md).
@@ -50,6 +53,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from tm2nn.nets.activations import ActivationFn, Const, Step, register
 
 #: Where the upper smooth piece ends: f = 2 for |x| >= C.  C = 2**(1/3) (see module doc).
 C = 2.0 ** (1.0 / 3.0)
@@ -180,3 +185,81 @@ def df_scalar(x):
     if not isinstance(x, (float, int)):
         raise ArithmeticError(f"f's smooth blend on (1, C) is not exact: f'({x!r})")
     return float(df(float(x)))
+
+
+# ---------------------------------------------------------------- ONNX
+# Emitter steps (see :mod:`tm2nn.nets.activations`): standard ONNX ops only, the same
+# formulas as the torch code above, float32 (the ONNX emitter's convention).
+def _sigma_steps(u: str, const: Const, p: str) -> list[Step]:
+    """The C-infinity step sigma(u) (:func:`_sigma_torch`), value ``@{p}sig``."""
+    return [
+        (f"{p}gt0", "Greater", [u, const("zero", 0.0)], {}),
+        (f"{p}lt1", "Less", [u, const("one", 1.0)], {}),
+        (f"{p}inside", "And", [f"@{p}gt0", f"@{p}lt1"], {}),
+        (f"{p}uu", "Where", [f"@{p}inside", u, const("half", 0.5)], {}),
+        (f"{p}one_minus", "Sub", [const("one", 1.0), f"@{p}uu"], {}),
+        (f"{p}inv1", "Div", [const("one", 1.0), f"@{p}one_minus"], {}),
+        (f"{p}inv0", "Div", [const("one", 1.0), f"@{p}uu"], {}),
+        (f"{p}t", "Sub", [f"@{p}inv1", f"@{p}inv0"], {}),
+        (f"{p}sigmoid", "Sigmoid", [f"@{p}t"], {}),
+        (f"{p}ge1", "GreaterOrEqual", [u, const("one", 1.0)], {}),
+        (f"{p}edge", "Where", [f"@{p}ge1", const("one", 1.0), const("zero", 0.0)], {}),
+        (f"{p}sig", "Where", [f"@{p}inside", f"@{p}sigmoid", f"@{p}edge"], {}),
+    ]
+
+
+def _cube(x: str, name: str) -> list[Step]:
+    return [(f"{name}.sq", "Mul", [x, x], {}), (name, "Mul", [f"@{name}.sq", x], {})]
+
+
+def _f_body(x: str, const: Const) -> list[Step]:
+    """``f`` as in :func:`f_torch`; its value is ``@f``, |x| is ``@abs``."""
+    s: list[Step] = [("abs", "Abs", [x], {}), ("sign", "Sign", [x], {}),
+                     ("au", "Clip", ["@abs", const("one", 1.0), const("C", C)], {}),
+                     ("au_m1", "Sub", ["@au", const("one", 1.0)], {}),
+                     ("u", "Div", ["@au_m1", const("C_minus_1", C - 1.0)], {})]
+    s += _sigma_steps("@u", const, "up.")
+    s += _cube("@au", "au3")
+    s += _cube("@abs", "a3")
+    s += [("one_minus_sig", "Sub", [const("one", 1.0), "@up.sig"], {}),
+          ("blend.lo", "Mul", ["@au3", "@one_minus_sig"], {}),
+          ("blend.hi", "Mul", [const("two", 2.0), "@up.sig"], {}),
+          ("up", "Add", ["@blend.lo", "@blend.hi"], {}),
+          ("ge_C", "GreaterOrEqual", ["@abs", const("C", C)], {}),
+          ("upper", "Where", ["@ge_C", const("two", 2.0), "@up"], {}),
+          ("lt1", "Less", ["@abs", const("one", 1.0)], {}),
+          ("mag", "Where", ["@lt1", "@a3", "@upper"], {}),
+          ("f", "Mul", ["@sign", "@mag"], {})]
+    return s
+
+
+def onnx_f(x: str, const: Const) -> list[Step]:
+    """Abbe & Sandon §4.1's f as ONNX steps (:func:`f_torch`)."""
+    return _f_body(x, const)
+
+
+def onnx_fstar(x: str, const: Const) -> list[Step]:
+    """:func:`fstar_torch` as ONNX steps.  ``u = (a - A)/(B - A)`` is written ``(a - A)/A``
+    (B = 2A, so ``B - A = A`` exactly): the two agree in float64 and the second does not
+    overflow in float32, where A ~ 1.9e-41 is subnormal."""
+    s = _f_body(x, const)
+    s += [("al", "Clip", ["@abs", const("A", A_STAR), const("B", B_STAR)], {}),
+          ("al_mA", "Sub", ["@al", const("A", A_STAR)], {}),
+          ("v", "Div", ["@al_mA", const("A", A_STAR)], {})]
+    s += _sigma_steps("@v", const, "lo.")
+    s += _cube("@al", "al3")
+    s += [("lo", "Mul", ["@al3", "@lo.sig"], {}),
+          ("lt_B", "Less", ["@abs", const("B", B_STAR)], {}),
+          ("mid", "Where", ["@lt_B", "@lo", "@a3"], {}),
+          ("le_A", "LessOrEqual", ["@abs", const("A", A_STAR)], {}),
+          ("small", "Where", ["@le_A", const("zero", 0.0), "@mid"], {}),
+          ("signed_small", "Mul", ["@sign", "@small"], {}),
+          ("lt1_star", "Less", ["@abs", const("one", 1.0)], {}),
+          ("fstar", "Where", ["@lt1_star", "@signed_small", "@f"], {})]
+    return s
+
+
+register(ActivationFn("abbe_sandon_f", "Abbe & Sandon §4.1 (activation f before Lemma 1)",
+                      __name__, "f", "f_torch", onnx_f))
+register(ActivationFn("abbe_sandon_fstar", "Abbe & Sandon §4.2 (activation f* before Def. 7)",
+                      __name__, "fstar", "fstar_torch", onnx_fstar))

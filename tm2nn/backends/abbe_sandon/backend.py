@@ -15,12 +15,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import mpmath
 import numpy as np
 
 from tm2nn.backends.base import Backend, Compiled, Learned, Table
 from tm2nn.errors import Tm2nnError
-from tm2nn.limits import SEED_MAX
+from tm2nn.ir import Learner
+from tm2nn.ir.noisy_learner import NoisyLearner
+from tm2nn.learners.targets import parse_target, samples
+from tm2nn.limits import SEED_MAX, check_memory
 from tm2nn.options import OptionError, option, validate
+from tm2nn.report import Report
+
+from . import codec
+from .ir_net import build_ir_net
+from .net import build_net
+from .noisy import build_noisy_net, lemma6_bound, noise_bound, size_report, train_noisy
+from .train import learn as learn_exact
+from .train_torch import learn as learn_f64
 
 
 @dataclass(frozen=True)
@@ -56,13 +68,6 @@ class LearnOptions:
         validate(self)
 
 
-def _learner_types():
-    from tm2nn.backends.abbe_sandon.noisy_learner import NoisyLearner
-    from tm2nn.ir import Learner
-
-    return Learner, NoisyLearner
-
-
 class AbbeSandon(Backend):
     name = "abbe-sandon"
     summary = "Abbe-Sandon §4: a net on which plain SGD runs any learner given as circuits"
@@ -76,15 +81,11 @@ class AbbeSandon(Backend):
     model_keys = {"tm2nn.build/options/engine": "string", "tm2nn.trained": "object",
                   "tm2nn.input_encoding/names": "list"}
 
-    @property
-    def takes(self):
-        return _learner_types()
-
+    takes = (Learner, NoisyLearner)
     learn_takes = takes
 
     def compile(self, ir, opts: Options) -> Compiled:
         """The float64 re-parametrisation of G_n, untrained (:func:`.ir_net.build_ir_net`)."""
-        Learner, NoisyLearner = _learner_types()
         if isinstance(ir, NoisyLearner):
             raise Tm2nnError(f"{ir.name!r} is a noisy learner (§4.2): its net (Lemma 6) runs in mpmath only; "
                              "'tm2nn learn' trains it, 'tm2nn info' gives its size")
@@ -92,8 +93,6 @@ class AbbeSandon(Backend):
             raise OptionError("{engine} exact is §4.1's G_n in exact arithmetic, which is no network-IR net "
                               "('tm2nn learn' trains it, 'tm2nn info' gives its size); compile {engine} "
                               "float64 for a torch / ONNX model", "engine")
-        from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
-
         return self.model(build_ir_net(ir))
 
     def model(self, ir_net, net=None, steps: int = 0, memory=None) -> Compiled:
@@ -107,6 +106,14 @@ class AbbeSandon(Backend):
         return Compiled(self.name, net, lr, {"kind": "pm1", "names": list(net.inputs[0].space.labels)},
                         {"kind": "sign", "names": ["out"]}, [list(r) for r in ir_net.size_report()], options,
                         build={"options": {"engine": "float64"}})
+
+    def encode(self, compiled: Compiled, texts: list[str]):
+        """Theorem 4's ±1 input rows (:func:`.codec.encode`)."""
+        return codec.encode(compiled.input_encoding, texts)
+
+    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+        """The sign of G_n's output vertex on each input (:func:`.codec.run`)."""
+        return codec.run(compiled, texts, engine)
 
     def decoding(self, compiled: Compiled) -> dict:
         """The manifest's ``decoding``: the ``sign`` output is G_n's output vertex, the
@@ -130,10 +137,7 @@ class AbbeSandon(Backend):
 
     def info_source(self, ir, opts: Options):
         """The exact G_n (or Lemma 6's) without building a network-IR net."""
-        Learner, NoisyLearner = _learner_types()
         if isinstance(ir, NoisyLearner):
-            from tm2nn.backends.abbe_sandon.noisy import build_noisy_net, size_report
-
             if opts.engine == "float64":
                 raise OptionError("{engine} float64 is for §4.1 learners; a noisy learner's net (Lemma 6) runs in "
                                   "mpmath only", "engine")
@@ -141,8 +145,6 @@ class AbbeSandon(Backend):
                          [list(r) for r in size_report(build_noisy_net(ir))])
         if opts.engine == "float64":
             return None
-        from tm2nn.backends.abbe_sandon.net import build_net
-
         return Table("abbe-sandon (Lemma 3's G_n, exact weights)", ["quantity", "this network", "paper"],
                      [list(r) for r in build_net(ir).size_report()])
 
@@ -153,7 +155,6 @@ class AbbeSandon(Backend):
     # -- learn ----------------------------------------------------------------------------------
     def learn(self, ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None,
               models=()) -> Learned:
-        Learner, NoisyLearner = _learner_types()
         if isinstance(ir, NoisyLearner):
             return _learn_noisy(ir, opts, data, progress, models)
         if opts.noise is not None:
@@ -167,14 +168,10 @@ class AbbeSandon(Backend):
         cb = (lambda n, desc=None: progress(n, total, desc)) if progress else None
         out = {}
         if opts.engine == "float64":
-            from tm2nn.backends.abbe_sandon.train_torch import learn as learn_f64
-
             rep = learn_f64(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb,
                             snapshots=lambda ir_net, net, steps, memory: out.__setitem__(
                                 "before" if steps == 0 else "after", self.model(ir_net, net, steps, memory)))
         else:
-            from tm2nn.backends.abbe_sandon.train import learn as learn_exact
-
             rep = learn_exact(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb)
         how = ("in exact arithmetic" if opts.engine == "exact"
                else "with torch.optim.SGD in float64 (dyadic re-parametrisation)")
@@ -206,8 +203,6 @@ def _csv_rows(lr, opts: LearnOptions, data: dict):
 def _check_stream_memory(lr, steps: int, test: int) -> None:
     """Refuse, before drawing, a stream of ``steps`` samples plus ``test`` test points
     that would not fit: numpy draws them as int64 before they become bools."""
-    from tm2nn.limits import check_memory
-
     width = lr.n + len(getattr(lr, "random", ())) + len(getattr(lr, "coin", ())) + 1
     check_memory((steps + test) * width * 9, f"{steps:,} samples and {test:,} test points of {width} bits",
                  ("steps", "test"))
@@ -215,8 +210,6 @@ def _check_stream_memory(lr, steps: int, test: int) -> None:
 
 def _stream(lr, opts: LearnOptions, data: dict):
     """(train xs, ys, rs, r2s, test xs, ys, rs, r2s) as bool arrays for a §4.1 learner."""
-    from tm2nn.learners.targets import parse_target, samples
-
     k_r, k_c = len(lr.random), len(lr.coin)
     rng = _test_points(opts)
     n_test = opts.test
@@ -249,9 +242,6 @@ def _stream(lr, opts: LearnOptions, data: dict):
 
 def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learned:
     """§4.2: Lemma 6's G_n trained by perturbed SGD (:func:`.noisy.train_noisy`)."""
-    from tm2nn.backends.abbe_sandon.noisy import lemma6_bound, noise_bound, train_noisy
-    from tm2nn.learners.targets import parse_target, samples
-
     if opts.steps is not None and opts.steps != lr.t:
         raise OptionError(f"a noisy learner trains on exactly its t = {lr.t} samples (Lemma 6); "
                           f"{{steps}} {opts.steps} does not match (leave it out)", "steps")
@@ -284,8 +274,6 @@ def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learne
     acc = float((signs == tys).mean()) if n else None
     agree = float((signs == np.array(rep.test_expected, dtype=bool)).mean()) if n else None
     mism = len(rep.violations)
-    import mpmath
-
     bound, paper = float(noise_bound(lr.n, lr.t)), float(lemma6_bound(lr.n, lr.t))
     lines = [f"{lr.name}: Lemma 6's G_n, {lr.t} perturbed SGD steps (noise {mode}, max |delta| "
              f"{mpmath.nstr(rep.noise_max, 4)} per weight per step; bound eps/t = {bound:.3g}, Lemma 6's "

@@ -47,7 +47,7 @@ output's sum of m' = 2**(6k-1) contributions exact (2**53) and v5's input 2 s**5
 on the identity piece (which starts at 2**-47).
 
 Exactness is essential, not a convenience: a weight that is off by a relative 1e-13
-breaks the gadget at the second flip (``tests/test_abbe_sandon_float64.py``,
+breaks the gadget at the second flip (``tests/backends/abbe_sandon/test_abbe_sandon_float64.py``,
 ``test_exactness_is_essential``): the inactive path's gate v4' then gets a residual
 input ~5e-14 instead of 0, outside the dead zone (2**-48 ~ 3.6e-15), so the "frozen"
 path and its control edge receive gradient (the control weight moves by 126x); on the
@@ -62,6 +62,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from tm2nn.nets.activations import ActivationFn, register
 
 from . import gadgets
 
@@ -163,6 +165,9 @@ def onnx_steps_fpl(x: str, const) -> list:
 
 
 gadgets.SCALAR_ACTS.setdefault("as_fpl", (fpl_scalar, dfpl_scalar))
+register(ActivationFn("abbe_sandon_fpl", "float64 parametrisation of Abbe & Sandon Def. 6 / Lemma 2 "
+                      "(docs/abbe_sandon.md, 'float64 parametrisation')", __name__, "fpl", "fpl_torch",
+                      onnx_steps_fpl))
 
 
 # ---------------------------------------------------------------- constants

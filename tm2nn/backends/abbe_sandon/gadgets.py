@@ -34,6 +34,7 @@ from fractions import Fraction
 from typing import Any
 
 from . import activation as act
+from .exact import Mono
 
 Edge = tuple[str, str]
 Number = Any
@@ -136,8 +137,6 @@ def ms_gadget(s: Number, sqrt3: Number | None = None) -> Gadget:
 
 
 def _sqrt3_like(s):
-    from .exact import Mono
-
     if isinstance(s, Mono):
         return Mono.make(1, 0, Fraction(1, 2), 0, s.rel)
     if isinstance(s, float):

@@ -46,7 +46,7 @@ other edge of G_n (a ``Param`` for the units whose only in-edge is from the cons
 since a trainable affine without stored entries would train absent edges): they are
 **frozen by the construction, not by the IR** -- each of their units has input |z| >= 2
 (a gate, a read: Lemma 1) or 0 / 2 (vc, vc', v0 = f(2)), where fpl' = 0, so SGD's gradient is
-exactly 0 (:meth:`IRNet.frozen_ops`; ``tests/test_abbe_sandon_torch.py`` trains all
+exactly 0 (:meth:`IRNet.frozen_ops`; ``tests/backends/abbe_sandon/test_abbe_sandon_torch.py`` trains all
 parameters and checks them bitwise, and moves a gate into fpl's linear zone to see them
 move).  The carries stay fixed: a carried v1 (fpl' = 1, on an active path) would get a
 gradient.  A sparse trainable weight has the ``scatter`` form, whose Parameter is the

@@ -33,6 +33,9 @@ from fractions import Fraction
 
 import mpmath
 
+from tm2nn.ir.noisy_learner import NoisyLearner
+from tm2nn.learners.noisy import majority_learner, parity_learner
+
 from .noisy import (
     DPS,
     NoisyEngine,
@@ -42,7 +45,6 @@ from .noisy import (
     saturation,
     train_noisy,
 )
-from .noisy_learner import NoisyLearner
 
 #: Edge parts leading to Lemma 5's new vertices (the reads and the gates).
 PARTS = ("read", "gate")
@@ -105,8 +107,6 @@ def example_stream(n: int, t: int, seed: int = 3):
 
 
 def main() -> None:  # pragma: no cover - prints the docs table
-    from .noisy_learner import majority_learner, parity_learner
-
     for lr in (majority_learner(2, 3), parity_learner(3, 4)):
         xs, ys, x = example_stream(lr.n, lr.t)
         print(f"{lr.name}: budget per edge | min |z| - 3/2 on the final pass (vertex) | ok | first violation")

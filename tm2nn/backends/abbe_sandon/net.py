@@ -67,9 +67,12 @@ from typing import Any
 
 from tm2nn.ir.circuit import Circuit
 from tm2nn.ir.learner import Learner
+from tm2nn.learners.builder import CircuitBuilder, ge_const, popcount
+from tm2nn.passes.basis import to_basis
 
 from . import gates as gate_units
 from .constants import Sec41, log10_23
+from .exact import SRelation
 from .gadgets import MS_PATH_PLUS, Gadget, ms_bit, ms_gadget
 
 Number = Any
@@ -187,35 +190,12 @@ class Net:
 
 
 # ---------------------------------------------------------------- the circuit for r
-def _popcount(bits: list):
-    """The number of 1s among ``bits`` as an unsigned vector (adder tree)."""
-    from tm2nn.learners.builder import Vec, add
-
-    cb = bits[0].cb
-    vecs = [Vec([b]) for b in bits]
-    while len(vecs) > 1:
-        nxt = []
-        for i in range(0, len(vecs) - 1, 2):
-            a, b = vecs[i], vecs[i + 1]
-            w = max(len(a), len(b))
-            a = Vec(list(a) + [cb.zero] * (w - len(a)))
-            b = Vec(list(b) + [cb.zero] * (w - len(b)))
-            s, carry = add(a, b)
-            nxt.append(Vec(list(s) + [carry]))
-        if len(vecs) % 2:
-            nxt.append(vecs[-1])
-        vecs = nxt
-    return vecs[0]
-
-
 def r_circuit(lr: Learner) -> tuple[Circuit, list[str]]:
     """Lemma 3's r(x, b) as one circuit over the learner's ports ``x ++ r ++ r' ++ b``.
 
     Outputs (labels returned alongside): ``h``; then per memory copy ``mem[i].vc``,
     ``mem[i].vc'``; per extraneous copy ``ext[e].vc``, ``ext[e].vc'`` (e = 1..m); then
     ``ext*.vc``, ``ext*.vc'`` -- each the *half* value (1 -> the vertex gets 2, 0 -> 0)."""
-    from tm2nn.learners.builder import CircuitBuilder, ge_const
-
     cb = CircuitBuilder(prefix="r")
     ports = {p: cb.port(p) for p in lr.ports}
     (h,) = cb.inline(lr.h, ports)
@@ -226,15 +206,13 @@ def r_circuit(lr: Learner) -> tuple[Circuit, list[str]]:
     for i, di in enumerate(d):
         outs += [~(di & h), ~(di & ~h)]
         labels += [f"mem[{i}].vc", f"mem[{i}].vc'"]
-    count = _popcount(d)
+    count = popcount(d)
     for e in range(1, m + 1):
         active = ~ge_const(count, m - e + 1)
         outs += [~(active & h), ~(active & ~h)]
         labels += [f"ext[{e}].vc", f"ext[{e}].vc'"]
     outs += [~h, h]
     labels += ["ext*.vc", "ext*.vc'"]
-    from tm2nn.passes.basis import to_basis
-
     c = cb.circuit(f"{lr.name}_r", lr.ports, outs)
     return to_basis(c), labels
 
@@ -333,13 +311,9 @@ def build_net(lr: Learner, m_prime: int | None = None, *, gadget=None, read_valu
 
 
 def _sec_for(m: int, m_prime: int) -> Sec41:
-    from fractions import Fraction as F
-
-    from .exact import SRelation
-
     if m_prime < m:
         raise ValueError("m' must be at least m")
-    return Sec41(m_prime, SRelation(364, F(1, m_prime), F(-243), F(-1641, 2)))
+    return Sec41(m_prime, SRelation(364, Fraction(1, m_prime), Fraction(-243), Fraction(-1641, 2)))
 
 
 def _toposort(net: Net) -> None:

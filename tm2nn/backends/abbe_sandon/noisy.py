@@ -58,11 +58,14 @@ from typing import Any
 import mpmath
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir.noisy_learner import NoisyLearner
+from tm2nn.ir.noisy_learner import ports as h_ports
+from tm2nn.learners.builder import CircuitBuilder
+from tm2nn.passes.basis import to_basis
 
 from . import activation as act
 from .gadgets import MP_PATH, mprime_gadget
 from .gates import gate as gate_unit
-from .noisy_learner import NoisyLearner
 
 Number = Any
 #: Default mpmath working precision (decimal digits) for G_n's weights and the training run.
@@ -178,11 +181,6 @@ def schedule_circuit(lr: NoisyLearner):
 
     Ports: ``in[i]``, ``v2[t0,i,z]``, ``vr[t0,i,z]``.  Outputs (labels returned alongside):
     per copy ``M'[t0,i,z].vc``, ``.vc'``; ``oc[t0]`` for t0 < t; ``oc[t].a``, ``oc[t].b``."""
-    from tm2nn.learners.builder import CircuitBuilder
-    from tm2nn.passes.basis import to_basis
-
-    from .noisy_learner import ports as h_ports
-
     n, t = lr.n, lr.t
     cb = CircuitBuilder(prefix="s")
     keys = [(t0, i, z) for t0 in range(t) for i in range(n) for z in (0, 1)]

@@ -48,7 +48,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .net import Net
+from tm2nn.interp.learner import run_learner
+
+from .levels import LevelEngine
+from .net import Net, build_net
 from .values import df_exact as _df
 from .values import f_exact as _f
 from .values import norm as _norm
@@ -229,8 +232,6 @@ def prepare_stream(lr, xs, ys, rs, r2s):
     """The learner's reference run (:func:`run_learner`) and the net inputs of a stream:
     ``(ref, Z, ys)`` with ``Z`` Theorem 4's ±1 rows and ``ys`` bool.  Shared by the exact
     and the float64 engine."""
-    from tm2nn.interp.learner import run_learner
-
     xs = np.asarray(xs, dtype=bool)
     ys = np.asarray(ys, dtype=bool)
     T = xs.shape[0]
@@ -310,8 +311,6 @@ def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
     :class:`Engine`; the net's weights are up to date (``engine.sync()``) on return.
     ``rs``/``r2s`` may be ``None`` when the learner has no such bits.  ``progress(t, acc)``
     is called after each step with the running accuracy (output = label, last 100 steps)."""
-    from .levels import LevelEngine
-
     ref, Z, ys = prepare_stream(net.learner, xs, ys, rs, r2s)
     eng = engine or LevelEngine(net)
     chk = StepChecker(net.learner, ref, ys, eng.memory_bits(), progress)
@@ -331,8 +330,6 @@ def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
 
 def predict(net: Net, xs, rs=None, r2s=None, engine=None) -> np.ndarray:
     """The trained net's answers (bool [N]) on inputs ``xs`` [N, n] (random bits default 0)."""
-    from .levels import LevelEngine
-
     lr = net.learner
     xs = np.asarray(xs, dtype=bool)
     N = xs.shape[0]
@@ -353,9 +350,6 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
     training stops at the first), ``test_inputs``, and for the human report
     ``memory_changes``, ``train_accuracy``, ``steps_per_second``, ``mismatch`` (text) and
     ``size`` (the rows of :meth:`.net.Net.size_report`)."""
-    from .levels import LevelEngine
-    from .net import build_net
-
     net = build_net(lr)
     eng = LevelEngine(net)
     T = len(xs)

@@ -31,9 +31,20 @@ from typing import Callable
 
 import numpy as np
 
+from tm2nn import emit
+
 from .gadgets import MS_PATH_PLUS
 from .ir_net import IRNet, build_ir_net
-from .train import StepChecker, TrainReport, held_out_accuracy, learn_summary, prepare_stream
+from .net import build_net
+from .train import (
+    Mismatch,
+    StepChecker,
+    TrainReport,
+    held_out_accuracy,
+    learn_summary,
+    prepare_stream,
+)
+from .train import train as train_exact
 
 ENGINES = ("exact", "float64")
 
@@ -44,12 +55,10 @@ class TorchEngine:
     def __init__(self, ir: IRNet, threads: int | None = 1) -> None:
         import torch
 
-        from tm2nn.emit.torch_emit import to_torch
-
         self.ir = ir
         self.torch = torch
         self.threads = threads
-        self.module = to_torch(ir.net, torch.float64)
+        self.module = emit.to_torch(ir.net, torch.float64)
         #: the M_s edges' parameters (one per ``.train`` op)
         self.params = {name: self.module.op(name).weight for name in ir.gadget_ops()}
         #: the frozen-by-construction parameters: (op, "weight" | "bias" | "value") -> Parameter
@@ -191,8 +200,6 @@ def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
                 break
             bad = eng.exact_flips()
             if bad is not None:
-                from .train import Mismatch
-
                 chk.report.mismatch = Mismatch(t + 1, "value", f"an M_s weight is not ± its initial value: {bad}")
                 break
             if check_weights and not chk.weights(t, eng.changed_buffers()):
@@ -228,9 +235,6 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
 def steps_per_second(lr, T: int = 50, seed: int = 0) -> dict[str, float]:
     """Measured SGD steps per second of both engines on one random stream (for the
     ``--engine`` default; docs/abbe_sandon.md "float64 engine and export")."""
-    from .net import build_net
-    from .train import train as train_exact
-
     rng = np.random.default_rng(seed)
     xs = rng.integers(0, 2, (T, lr.n)).astype(bool)
     ys = rng.integers(0, 2, T).astype(bool)

@@ -5,51 +5,31 @@
   lowered to §4.1's form;
 * compile with ``extended`` (§5, :mod:`.extended`): the extended network for a data
   layout (:class:`~.layout.Layout`: App. B number formats, the primary network); ``learn`` trains it by least squares (2)/(3) until criterion (4) and checks
-  Prop. 2.1 against the interpreters (:func:`tm2nn.verify.gd.learn_report`).
+  Prop. 2.1 against the interpreters (:func:`.check.learn_report`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numpy as np
 
 from tm2nn.backends.base import Backend, Compiled, Learned
 from tm2nn.errors import Tm2nnError
-from tm2nn.limits import SEED_MAX
-from tm2nn.options import OptionError, option, validate
+from tm2nn.fileio import read_input
+from tm2nn.interrupt import Interrupted
+from tm2nn.ir import GridMachine, Machine
+from tm2nn.options import OptionError
 from tm2nn.report import Report
+from tm2nn.syntax import gd_layout
 
-DEFAULT_STEPS = 100
-#: refuse a §4.4 simplex plus tape variables above this dimension
-DEFAULT_MAX_DIM = 200_000
+from . import portable
+from .check import GDChecker, check_one, learn_report
+from .codec import encode_features
+from .extended import Extended, Layout
+from .machine_mode import compile as compile_gd
+from .machine_mode import simplex_of
+from .options import DEFAULT_MAX_DIM, DEFAULT_STEPS, LearnOptions, Options
 
-
-@dataclass(frozen=True)
-class Options:
-    steps: int = option(DEFAULT_STEPS, "the step bound T: the tape window holds T + 1 source steps",
-                        metavar="T", low=0)
-    max_input: int | None = option(None, "the longest input tape the window must hold (default T)", metavar="N", low=0)
-    b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))", above=0.0)
-    gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)", above=0.0)
-    c: float = option(0.0, "the constant c of the loss (21)")
-    max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension", low=1)
-    extended: dict | None = option(None, "Welper §5: build the extended network for this data layout "
-                                   "({samples, features, theta, steps}, a machine file's '# gd-trace:' header; "
-                                   "set by 'tm2nn learn')", cli=False)
-
-    def __post_init__(self):
-        validate(self)
-
-
-@dataclass(frozen=True)
-class LearnOptions:
-    train: str = option(help="the training set: a CSV of n samples, M features then the label, numbers of the "
-                        "formats the machine's '# gd-trace:' header declares (default ±1)", metavar="CSV",
-                        data="csv-reals")
-    test: int = option(20, "fresh random datasets on which F = f_theta is checked", low=0)
-    seed: int = option(0, "seed of the fresh datasets", low=0, high=SEED_MAX)
-
-    def __post_init__(self):
-        validate(self)
+__all__ = ["BACKEND", "DEFAULT_MAX_DIM", "DEFAULT_STEPS", "GDTrace", "LearnOptions", "Options"]
 
 
 def _extended_bounds(ext) -> list:
@@ -80,17 +60,10 @@ class GDTrace(Backend):
     #: (Params), which rebuild puts back
     model_keys = {"tm2nn.trained": "object"}
 
-    @property
-    def takes(self):
-        from tm2nn.ir import Machine
-
-        return (Machine,)
-
+    takes = (Machine,)
     learn_takes = takes
 
     def check_source(self, ir) -> None:
-        from tm2nn.ir import GridMachine
-
         if isinstance(ir, GridMachine):
             raise Tm2nnError(f"the gd-trace backend takes line machines (Welper §4.1 tapes are lines); "
                              f"{ir.name!r} has a 2D tape")
@@ -99,8 +72,6 @@ class GDTrace(Backend):
     def compile(self, ir, opts: Options) -> Compiled:
         if opts.extended is not None:
             return self._extended(ir, opts.extended)
-        from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
-
         return compile_gd(ir, steps=opts.steps, max_input=opts.max_input, b=opts.b, gamma=opts.gamma, c=opts.c,
                           max_dim=opts.max_dim)
 
@@ -108,8 +79,6 @@ class GDTrace(Backend):
         """§5's extended network (trained when ``net`` is given): input the dataset's
         ``n x M`` features (signs, or numbers for a fixed-point layout), output ``F(x)``,
         one value per sample.  ``ext``: the :class:`Extended` already built for ``m``."""
-        from tm2nn.backends.gd_trace.extended import Extended, Layout
-
         ext = ext if ext is not None else Extended(m, Layout.from_header(header))
         lay = ext.layout
         net = net if net is not None else ext.net
@@ -123,13 +92,10 @@ class GDTrace(Backend):
 
     def encode(self, compiled: Compiled, texts: list[str]):
         """§4.4: the read-only tape ``ro`` of each input (the loss net's input; the
-        optimizer's start iterate is set in the Params).  §5: the feature signs."""
+        optimizer's start iterate is set in the Params).  §5: the features, as signs or
+        numbers (:func:`.codec.encode_features`)."""
         if compiled.input_encoding.get("kind") != "gd_trace":
-            return super().encode(compiled, texts)
-        import numpy as np
-
-        from tm2nn.backends.gd_trace.machine_mode import simplex_of
-
+            return encode_features(compiled.input_encoding, texts)
         low, ts = simplex_of(compiled)
         return np.stack([ts.start(low.lower_input(t))["ro"] for t in texts]).astype(np.float32)
 
@@ -138,13 +104,10 @@ class GDTrace(Backend):
 
     def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
         """§4.4: run the optimizer on each input, decode every iterate, check it against
-        the interpreters (:func:`tm2nn.verify.gd.check_one`; a divergence is the report's
+        the interpreters (:func:`.check.check_one`; a divergence is the report's
         ``failure``).  §5 models: F(x)."""
         if compiled.input_encoding.get("kind") != "gd_trace":
             return super().run(compiled, texts, engine, progress)
-        from tm2nn.interrupt import Interrupted
-        from tm2nn.verify.gd import check_one
-
         out = []
         for t in texts:
             try:
@@ -164,13 +127,9 @@ class GDTrace(Backend):
     def decoding(self, compiled: Compiled) -> dict:
         """§4.4: each run-report field read off the final iterate (Params ``s``, ``T``,
         ``H``); §5: ``F(x)`` (:func:`.portable.decoding`)."""
-        from tm2nn.backends.gd_trace.portable import decoding
-
-        return decoding(compiled)
+        return portable.decoding(compiled)
 
     def checker(self, compiled: Compiled):
-        from tm2nn.verify.gd import GDChecker
-
         if compiled.input_encoding.get("kind") != "gd_trace":
             raise OptionError("a §5 extended network is checked by 'tm2nn learn' (Prop. 2.1), not by verify")
         return GDChecker(compiled)
@@ -179,12 +138,7 @@ class GDTrace(Backend):
               models=()) -> Learned:
         """Welper §5: the extended network of a machine whose file declares its data layout
         (a ``# gd-trace:`` header), trained on ``train``; Prop. 2.1 checked against the
-        interpreters (:func:`tm2nn.verify.gd.learn_report`)."""
-        from tm2nn.backends.gd_trace.extended import Extended, Layout
-        from tm2nn.fileio import read_input
-        from tm2nn.syntax import gd_layout
-        from tm2nn.verify.gd import learn_report
-
+        interpreters (:func:`.check.learn_report`)."""
         header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path),
                                  validate=Layout.from_header)
         X, Y = data["train"]

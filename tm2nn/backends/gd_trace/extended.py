@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import Machine
 from tm2nn.ir.multitape import MConfig
@@ -52,8 +53,10 @@ from tm2nn.nets import (
     SparseMatrix,
     StopGradient,
 )
+from tm2nn.passes.welper_form import to_welper_form
 
-from .fixed_point import dequantise_ops, quantise_ops
+from . import perceptron, sign_sum
+from .fixed_point import FixedPoint, dequantise_ops, quantise_ops
 from .layout import Layout
 from .optimizer import ConditionalGradient
 from .tape_simplex import TapeSimplex, choose_b
@@ -122,8 +125,6 @@ class Extended:
 
     def __init__(self, m: Machine, layout: Layout, B_stop: float | None = None,
                  constants: Constants | None = None):
-        from tm2nn.passes.welper_form import to_welper_form
-
         self.m, self.layout = m, layout
         bad = [d for d in layout.digits if d not in m.symbol_index]
         if bad:
@@ -371,8 +372,6 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
     ``k_t + 1`` starts with the step that reads the labels).  (23), (29) and (33) are
     checked at every iterate (:func:`check_step`; a violation raises
     :class:`BoundViolation` at once)."""
-    from tm2nn.emit import to_torch
-
     x, y = ext.layout.check_data(x, y)
     if float(y @ y) < ext.k.eps:
         raise Tm2nnError(f"(5): |y|^2 = {float(y @ y):g} is below eps = {ext.k.eps:g}")
@@ -431,17 +430,13 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
 
 def sign_sum_layout(n: int, M: int) -> Layout:
     """The layout of :mod:`.sign_sum`'s machine (±1 data and weights, ``linear``)."""
-    from .sign_sum import output_cells, step_bound
-
-    return Layout(n, M, tuple(output_cells(n, M)), step_bound(n, M))
+    return Layout(n, M, tuple(sign_sum.output_cells(n, M)), sign_sum.step_bound(n, M))
 
 
 def perceptron_layout(p) -> Layout:
     """The layout of a :class:`.perceptron.Perceptron` machine."""
-    from .fixed_point import FixedPoint
-    from .perceptron import output_cells, step_bound
-
-    return Layout(p.n, p.M, tuple(output_cells(p)), step_bound(p), "affine" if p.bias else "linear",
+    return Layout(p.n, p.M, tuple(perceptron.output_cells(p)), perceptron.step_bound(p),
+                  "affine" if p.bias else "linear",
                   p.x_format, FixedPoint(), p.w_format, ("0", "1"))
 
 

@@ -24,17 +24,19 @@ from tm2nn.backends.base import Compiled
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import GridMachine, Machine, check_input
+from tm2nn.options import OptionError, make
 from tm2nn.passes.lowering import cut_at, result_from_configurations
+from tm2nn.passes.welper_form import WelperLowering, to_welper_form
+from tm2nn.syntax import dump, parse_text
 
-from .backend import DEFAULT_MAX_DIM
+from .options import DEFAULT_MAX_DIM, Options
+from .portable import optimizer_encoding, readback_encoding, start_encoding
 from .tape_simplex import TapeSimplex, Tracer44, choose_b
 
 
 def lowering(m: Machine, enc: dict | None = None):
     """The §4.1 lowering of ``m`` (rebuilt from ``enc['lowering']`` when given, which
     checks it against ``m``)."""
-    from tm2nn.passes.welper_form import WelperLowering, to_welper_form
-
     return WelperLowering.from_json(enc["lowering"], m) if enc else to_welper_form(m)
 
 
@@ -65,17 +67,13 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
         raise Tm2nnError("the gd-trace backend takes line machines (Welper §4.1 tapes are lines)")
     if not isinstance(m, Machine):
         raise Tm2nnError("the gd-trace backend compiles machines, not circuits")
-    from .backend import BACKEND
-
-    opts = BACKEND.options(**{k: v for k, v in dict(steps=steps, max_input=max_input, b=b, gamma=gamma, c=c,
-                                                    max_dim=max_dim).items() if v is not None})
+    opts = make(Options, {k: v for k, v in dict(steps=steps, max_input=max_input, b=b, gamma=gamma, c=c,
+                                                max_dim=max_dim).items() if v is not None}, "the gd-trace backend")
     steps = opts.steps
     max_input = steps if max_input is None else int(max_input)
     est = estimate(m, steps, max_input)
     dim = est["vertices"] + 2 * est["tau"] * est["tapes"]
     if dim > max_dim:
-        from tm2nn.options import OptionError
-
         raise OptionError(f"the §4.4 simplex and tape variables of {m.name!r} would have dimension "
                           f"{dim:,} ({est['vertices']:,} vertices, tau = {est['tau']:,} cells x "
                           f"{est['tapes']} tapes; limit {max_dim:,}): lower {{steps}} or {{max_input}}",
@@ -84,10 +82,6 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
     left, tau = est["left"], est["tau"]
     ts = TapeSimplex(low.machine, tau, left, b=b, gamma=gamma, c=c, max_dim=max_dim)
     d = ts.d
-    from tm2nn.syntax import dump
-
-    from .portable import optimizer_encoding, readback_encoding, start_encoding
-
     # the start iterate, the update (22) and the readback as tables: a script without
     # tm2nn runs the model from them (examples/plain/gd_trace_torch.py)
     enc_in = {"kind": "gd_trace", "machine": dump(m, "tm"), "lowering": low.to_json(), "tau": tau, "left": left,
@@ -135,8 +129,6 @@ class GDRun:
 def from_metadata(enc_in: dict, enc_out: dict) -> Compiled:
     """A compiled gd-trace model rebuilt from a saved model's encodings (the machine is
     in the metadata); the optimizer runs on its torch module (ONNX is not differentiated)."""
-    from tm2nn.syntax import parse_text
-
     if "machine" not in enc_in:
         raise Tm2nnError("this gd-trace model's metadata does not hold its machine: compile it again")
     m = parse_text(enc_in["machine"], "tm", "<model metadata>")[0]

@@ -38,6 +38,7 @@ from itertools import product
 import numpy as np
 import torch
 
+from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.multitape import MConfig, MultiTapeMachine
 from tm2nn.nets import (
@@ -53,10 +54,11 @@ from tm2nn.nets import (
     SparseMatrix,
     StopGradient,
 )
+from tm2nn.options import OptionError
 
-from .backend import DEFAULT_MAX_DIM
 from .lagrange import ell_v_all
 from .optimizer import ConditionalGradient
+from .options import DEFAULT_MAX_DIM
 
 MU = 0.25
 #: the label of simplex vertex ``([q, r], t)``: ``t`` the symbols under the heads, tape 0
@@ -131,8 +133,6 @@ class TapeSimplex:
         self.gamma, self.c = float(gamma), float(c)
         self.b = float(choose_b(d) if b is None else b)
         if b is not None and not self.b ** 3 > 8 * self.b ** 2 * d + 3 * d:
-            from tm2nn.options import OptionError
-
             raise OptionError(f"{{b}} = {self.b:g} breaks (18): b^3 > 8 b^2 d + 3 d with d = {d} tapes fails "
                               f"(the default is the smallest integer that satisfies (18): {choose_b(d)})", "b")
         self.ro = sorted(mm.read_only)
@@ -457,8 +457,6 @@ class Tracer44:
     ``module``, a module of that net (a compiled model's, with its own weights)."""
 
     def __init__(self, ts: TapeSimplex, tapes, dtype=torch.float64, module=None):
-        from tm2nn.emit import to_torch
-
         self.ts = ts
         self.module = to_torch(ts.net, dtype) if module is None else module
         st = ts.start(tapes)

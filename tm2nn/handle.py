@@ -1,0 +1,238 @@
+""":class:`Compiled`: the model a user holds, what ``tm2nn.compile`` returns and
+``tm2nn.load_model`` gives back.
+
+A thin handle above the backends: it wraps the :class:`~tm2nn.backends.protocol.Model` a
+backend built (plain data) and calls down only: to the backend's codec and reference
+check through the registry, to the emitters for the torch module and the ONNX model, to
+:mod:`tm2nn.modelfile` to save, and to :mod:`tm2nn.verify` to verify.  The emitters and
+the model files load torch and onnx, so they are imported when first used (``import
+tm2nn`` stays light: the import-contract test allows exactly these).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tm2nn import backends
+from tm2nn.backends.protocol import DENSE, Backend, Model, model_fields
+from tm2nn.errors import Tm2nnError
+from tm2nn.ir import Machine
+from tm2nn.options import OptionError
+from tm2nn.syntax import dump
+from tm2nn.verify.check import DEFAULT_BUDGET, divergences, verify_compiled
+
+
+@dataclass(eq=False)
+class Compiled(Model):
+    """A compiled network and how to talk to it (see the module doc).
+
+    ``net`` is the network IR; ``input_encoding`` / ``output_encoding`` are JSON-able
+    dicts (a ``"kind"`` plus what it needs) from which a saved model is driven without its
+    source; ``bounds`` are size rows next to the paper's; ``options`` the derived sizes;
+    ``build`` what rebuilds the model from its source (the validated compile options)."""
+
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    @classmethod
+    def of(cls, model: Model) -> "Compiled":
+        """The handle of a backend's model (a handle is returned as it is)."""
+        return model if isinstance(model, Compiled) else cls(**model_fields(model))
+
+    def __repr__(self) -> str:
+        return (f"<Compiled {self.backend} of {getattr(self.source, 'name', '?')!r}: "
+                f"{self.info()['info']['params_nonzero']:,} parameters>")
+
+    @property
+    def spec(self) -> Backend:
+        """The construction that made this model."""
+        return backends.get(self.backend)
+
+    def source_text(self) -> str:
+        """The source as tm2nn text (what a model file records and, without a source file,
+        what its hash is of): written once per model, a second for a 10^6-gate circuit."""
+        if "source_text" not in self._cache:
+            self._cache["source_text"] = dump(self.source, "tm" if isinstance(self.source, Machine) else "circ")
+        return self._cache["source_text"]
+
+    # -- views -----------------------------------------------------------------------------
+    def torch(self, dtype=None):
+        """The network as a ``torch.nn.Module`` (a new one per call).  Construction weights
+        are ``nn.Parameter``\\ s with ``requires_grad=False`` (the trained ones of a backend
+        that trains have ``True``), named after the IR's ops (docs/api.md, "The torch
+        module")."""
+        from tm2nn.modelfile.metadata import torch_module
+
+        if self.edited is not None and self.onnx_bytes is not None:
+            how = "run it in onnxruntime, or " if "onnxruntime" in self.spec.engines else ""
+            raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the torch module is "
+                             f"built from the construction: {how}save the edited weights as .pt", file=self.path)
+        return torch_module(self, dtype or self.dtype)
+
+    @property
+    def dtype(self):
+        import torch
+
+        return torch.float64 if self.options.get("dtype") == "float64" else torch.float32
+
+    def onnx(self):
+        """The model as an ``onnx.ModelProto`` (weights inside, metadata in
+        ``metadata_props``)."""
+        from tm2nn.modelfile.formats import onnx_of
+
+        return onnx_of(self)
+
+    def save(self, path):
+        """Write the model: ``.onnx`` (self-contained), ``.pt`` (a state dict and the
+        metadata; ``torch.load(path, weights_only=True)`` reads it) or ``.safetensors``
+        (the arrays and a JSON manifest)."""
+        from tm2nn.modelfile.formats import save
+
+        return save(self, path)
+
+    def metadata(self) -> dict[str, str]:
+        from tm2nn.modelfile.metadata import metadata
+
+        return metadata(self)
+
+    def analysis(self, name: str):
+        """The backend's analysis ``name`` (``"certified_margin"``, ``"function_class"``, ...
+        : :data:`tm2nn.backends.protocol.ANALYSES`); called with this model where it takes one,
+        e.g. ``compiled.analysis("function_class")(compiled)``.  A backend without it is a
+        clear error listing the backends that have it."""
+        return self.spec.analysis(name, backends.having)
+
+    # -- running ---------------------------------------------------------------------------
+    def check_engine(self, engine: str, option: str = "engine") -> None:
+        """Refuse an engine this backend does not run on (``option`` names the argument),
+        and a fused engine for a model whose weights are not the construction's: the fused
+        engines run ``self.net``, which holds the construction's."""
+        if engine not in self.spec.engines:
+            raise OptionError(f"the {self.backend} backend runs on {', '.join(self.spec.engines)}, "
+                              f"not {{{option}}} {engine!r}", option)
+        if engine not in DENSE and self.edited is not None:
+            where = "onnxruntime" if self.onnx_bytes is not None else "torch"
+            raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the {engine} engine "
+                             f"runs the construction's network: run it in {where}", file=self.path)
+
+    def runner(self, engine: str):
+        """``run(*arrays) -> outputs`` for an engine (``torch``, ``onnxruntime`` or a fused
+        engine that takes the network's own arrays), built once per model."""
+        self.check_engine(engine)
+        if engine not in self._cache:
+            if engine not in DENSE:  # a fused engine of the backend's own
+                factory = self.spec.fused.get(engine)
+                if factory is None:
+                    raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
+                                      f"engine={engine!r})", "engine")
+                self._cache[engine] = factory(self)
+            elif engine == "torch":
+                from tm2nn.emit.torch_emit import run_torch
+
+                module = self.module()
+                self._cache[engine] = lambda *x, batch_size=4096: run_torch(module, *x, batch_size=batch_size)
+            else:
+                from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
+
+                sess = onnx_session(self.onnx_bytes if self.onnx_bytes is not None else self.onnx())
+                self._cache[engine] = lambda *x, batch_size=4096: run_onnx(sess, *x, batch_size=batch_size)
+        return self._cache[engine]
+
+    def module(self):
+        """The torch module the ``torch`` engine runs (built once, shared; :meth:`torch`
+        gives a fresh one)."""
+        if "module" not in self._cache:
+            self._cache["module"] = self.torch()
+        return self._cache["module"]
+
+    def encode(self, inputs):
+        """The input array the network takes for ``inputs`` (strings, as ``run`` takes
+        them): ``torch.from_numpy(compiled.encode(texts))`` feeds ``compiled.torch()``."""
+        return self.spec.codec.encode(self, [inputs] if isinstance(inputs, str) else list(inputs))
+
+    def run(self, inputs, engine: str = "torch", progress=None):
+        """Run one input (a string: returns a :class:`~tm2nn.report.Report`) or a batch (a
+        list of strings: a list of reports) through ``engine``.  The reports are the
+        CLI's ``--json`` reports."""
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else [str(t) for t in inputs]
+        self.check_engine(engine)
+        with self.failures(engine):
+            reports = self.spec.codec.run(self, texts, engine, progress) if texts else []
+        return reports[0] if single else reports
+
+    def check(self, inputs, engine: str = "torch"):
+        """Each input's first divergence from the reference when the model runs on
+        ``engine`` (:func:`tm2nn.verify.check.divergences`): ``(what the reference is,
+        [None or a Mismatch per input])``, or None when the backend has no reference for
+        this model (a trained net, checked while it trains).  ``tm2nn eval`` checks its
+        reports with it."""
+        self.check_engine(engine)
+        try:
+            checker = self.spec.reference(self)
+        except Tm2nnError:
+            return None
+        with self.failures(engine):
+            return divergences(checker, [inputs] if isinstance(inputs, str) else list(inputs), engine)
+
+    @contextmanager
+    def failures(self, engine: str | None):
+        """A loaded model that fails in its engine (onnxruntime refusing the graph or a
+        shape, torch a weight, the decoder its output) is a one-line error naming the file,
+        not a traceback; a compiled model's failure is a bug and propagates as it is.  A
+        loaded model's float errors (NaN, overflow) are not warned about: what they break
+        is reported here, or by the check against the reference."""
+        try:
+            with np.errstate(all="ignore" if self.path is not None else None):
+                yield
+        except OptionError:  # an input the model does not take
+            raise
+        except Tm2nnError as e:  # one the backend found in the model's output
+            if e.file is None and self.path is not None:
+                e.file, e.message = self.path, f"running it in {engine or 'the engines'}: {e.message}"
+                e.args = (e.message,)
+            raise
+        except MemoryError:
+            raise
+        except Exception as e:
+            if self.path is None:
+                raise
+            doing = f"running it in {engine}" if engine else "verifying it"
+            raise Tm2nnError(f"{doing} failed: {_one_line(e)}", file=self.path) from None
+
+    def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
+               seed: int | None = None, onnx: bool = True, progress=None, engines=None):
+        """Check the network against the reference interpreter (:func:`tm2nn.verify.verify_compiled`):
+        the given ``inputs``, else every input when few enough, else random inputs for
+        ``budget`` seconds (at most ``samples``), on ``engines`` (default: torch and,
+        unless ``onnx=False``, onnxruntime).  Returns a :class:`~tm2nn.verify.VerifyReport`."""
+        with self.failures(None):
+            return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
+                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
+
+    def info(self) -> dict:
+        """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)
+        and the backend's rows next to the paper's bounds (a loaded model's as its file
+        records them)."""
+        if self.recorded_info is not None:
+            return self.recorded_info
+        net, info = self._cache.get("info", (None, None))
+        if net is not self.net:  # computed once per net (a replaced net is measured again)
+            sizes = self.net_info if self.net_info is not None and net is None else None
+            if sizes is None:
+                sizes = {k: v for k, v in self.net.info().items() if k != "widths"}
+            info = {"backend": self.backend, "info": sizes, "bounds": self.spec.info_rows(self)}
+            self._cache["info"] = (self.net, info)
+        return info
+
+
+def _one_line(e: Exception) -> str:
+    """An engine's exception in one line: its type and first line (onnxruntime's
+    ``[ONNXRuntimeError] : 2 :`` prefix dropped), at most 300 characters."""
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", str(e).strip())
+    line = text.splitlines()[0] if text else ""
+    line = f"{type(e).__name__}: {line}" if line else type(e).__name__
+    return line if len(line) <= 300 else line[:297] + "..."

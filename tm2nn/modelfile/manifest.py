@@ -1,0 +1,320 @@
+"""``.safetensors`` models: the weights as safetensors plus a JSON manifest that describes
+the network completely (docs/manifest.md; schema: docs/manifest.schema.json).
+
+The manifest holds every op in order (kind, inputs, the labelled space of its output,
+its tensors' shapes and safetensors keys, the paper's lemma it implements), the encodings
+and how each reported field is decoded from which dimensions (:meth:`Backend.decoding
+<tm2nn.backends.base.Backend.decoding>`), the source and its sha256, and the sizes next
+to the paper's bounds.  It lives in the safetensors header's metadata under
+``tm2nn.manifest``; one too large for a header (over :data:`HEADER_MANIFEST_MAX` bytes,
+a circuit of millions of gates) is written beside the weights as ``NAME.manifest.json``,
+and the header records its name and sha256.
+
+* :func:`build_manifest` / :func:`save_safetensors`: a compiled model -> the manifest /
+  the file;
+* :func:`read_safetensors`: a file -> ``(manifest, arrays)``, checked;
+* :func:`load_net` / :func:`load_module`: the network IR / the torch module, rebuilt from
+  the manifest and arrays alone (no source, no backend);
+* :func:`flat_metadata`: the manifest as the ``tm2nn.*`` metadata an ``.onnx`` carries,
+  so :func:`tm2nn.modelfile.load.load_model` checks every format with one schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+from tm2nn import backends
+from tm2nn.emit.torch_emit import to_torch
+from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input, write_atomic
+from tm2nn.modelfile import MAX_MODEL_BYTES
+from tm2nn.modelfile.metadata import metadata, net_of
+from tm2nn.nets import NetIRError
+from tm2nn.nets.serial import SpaceTable, net_from_json, net_to_json, space_from_json
+
+#: what the manifest's ``manifest`` field says, and the schema version it follows
+MANIFEST_KIND = "tm2nn.manifest"
+SCHEMA_VERSION = 1
+#: the largest manifest kept in the safetensors header (the format's readers refuse
+#: headers of 100 MB and more); a larger one goes beside the file
+HEADER_MANIFEST_MAX = 64 << 20
+
+#: the flat metadata key, where it sits in the manifest, and whether it is JSON there
+#: (one table both ways: :func:`build_manifest` and :func:`flat_metadata`)
+FLAT_KEYS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("tm2nn.version", ("tm2nn_version",), False),
+    ("tm2nn.backend", ("backend",), False),
+    ("tm2nn.source_name", ("source", "name"), False),
+    ("tm2nn.source_format", ("source", "format"), False),
+    ("tm2nn.source_sha256", ("source", "sha256"), False),
+    ("tm2nn.source", ("source", "text"), False),
+    ("tm2nn.tables", ("source", "tables"), True),
+    ("tm2nn.input_encoding", ("encodings", "input"), True),
+    ("tm2nn.output_encoding", ("encodings", "output"), True),
+    ("tm2nn.build", ("build",), True),
+    ("tm2nn.options", ("options",), True),
+    ("tm2nn.info", ("sizes", "info"), True),
+    ("tm2nn.bounds", ("sizes", "bounds"), True),
+    ("tm2nn.weights_sha256", ("weights", "sha256"), False),
+    ("tm2nn.trained", ("weights", "trained"), True),
+)
+
+
+def build_manifest(compiled, net=None) -> tuple[dict, dict]:
+    """``(manifest, arrays)`` of a compiled model: the manifest's network is ``net``
+    (default: the weights the model runs, :func:`tm2nn.modelfile.metadata.net_of`)."""
+    net = net_of(compiled) if net is None else net
+    flat = metadata(compiled, net)
+    m: dict = {"manifest": MANIFEST_KIND, "schema_version": SCHEMA_VERSION}
+    for key, path, is_json in FLAT_KEYS:
+        if key in flat:
+            _put(m, path, json.loads(flat[key]) if is_json else flat[key])
+    spec = backends.get(compiled.backend)
+    m["paper"] = spec.paper or spec.summary  # a backend of a user's may name no paper
+    m["decoding"] = spec.codec.describe(compiled)
+    m["weights"]["edited"] = flat.get("tm2nn.weights_edited") == "true"
+    arrays: dict = {}
+    spaces = SpaceTable()
+    m["net"] = net_to_json(net, arrays, spaces)
+    _inherit_cites(m["net"], m["paper"])
+    m["spaces"] = spaces.rows
+    m["weights"].update({"dtype": "float64", "arrays": len(arrays),
+                         "bytes": int(sum(a.nbytes for a in arrays.values()))})
+    return m, arrays
+
+
+def _inherit_cites(net: dict, outer: str) -> None:
+    """Give every op of the manifest a ``cite``: an op without one of its own (a ReLU after
+    its affine layer, a slice or concat that routes values) is part of what the op it reads
+    first implements, or, reading a net input, what the op holding the net implements;
+    ``cite_inherited`` marks these."""
+    cites: dict[str, str] = {}
+    for op in net["ops"]:
+        if not op["cite"]:
+            op["cite"] = next((cites[i] for i in op["inputs"] if i in cites), outer)
+            op["cite_inherited"] = True
+        cites[op["name"]] = op["cite"]
+        for sub in op.get("nets", {}).values():
+            _inherit_cites(sub, op["cite"])
+
+
+def _put(d: dict, path: tuple[str, ...], value) -> None:
+    for p in path[:-1]:
+        d = d.setdefault(p, {})
+    d[path[-1]] = value
+
+
+def flat_metadata(m: dict) -> dict[str, str]:
+    """The manifest as ``tm2nn.*`` metadata strings (what an ``.onnx`` of the same model
+    carries in ``metadata_props``): the root net's own metadata, then :data:`FLAT_KEYS`."""
+    own = m["net"].get("metadata") if isinstance(m.get("net"), dict) else None
+    out = {str(k): str(v) for k, v in own.items()} if isinstance(own, dict) else {}
+    for key, path, is_json in FLAT_KEYS:
+        d = m
+        for p in path:
+            d = d.get(p) if isinstance(d, dict) else None
+        if d is not None:
+            out[key] = json.dumps(d, sort_keys=True) if is_json else d
+    if isinstance(m.get("weights"), dict) and m["weights"].get("edited") is True:
+        out["tm2nn.weights_edited"] = "true"
+    return out
+
+
+# -- writing ------------------------------------------------------------------------------------
+def sidecar_path(path) -> Path:
+    """Where a manifest too large for the header goes: ``NAME.manifest.json`` beside."""
+    p = Path(path)
+    return p.with_name(p.stem + ".manifest.json")
+
+
+def save_safetensors(compiled, out: Path) -> Path:
+    """Write ``out`` (and, for a manifest over :data:`HEADER_MANIFEST_MAX`, its sidecar)."""
+    from safetensors.numpy import save
+
+    if compiled.edited is not None and compiled.onnx_bytes is not None:
+        raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}) and live in its ONNX "
+                         "graph, which a .safetensors network cannot hold: save it as .onnx", file=compiled.path)
+    m, arrays = build_manifest(compiled)
+    text = json.dumps(m, sort_keys=True, separators=(",", ":"))
+    side = sidecar_path(out)
+    if len(text) <= HEADER_MANIFEST_MAX:
+        header = {"tm2nn.manifest": text}
+    else:
+        data = text.encode()
+        write_atomic(side, data)
+        header = {"tm2nn.manifest_file": side.name, "tm2nn.manifest_sha256": hashlib.sha256(data).hexdigest()}
+    write_atomic(out, save(arrays, metadata={"format": "np", **header}))
+    return out
+
+
+# -- reading ------------------------------------------------------------------------------------
+def _header(blob: bytes, path) -> dict:
+    """The safetensors header (JSON after an 8-byte little-endian length), checked."""
+    if len(blob) < 8:
+        raise Tm2nnError("not a safetensors file (shorter than its 8-byte header length)", file=str(path))
+    (n,) = struct.unpack("<Q", blob[:8])
+    if n > len(blob) - 8:
+        raise Tm2nnError(f"not a safetensors file (its header length {n} exceeds the file)", file=str(path))
+    try:
+        header = json.loads(blob[8:8 + n])
+    except (ValueError, RecursionError):
+        raise Tm2nnError("not a safetensors file (its header is not JSON)", file=str(path)) from None
+    if not isinstance(header, dict):
+        raise Tm2nnError("not a safetensors file (its header is not a JSON object)", file=str(path))
+    return header
+
+
+def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
+    """``(manifest, arrays)`` of a ``.safetensors`` model (``blob``: the file's bytes)."""
+    from safetensors.numpy import load
+
+    meta = _header(blob, path).get("__metadata__") or {}
+    if "tm2nn.manifest" in meta:
+        text = meta["tm2nn.manifest"]
+    elif "tm2nn.manifest_file" in meta:
+        text = _sidecar(path, meta)
+    else:
+        raise Tm2nnError("no tm2nn manifest in its metadata (was it written by tm2nn compile?)", file=str(path))
+    try:
+        m = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise Tm2nnError(f"its manifest is not JSON ({type(e).__name__})", file=str(path)) from None
+    check_manifest(m, path)
+    try:
+        arrays = load(blob)
+    except Exception as e:  # a damaged data section: the library's own error, in one line
+        raise Tm2nnError(f"its arrays do not load ({type(e).__name__}: {str(e).splitlines()[0][:200]})",
+                         file=str(path)) from None
+    return m, arrays
+
+
+def _sidecar(path, meta: dict) -> str:
+    name = meta["tm2nn.manifest_file"]
+    if not isinstance(name, str) or Path(name).name != name:
+        raise Tm2nnError(f"its manifest file {name!r} is not a file name beside it", file=str(path))
+    side = Path(path).with_name(name)
+    if not side.exists():
+        raise Tm2nnError(f"its manifest {name} is not beside it (the two files travel together)", file=str(path))
+    data = read_input(side, "manifest", limit=MAX_MODEL_BYTES)
+    if hashlib.sha256(data).hexdigest() != meta.get("tm2nn.manifest_sha256"):
+        raise Tm2nnError(f"{name} is not the manifest written with it (its sha256 differs)", file=str(path))
+    return data.decode("utf-8", errors="replace")
+
+
+#: the manifest's top-level fields and their JSON types (the full schema, with every
+#: nested field, is docs/manifest.schema.json; this is what the loader relies on)
+TOP_LEVEL: dict[str, type | tuple] = {
+    "manifest": str, "schema_version": int, "tm2nn_version": str, "backend": str, "paper": str,
+    "source": dict, "encodings": dict, "decoding": dict, "build": dict, "sizes": dict, "weights": dict,
+    "net": dict, "spaces": list,
+}
+
+
+def check_manifest(m, path) -> None:
+    """The manifest's kind, version and top-level fields (one error naming the first bad one)."""
+    if not isinstance(m, dict) or m.get("manifest") != MANIFEST_KIND:
+        raise Tm2nnError(f"its manifest does not say \"manifest\": \"{MANIFEST_KIND}\"", file=str(path))
+    if m.get("schema_version") != SCHEMA_VERSION:
+        raise Tm2nnError(f"its manifest follows schema version {m.get('schema_version')!r}; this tm2nn reads "
+                         f"version {SCHEMA_VERSION}", file=str(path))
+    for key, kind in TOP_LEVEL.items():
+        if not isinstance(m.get(key), kind) or isinstance(m.get(key), bool):
+            what = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise Tm2nnError(f"manifest field {key!r} is {'missing' if key not in m else 'not a JSON ' + what}",
+                             file=str(path))
+
+
+def manifest_net(m: dict, arrays: dict, path):
+    """The network IR the manifest and arrays describe, or one error naming the file.  The
+    backend the manifest names is loaded first (through the backend registry): a
+    construction registers its own activations (:func:`tm2nn.nets.activations.register`)
+    when it is imported, and its net may use them."""
+    if m["backend"] in backends.names():
+        backends.get(m["backend"])
+    try:
+        spaces = [space_from_json(row) for row in m["spaces"]]
+        return net_from_json(m["net"], arrays, spaces)
+    except (NetIRError, KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        what = f"no field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0][:300]
+        raise Tm2nnError(f"its manifest's network does not build: {what}", file=str(path)) from None
+
+
+def _read(path) -> tuple[dict, dict]:
+    return read_safetensors(path, read_input(Path(path), "model", limit=MAX_MODEL_BYTES))
+
+
+def load_manifest(path) -> dict:
+    """The manifest of a ``.safetensors`` model (checked at the top level)."""
+    return _read(path)[0]
+
+
+def load_net(path):
+    """The network IR of a ``.safetensors`` model, from its manifest and arrays alone."""
+    m, arrays = _read(path)
+    return manifest_net(m, arrays, path)
+
+
+def load_module(path, dtype=None):
+    """The torch module of a ``.safetensors`` model, from its manifest and arrays alone:
+    no source is parsed and no backend compiles (``tm2nn.load_model`` does both, to check
+    the file against the construction).  ``dtype``: the encodings' (float32 unless the
+    model records float64)."""
+    import torch
+
+    m, arrays = _read(path)
+    net = manifest_net(m, arrays, path)
+    if dtype is None:
+        float64 = (m["encodings"].get("input") or {}).get("dtype") == "float64" \
+            or (m.get("options") or {}).get("dtype") == "float64"
+        dtype = torch.float64 if float64 else torch.float32
+    module = to_torch(net, dtype)
+    module.eval()
+    return module
+
+
+def walk(m: dict):
+    """``(value, op)`` for every op of the manifest's network in order, nested nets
+    included, the values of nested ones named ``"op/field/name"``."""
+    def ops(net: dict, path: str):
+        for op in net["ops"]:
+            yield path + op["name"], op
+            for field, sub in op.get("nets", {}).items():
+                yield from ops(sub, f"{path}{op['name']}/{field}/")
+    return ops(m["net"], "")
+
+
+def find_ops(m: dict, kind: str | None = None, cite: str = "") -> list[str]:
+    """The values of the ops of ``kind`` (any, for None) whose ``cite`` contains ``cite``:
+    find a construction's pieces by the lemma they implement, not by name."""
+    return [v for v, op in walk(m) if (kind is None or op["kind"] == kind) and cite in op["cite"]]
+
+
+def module_path(module, value: str) -> str:
+    """The attribute path of a value's submodule in the torch module built from the
+    manifest (``"trace/body/S.c6"`` -> ``"trace_op.body.S_c6"``); the same path reaches
+    it in a wrapper that mirrors the module's attributes (``nnsight.NNsight(module)``)."""
+    *outer, name = value.split("/")
+    parts = []
+    for op, field in zip(outer[::2], outer[1::2]):
+        parts += [module.op_attrs[op], field]
+        module = getattr(module.op(op), field)
+    return ".".join(parts + [module.op_attrs[name]])
+
+
+def value_labels(m: dict, value: str) -> list[str]:
+    """The labels of the dimensions of ``value`` in a manifest: an input port or op of the
+    root net, or of a nested one as ``"op/field/name"`` (``"dec/body/S.tap"``)."""
+    *outer, name = value.split("/")
+    net = m["net"]
+    for op_name, field in zip(outer[::2], outer[1::2]):
+        op = next((o for o in net["ops"] if o["name"] == op_name), None)
+        if op is None or field not in op.get("nets", {}):
+            raise KeyError(f"{value!r}: no nested net {op_name}/{field}")
+        net = op["nets"][field]
+    for entry in [*net["inputs"], *net["ops"]]:
+        if entry["name"] == name:
+            return list(space_from_json(m["spaces"][entry["space"]]).labels)
+    raise KeyError(f"{value!r}: no such value in the manifest's network")
