@@ -36,19 +36,19 @@ def _load() -> float:
 
 def warm() -> None:
     """Compile (or load from numba's cache) the kernels once, outside the timings."""
-    from tm2nn.backends.transformer import compile as compile_tf
+    import tm2nn
     from tm2nn.syntax import load
 
-    compile_tf(load(ROOT / "examples" / "bb3.tm"), steps=4).run("", engine="index")
+    tm2nn.compile(load(ROOT / "examples" / "bb3.tm"), "transformer", steps=4).run("", engine="index")
 
 
 def bench_run(m, steps: int, text: str) -> dict:
     """``compiled.run`` on the index engine against the interpreter's run."""
-    from tm2nn.backends.transformer import compile as compile_tf
+    import tm2nn
     from tm2nn.interp import run_machine
 
     t0 = time.perf_counter()
-    c = compile_tf(m, steps=steps)
+    c = tm2nn.compile(m, "transformer", steps=steps)
     t_compile = time.perf_counter() - t0
     tracemalloc.start()
     t0 = time.perf_counter()
@@ -71,10 +71,10 @@ def bench_same_model(m, steps: int, text: str) -> dict:
     """The engine alone on one model (compiled for ``steps``): the first ``steps // 10``
     decoder steps against all ``steps``, so the ratio shows how a step's cost grows with
     the history alone (the construction's width and depth fixed)."""
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.engines.index_engine import IndexEngine
+    import tm2nn
+    from tm2nn.backends.transformer.engines.index_engine import IndexEngine
 
-    c = compile_tf(m, steps=steps)
+    c = tm2nn.compile(m, "transformer", steps=steps)
     eng = IndexEngine.for_net(c.net)
     tokens = c.encode([text])
     times = {}
@@ -90,10 +90,10 @@ def bench_same_model(m, steps: int, text: str) -> dict:
 
 def bench_verify(m, steps: int, text: str, label: str) -> dict:
     """``verify`` on the index engine: every step against the interpreter."""
-    from tm2nn.backends.transformer import compile as compile_tf
+    import tm2nn
     from tm2nn.verify import verify_compiled
 
-    c = compile_tf(m, steps=steps)
+    c = tm2nn.compile(m, "transformer", steps=steps)
     t0 = time.perf_counter()
     rep = verify_compiled(c, inputs=[text], engines=["index"])
     dt = time.perf_counter() - t0

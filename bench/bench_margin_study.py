@@ -6,7 +6,7 @@ to a network that runs the machine for T steps:
 * ``transformer``: §4 / App. C, hard-max, Prop. 3.4 corrections after each group;
 * ``transformer, no corr.``: the same without corrections;
 * ``relu-circuit``: §3, the machine unrolled into a circuit of T steps over 2T+1 cells
-  (``tm2nn.passes.unroll``), whose width and depth grow with T.
+  (``tm2nn.backends.relu_circuit.unroll``), whose width and depth grow with T.
 
 Each row: the paper's w, d (transformer: paper layers per decoder step; circuit: ReLU
 layers), α = ‖θ‖₁, p; the certified all-layer margin γ (per layer, a lower bound:
@@ -50,17 +50,17 @@ def _n(alpha: float, gamma: float, p: int) -> float:
 
 
 def transformer_rows(name: str, m, texts: list[str], T: int, attacks: bool, light: bool = False) -> list[dict]:
+    import tm2nn
     from tm2nn.backends import get
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.verify.perturbed_decode import attack
-    from tm2nn.verify.transformer_margin import certified_radius
+    from tm2nn.backends.transformer.margin import certified_radius
+    from tm2nn.backends.transformer.perturbed_decode import attack
 
     spec = get("transformer")
     rows = []
     for corr in (True, False):
         t0 = time.perf_counter()
-        c = compile_tf(m, steps=T, corrections=corr)
-        fc = spec.function_class(c)
+        c = tm2nn.compile(m, "transformer", steps=T, corrections=corr)
+        fc = c.analysis("function_class")(c)
         cert = certified_radius(c, per_step=False, budgets=False)["radius"]
         row = {"bench": f"margin study {name} T={T} transformer{'' if corr else ', no corr.'}",
                "machine": name, "route": "transformer" if corr else "transformer, no corr.", "T": T,
@@ -73,7 +73,7 @@ def transformer_rows(name: str, m, texts: list[str], T: int, attacks: bool, ligh
         elif light and corr:
             row["attack"] = attack(c, texts[:1], 1.0, "random", 4, seed=0)["eps"]
             row["attack_kind"] = "random only"
-        beta = spec.find_beta(m, {"steps": T, "corrections": corr}, inputs=texts, samples=len(texts), seed=0)
+        beta = spec.analysis("find_beta")(m, {"steps": T, "corrections": corr}, inputs=texts, samples=len(texts), seed=0)
         # β_min: None when even 10^4 fails; "≤ 1" when the first β tried (1) already verifies
         row["beta_min"] = beta["beta"] if beta["beta"] is not None else "> 1e4"
         if beta["beta"] is not None and beta["below"] is None:
@@ -88,8 +88,9 @@ def relu_row(name: str, m, texts: list[str], T: int, attacks: bool) -> dict:
     import numpy as np
 
     import tm2nn
-    from tm2nn.codec import encode_many
-    from tm2nn.verify.margin import certified_radius, empirical_margin
+    from tm2nn.backends.relu_circuit.attacks import empirical_margin
+    from tm2nn.backends.relu_circuit.codec import encode_tapes
+    from tm2nn.backends.relu_circuit.margin import certified_radius
 
     t0 = time.perf_counter()
     c = tm2nn.compile(m, "relu-circuit", steps=T)
@@ -99,7 +100,7 @@ def relu_row(name: str, m, texts: list[str], T: int, attacks: bool) -> dict:
            "w": fc["w"], "d": fc["d"], "d_total": fc["d"], "alpha": round(fc["alpha"], 1),
            "alpha_per_step": None, "p": fc["p"], "certified": cert}
     if attacks:
-        x = encode_many(c.input_encoding, texts) > 0.5
+        x = encode_tapes(c.input_encoding, texts) > 0.5
         rnd = empirical_margin(c, np.asarray(x), seed=0, trials=4, method="random")
         grd = empirical_margin(c, np.asarray(x), seed=0, trials=1, method="gradient", steps=60, eps0=rnd["eps"])
         row["attack"] = min(rnd["eps"], grd["eps"])
@@ -119,7 +120,7 @@ def relu_size_row(name: str, m, T: int) -> dict:
     except Exception as e:  # refused up front (memory / gate estimate): say so
         return {"bench": f"margin study {name} T={T} relu-circuit", "machine": name, "route": "relu-circuit",
                 "T": T, "refused": str(e).splitlines()[0][:120]}
-    fc = spec.function_class(c)
+    fc = c.analysis("function_class")(c)
     return {"bench": f"margin study {name} T={T} relu-circuit", "machine": name, "route": "relu-circuit", "T": T,
             "w": fc["w"], "d": fc["d"], "d_total": fc["d"], "alpha": round(fc["alpha"], 1), "p": fc["p"]}
 

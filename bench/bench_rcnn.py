@@ -5,7 +5,7 @@ every filter step changes the grid and all L steps run) on grids of 16×64 and 6
 cells: the start grid of B.1.2 (input on row 0, compute phase) in a window of that size,
 a batch of counters, L filter steps.  Cell-updates per second = batch · H · W · L / wall
 time, in torch (float32, the emitted module), in onnxruntime (the ONNX ``Loop`` over
-the shared filter) and in the fused engine (:mod:`tm2nn.engines.grid_engine`) with 1 and
+the shared filter) and in the fused engine (:mod:`tm2nn.backends.rcnn.grid_engine`) with 1 and
 2 threads, with its ratio to onnxruntime measured in the same run.  The fused engine
 evaluates the filter only where a patch changed (docs/rcnn.md, "The fused engine"), so
 its row also gives the filter evaluations it ran and their rate; ``fused_dense`` is the
@@ -36,13 +36,13 @@ REPEATS = 2
 def bench_grid(m, rows: int, cols: int, batch: int, steps: int, fused_only: bool = False) -> dict:
     import numpy as np
 
-    from tm2nn.backends.rcnn import machine_form
     from tm2nn.backends.rcnn.build import filter_for, machine_net
+    from tm2nn.backends.rcnn.grid_engine import GridEngine, GridOptions
     from tm2nn.backends.rcnn.machine_io import decode_run, start_grids
+    from tm2nn.backends.rcnn.machine_mode import machine_form
     from tm2nn.emit.onnx_model import to_onnx
     from tm2nn.emit.onnx_runtime import run_onnx
     from tm2nn.emit.torch_emit import run_torch, to_torch
-    from tm2nn.engines.grid_engine import GridEngine, GridOptions
     from tm2nn.interp import run_machine
 
     chain, code = machine_form(m)
@@ -91,14 +91,14 @@ def bench_float64(inputs=("+++", "-+-"), steps: int = 26) -> dict:
     grid), each decoded and checked against the interpreter."""
     import numpy as np
 
-    from tm2nn.backends.rcnn import compile as compile_rcnn
+    import tm2nn
+    from tm2nn.backends.rcnn.runtime import GridModel
     from tm2nn.interp import run_machine
     from tm2nn.syntax import load
-    from tm2nn.verify.grid import GridModel
 
     m = load(ROOT / "examples" / "sign_sum_3x2.tm")
     t0 = time.perf_counter()
-    c = compile_rcnn(m, steps=steps, max_input=max(map(len, inputs)))
+    c = tm2nn.compile(m, "rcnn", steps=steps, max_input=max(map(len, inputs)))
     row = {"bench": "rcnn float64 sign_sum_3x2", "states": c.options["states"], "digits": c.options["digits"],
            "dtype": c.options.get("dtype", "float32"), "d_rc": c.options["d_rc"],
            "filter_steps": c.options["filter_steps"], "compile_s": round(time.perf_counter() - t0, 3)}

@@ -57,10 +57,10 @@ def bench_one(label: str, path: Path, quick: bool) -> dict:
     import onnxruntime as ort
     import torch
 
+    from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
     from tm2nn.compiler import compile as tm2nn_compile
     from tm2nn.emit.onnx_model import to_onnx
     from tm2nn.emit.torch_emit import to_torch
-    from tm2nn.engines.layered_engine import LayeredEngine
     from tm2nn.interp import eval_circuit, random_inputs
     from tm2nn.modelfile.metadata import metadata
     from tm2nn.syntax import load
@@ -114,9 +114,9 @@ def bench_register_types(path: Path, quick: bool) -> dict:
     outputs are asserted equal to the float32 run's (the values are small integers)."""
     import numba
 
+    from tm2nn.backends.relu_circuit.layered_kernel import run_program
+    from tm2nn.backends.relu_circuit.layered_program import integer_program
     from tm2nn.compiler import compile as tm2nn_compile
-    from tm2nn.engines.layered_kernel import run_program
-    from tm2nn.engines.layered_program import integer_program
     from tm2nn.interp import random_inputs
     from tm2nn.syntax import load
 
@@ -146,13 +146,13 @@ def bench_register_types(path: Path, quick: bool) -> dict:
 def bench_margin_engines(path: Path, quick: bool) -> dict:
     """The random attack of ``tm2nn margin`` (64 inputs x 4 directions, 26 perturbed passes)
     on torch and on fused-float, c6288: the same ε, and the time of each."""
-    from tm2nn.backends.relu_circuit import compile as relu_compile
+    from tm2nn.backends.relu_circuit.attacks import empirical_margin
+    from tm2nn.backends.relu_circuit.backend import BACKEND
     from tm2nn.interp import random_inputs
     from tm2nn.syntax import load
-    from tm2nn.verify.margin import empirical_margin
 
     c = load(path)
-    comp = relu_compile(c)
+    comp = BACKEND.compile(c, BACKEND.options())
     x = random_inputs(len(c.inputs), 16 if quick else 64, 2024)
     row = {"bench": "relu-circuit margin random attack, c6288", "inputs": len(x), "trials": 4,
            "load": round(os.getloadavg()[0], 2)}

@@ -37,16 +37,16 @@ ENGINES = ("torch", "onnxruntime", "onnxruntime_mt")
 
 
 def bench_one(m, steps: int, engines=ENGINES) -> dict:
-    from tm2nn.backends.transformer import compile as compile_tf
+    import tm2nn
     from tm2nn.backends.transformer.decoding import TraceDecoder
+    from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
     from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
     from tm2nn.interp import run_machine
     from tm2nn.modelfile.formats import onnx_model
-    from tm2nn.verify.trace import encode_tokens, torch_runner
 
     load = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
-    c = compile_tf(m, steps=steps)
+    c = tm2nn.compile(m, "transformer", steps=steps)
     t_compile = time.perf_counter() - t0
     blob = onnx_model(c).SerializeToString()
     tokens = encode_tokens(c.input_encoding, [INPUT])

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, ROOT
+from tm2nn.backends.protocol import Example
 from tm2nn.cli import main
 from tm2nn.syntax import FORMATS
 
@@ -160,10 +161,10 @@ def test_every_format_module_is_wired(fmt):
 
 def test_demo_compiles_and_verifies_one_example_per_backend(tmp_path):
     from tm2nn.backends import BUILTIN as BACKENDS
-    from tm2nn.demo import BACKEND_JOBS, run_backends
+    from tm2nn.demo import backend_jobs, run_backends
 
-    assert {b.split()[0] for _e, b, _m, _v in BACKEND_JOBS} == set(BACKENDS)  # no backend left out
-    rows = run_backends(EXAMPLES, tmp_path)
+    assert {b.split()[0] for b, _ex in backend_jobs()} == set(BACKENDS)  # no backend left out
+    rows = run_backends(main, EXAMPLES, tmp_path)
     assert [r for r in rows if not r["ok"]] == []
     for r in rows:  # each wrote a self-contained ONNX model
         assert Path(r["model"]).parent == tmp_path and Path(r["model"]).stat().st_size > 10_000
@@ -173,7 +174,6 @@ def test_demo_compiles_and_verifies_one_example_per_backend(tmp_path):
 def test_demo_table_reports_a_failing_job(tmp_path, monkeypatch):
     from tm2nn import demo
 
-    bad = (("bb3.tm", "rcnn", "compile {ex}/bb3.tm --backend rcnn --steps 0 -o {out}/x.onnx --json", None),)
-    monkeypatch.setattr(demo, "BACKEND_JOBS", bad)
-    (row,) = demo.run_backends(EXAMPLES, tmp_path)
+    bad = [("rcnn", Example("bb3.tm", ("compile {ex}/bb3.tm --backend rcnn --steps 0 -o {out}/x.onnx --json",)))]
+    (row,) = demo.run_backends(main, EXAMPLES, tmp_path, jobs=bad)
     assert row["ok"] is False and "step bound" in row["checked"]

@@ -30,10 +30,11 @@ from tm2nn.learners.builder import (
     prefix_or,
 )
 from tm2nn.learners.examples import EXAMPLES as EXAMPLE_FILES
-from tm2nn.learners.examples import example_text, majority_learner, parity_learner
+from tm2nn.learners.examples import majority_learner, parity_learner
 from tm2nn.learners.targets import parity_target, parse_target, samples
 from tm2nn.syntax import load, load_all, parse_text
 from tm2nn.syntax.circuit_dsl import dump_learner
+from tm2nn.syntax.learner_examples import example_text
 
 # --------------------------------------------------------------------------- helpers
 

@@ -334,7 +334,7 @@ def test_cycle_in_a_deep_chain_is_found_without_recursion():
 
 # -- compile: the estimate and the refusal --------------------------------------------------------
 def test_estimate_counts_the_net_that_is_built():
-    from tm2nn.backends.relu_circuit import compile as compile_circuit
+    from tm2nn.backends.relu_circuit.backend import BACKEND
     from tm2nn.backends.relu_circuit.estimate import net_size
     from tm2nn.emit import affine_form
     from tm2nn.passes.basis import to_basis
@@ -343,7 +343,7 @@ def test_estimate_counts_the_net_that_is_built():
         b = to_basis(c)
         for corrections in (True, False):
             size = net_size(layer_widths(b), len(b.inputs), len(b.outputs), corrections=corrections)
-            net = compile_circuit(c, corrections=corrections).net
+            net = BACKEND.compile(c, BACKEND.options(corrections=corrections)).net
             dense = sum(op.weight.shape[0] * op.weight.shape[1] for op in net.affine_layers()
                         if affine_form(op) == "dense")
             assert size.units == sum(len(layer) for layer in layer_circuit(b).layers)

@@ -3,18 +3,18 @@ all-layer-margin loss (2.2) on data, Corollary A.1 (A.2), and `tm2nn info --stat
 
 import json
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 
 import tm2nn
 from tests.conftest import EXAMPLES
-from tm2nn.backends.relu_circuit import compile as relu_compile
+from tm2nn.backends.relu_circuit.margin import certified_radius
 from tm2nn.cli import main
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs
 from tm2nn.ir import Circuit, Gate
-from tm2nn.verify.margin import certified_radius
 from tm2nn.verify.statistics import (
     corollary_a1,
     lemma23_error,
@@ -25,6 +25,9 @@ from tm2nn.verify.statistics import (
     surrogate_loss,
     surrogate_loss_on,
 )
+
+#: relu-circuit's compile of a circuit, as a user calls it
+relu_compile = partial(tm2nn.compile, backend="relu-circuit")
 
 
 def and_gate():
@@ -288,8 +291,8 @@ def test_info_statistics_on_the_command_line(capsys, tmp_path):
 def test_the_transformer_loss_is_of_its_theta_cls_classifier():
     """Theorem 4.1's classifier F = θ_clsᵀ o_T: ρ bracketed between the certified radius and
     √B × the attacks that change F's sign; a wrong label is ρ = 0 (loss 1)."""
-    from tm2nn.backends.transformer import compile as compile_tf
-    from tm2nn.verify.perturbed_decode import attack
+    from tests.backends.transformer.test_transformer import compile_tf
+    from tm2nn.backends.transformer.perturbed_decode import attack
 
     m = tm2nn.load(EXAMPLES / "even_ones.tm")
     c = compile_tf(m, steps=6, cls_readout=True)

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, interrupt
+from tm2nn import __version__, backends, interrupt, limits
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -166,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        from tm2nn import limits
-
         limits.set_memory_limit(args.max_memory)
         limits.set_source_limit(args.max_source_size)
         try:
@@ -424,7 +422,7 @@ def cmd_viz(args) -> int:
 def cmd_demo(args) -> int:
     from tm2nn.demo import run_demo
 
-    return run_demo(args.examples, args.out)
+    return run_demo(main, args.examples, args.out)
 
 
 _VERBS = {"check": cmd_check, "run": cmd_run, "convert": cmd_convert, "compile": cmd_compile, "eval": cmd_eval, "info":

@@ -35,11 +35,6 @@ def _codec(enc: dict):
         n = len(enc["names"])
         return (lambda text: parse_bits(text, n),
                 lambda bits: {"outputs": "".join("1" if b else "0" for b in bits)})
-    if kind == "unrolled_tm":
-        from tm2nn.passes.unroll import UnrollLayout
-
-        layout = UnrollLayout.from_json(enc["layout"])  # parsed once, not per input
-        return layout.encode, layout.decode
     raise Tm2nnError(f"this model uses the encoding {kind!r}, which this tm2nn cannot handle")
 
 

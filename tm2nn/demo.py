@@ -19,14 +19,30 @@ interpreter and compares with the documented output.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import time
 from pathlib import Path
 
+from tm2nn import backends
+from tm2nn.api import run_circuit
+from tm2nn.backends.protocol import Example
+from tm2nn.compiler import default_backend
+from tm2nn.console import console
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp import run_machine
+from tm2nn.interp.circuit import exhaustive_inputs
+from tm2nn.interp.learner import predict, run_learner
+from tm2nn.ir import Circuit, Learner, NoisyLearner
+from tm2nn.learners.targets import parse_target, samples
+from tm2nn.syntax import EXTENSIONS, load
 
 # The header parser and what a documented result means live in tm2nn.syntax.headers
 # (``tm2nn check`` compares the header with a run too); re-exported here.
 from tm2nn.syntax.headers import circuit_mismatches, example_header, machine_mismatches
+from tm2nn.viz import spacetime_png
+from tm2nn.viz.runs import machine_backend
 
 
 def default_examples_dir() -> Path:
@@ -39,10 +55,6 @@ def default_examples_dir() -> Path:
 
 def run_examples(folder: Path) -> list[dict]:
     """Run every example; one row per example (the data behind the demo table)."""
-    from tm2nn.api import run_circuit
-    from tm2nn.interp import run_machine
-    from tm2nn.ir import Circuit, Learner, NoisyLearner
-    from tm2nn.syntax import EXTENSIONS, load
 
     rows = []
     for path in sorted(folder.iterdir()):
@@ -74,7 +86,7 @@ def run_examples(folder: Path) -> list[dict]:
             elif "train" in hdr:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 row["input"] = f"training set {hdr['train']}"
-                row["result"], ok = _run_rcnn_learner_example(obj, path.parent / hdr["train"])
+                row["result"], ok = _trained_example(obj, hdr, path.parent)
             else:
                 row["size"] = f"{len(obj.states)} states, {len(obj.rules)} rules"
                 r = run_machine(obj, row["input"], 10_000_000)
@@ -92,9 +104,6 @@ def run_examples(folder: Path) -> list[dict]:
 
 def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     """Train ``lr`` on the documented target and check it computes it everywhere."""
-    from tm2nn.interp.circuit import exhaustive_inputs
-    from tm2nn.interp.learner import predict, run_learner
-    from tm2nn.learners.targets import parse_target, samples
 
     if "target" not in hdr or not hdr.get("samples", "").isdigit() or lr.n > 16:
         return "a learner needs '# target:' and '# samples:' header lines (and n <= 16)", False
@@ -109,8 +118,6 @@ def _run_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
 def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     """A §4.2 learner: the reference h on the first t samples of the documented target
     (seed 0), then h's answer on every input compared with the target."""
-    from tm2nn.interp.circuit import exhaustive_inputs
-    from tm2nn.learners.targets import parse_target, samples
 
     if "target" not in hdr or hdr.get("samples", "") != str(lr.t) or lr.n > 16:
         return f"a noisy learner needs '# target:' and '# samples: {lr.t}' (its t) header lines", False
@@ -122,65 +129,24 @@ def _run_noisy_learner_example(lr, hdr: dict[str, str]) -> tuple[str, bool]:
     return f"h on the {lr.t} stored samples: {acc:.0%} of all 2^{lr.n} inputs right", acc == 1.0
 
 
-def _run_rcnn_learner_example(g, train: Path) -> tuple[str, bool]:
-    """A learner machine in Goel et al.'s B.1.2 form on its training set: the
-    interpreter's ``A(S)[x]`` for every ``x`` in ``{±1}^d`` (each run checked to end in
-    B.1.2's halting position)."""
-    import itertools
-
-    import numpy as np
-
-    from tm2nn.backends.rcnn.learner import MAX_STEPS
-    from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form, reference_answer
-    from tm2nn.datasets import load_csv
-
-    check_learner_form(g)
-    X, Y = load_csv(train)
-    shape = Shape(X.shape[0], X.shape[1], 1)
-    xs, answers = [], []
-    for x in itertools.product((-1, 1), repeat=X.shape[1]):
-        a, _ = reference_answer(g, X, Y, np.array(x), shape, MAX_STEPS)
-        xs.append("".join("+" if v > 0 else "-" for v in x))
-        answers.append("+" if a > 0 else "-")
-    return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True
+def _trained_example(ir, hdr: dict[str, str], folder: Path) -> tuple[str, bool]:
+    """A training example (a ``# train:`` header) run with the reference by the backend
+    that trains it (its trainer's ``example``)."""
+    spec = default_backend(ir, learning=True)
+    if spec.trainer.example is None:
+        return f"the {spec.name} backend shows no training example", False
+    return spec.trainer.example(ir, hdr, folder)
 
 
-#: One job per backend: (example, backend, the command that writes the model, the
-#: command that verifies it or None when the first one checks itself).  ``{ex}`` is the
-#: examples folder and ``{out}`` the output folder.  Each is exactly a documented CLI call.
-BACKEND_JOBS = (
-    ("ripple_adder4.circ", "relu-circuit",
-     "compile {ex}/ripple_adder4.circ --backend relu-circuit -o {out}/ripple_adder4.onnx --json",
-     "verify {ex}/ripple_adder4.circ --backend relu-circuit --json"),
-    ("binary_increment.tm", "relu-circuit",
-     "compile {ex}/binary_increment.tm --backend relu-circuit --steps 20 -o {out}/binary_increment.onnx --json",
-     "verify {ex}/binary_increment.tm --backend relu-circuit --steps 20 --samples 2000 --seed 0 --json"),
-    ("bb4.tm", "transformer",
-     "compile {ex}/bb4.tm --backend transformer --steps 110 -o {out}/bb4_transformer.onnx --json",
-     "verify {ex}/bb4.tm --backend transformer --steps 110 --json"),
-    ("bb3.tm", "rcnn",
-     "compile {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 -o {out}/bb3_rcnn.onnx --json",
-     "verify {ex}/bb3.tm --backend rcnn --steps 25 --max-input 2 --json"),
-    ("parity8.circ", "abbe-sandon",
-     "learn {ex}/parity8.circ --target parity:10110010 --steps 64 --engine float64 "
-     "--export-after {out}/parity8_trained.onnx --json", None),
-    ("bb3.tm", "gd-trace",
-     "compile {ex}/bb3.tm --backend gd-trace --steps 25 --max-input 2 -o {out}/bb3_gd_loss.onnx --json",
-     "verify {ex}/bb3.tm --backend gd-trace --steps 25 --max-input 2 --json"),
-    ("sign_sum_3x2.tm", "gd-trace §5",
-     "learn {ex}/sign_sum_3x2.tm --backend gd-trace --train {ex}/sign_sum_3x2.csv "
-     "--export-after {out}/sign_sum_trained.onnx --json", None),
-)
+def backend_jobs() -> list[tuple[str, Example]]:
+    """Every backend's demo examples (its ``examples``), as ``(label, example)``: each
+    example's commands are exactly documented CLI calls."""
+    return [(ex.label or b.name, ex) for b in backends.all() for ex in b.examples]
 
 
-def _cli_json(argv: list[str]) -> tuple[int, dict, str]:
-    """Run one CLI command in-process; ``(exit code, its last JSON line, its stderr)``."""
-    import contextlib
-    import io
-    import json
-
-    from tm2nn.cli import main
-
+def _cli_json(main, argv: list[str]) -> tuple[int, dict, str]:
+    """Run one CLI command in-process with the CLI's ``main``; ``(exit code, its last JSON
+    line, its stderr)``."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
@@ -188,39 +154,47 @@ def _cli_json(argv: list[str]) -> tuple[int, dict, str]:
     return code, (json.loads(lines[-1]) if lines else {}), err.getvalue().strip()
 
 
-def _verified(backend: str, made: dict, check: dict | None) -> tuple[bool, str]:
-    """(verified, what was checked) from the JSON of the model command and of verify."""
+def _verified(example: Example, code: int, made: dict, check: dict | None) -> tuple[bool, str]:
+    """(verified, what was checked) from the JSON of the model command and of verify; a
+    self-checking command must report every ``expect`` key with its value."""
     if check is not None:
         n = check.get("n_inputs", 0)
         return bool(check.get("ok")), f"{n:,} inputs ({check.get('mode', '')})"
-    if backend == "abbe-sandon":
-        ok = made.get("mismatches") == 0 and made.get("test_accuracy") == 1.0
-        return ok, f"{made.get('steps')} SGD steps, {made.get('test_inputs')} tests"
-    ok = bool(made.get("trace_matches") and made.get("theta_matches") and made.get("stopped_at_machine_steps_plus_1"))
-    return ok, f"{made.get('optimizer_steps')} steps, theta ok" if ok else f"{made.get('optimizer_steps')} steps"
+    ok = code == 0 and all(made.get(k) == v for k, v in example.expect.items())
+    try:
+        checked = example.checked.format(**made)
+    except (KeyError, IndexError, ValueError):
+        checked = example.checked
+    return ok, checked
 
 
-def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
-    """Compile (or train) one example per backend into ``out``, verify each against the
-    interpreter: one row per job (the data behind the demo's second table)."""
+def run_backends(main, folder: Path, out: Path, progress=None, jobs=None) -> list[dict]:
+    """Compile (or train) every backend's demo examples into ``out``, verify each against
+    the interpreter: one row per job (the data behind the demo's second table).  ``main`` is
+    the CLI's entry point (each job is exactly a documented CLI call); ``jobs`` default to
+    :func:`backend_jobs`."""
     rows = []
-    for i, (example, backend, make, check) in enumerate(BACKEND_JOBS):
+    jobs = backend_jobs() if jobs is None else jobs
+    for i, (label, example) in enumerate(jobs):
         if progress:
-            progress(i, example, backend)
+            progress(i, len(jobs), example.file, label)
         fmt = {"ex": str(folder), "out": str(out)}
+        make, checks = example.commands[0].format(**fmt), [c.format(**fmt) for c in example.commands[1:]]
         t0 = time.perf_counter()
-        code, made, err = _cli_json(make.format(**fmt).split())
-        model = next((w for w in make.format(**fmt).split() if w.endswith(".onnx")), "")
-        row = {"example": example, "backend": backend, "model": model}
+        code, made, err = _cli_json(main, make.split())
+        model = next((w for w in make.split() if w.endswith(".onnx")), "")
+        row = {"example": example.file, "backend": label, "model": model}
         if code == 2 or not made:
             row.update(size="-", ok=False, checked=err.splitlines()[0] if err else f"exit code {code}")
         else:
             vjson = None
-            if check is not None:
-                _vc, vjson, verr = _cli_json(check.format(**fmt).split())
+            for check in checks:
+                _vc, vjson, verr = _cli_json(main, check.split())
                 if not vjson:
                     vjson = {"ok": False, "n_inputs": 0, "mode": verr.splitlines()[0] if verr else ""}
-            row["ok"], row["checked"] = _verified(backend, made, vjson)
+                if not vjson.get("ok"):
+                    break
+            row["ok"], row["checked"] = _verified(example, code, made, vjson)
             size = Path(model).stat().st_size if model and Path(model).is_file() else 0
             params = made.get("params_nonzero")
             row["size"] = (f"{params:,} params, " if params else "") + f"{size / 1024:,.0f} KiB"
@@ -231,16 +205,14 @@ def run_backends(folder: Path, out: Path, progress=None) -> list[dict]:
 
 def demo_picture(folder: Path, out: Path) -> Path:
     """The picture the README promises: bb3's space-time diagram, the interpreter's run
-    next to the transformer's decoded run."""
-    from tm2nn.viz import spacetime_png
+    next to the run decoded from the default machine backend's network."""
 
-    return spacetime_png(folder / "bb3.tm", "", out / "bb3_spacetime.png", backend="transformer")
+    return spacetime_png(folder / "bb3.tm", "", out / "bb3_spacetime.png")
 
 
-def run_demo(folder: str | None = None, out: str | None = None) -> int:
+def run_demo(main, folder: str | None = None, out: str | None = None) -> int:
     from rich.table import Table
 
-    from tm2nn.console import console
 
     folder_p = Path(folder) if folder else default_examples_dir()
     if not folder_p.is_dir():
@@ -263,9 +235,9 @@ def run_demo(folder: str | None = None, out: str | None = None) -> int:
     if bad:
         err.print(f"[red]{len(bad)} example(s) did not run as documented: {', '.join(bad)}[/]")
 
-    def progress(i, example, backend):
-        err.print(f"[dim]({i + 1}/{len(BACKEND_JOBS)}) {backend}: {example} ...[/]")
-    brows = run_backends(folder_p, out_p, progress)
+    def progress(i, n, example, backend):
+        err.print(f"[dim]({i + 1}/{n}) {backend}: {example} ...[/]")
+    brows = run_backends(main, folder_p, out_p, progress)
     t = Table(title=f"compiled networks, verified against the interpreter in torch and onnxruntime "
                     f"(models in {out_p}/)")
     for col in ("example", "backend", "size", "verified", "checked", "time"):
@@ -275,6 +247,6 @@ def run_demo(folder: str | None = None, out: str | None = None) -> int:
                   r["checked"], f"{r['s']:.1f} s")
     con.print(t)
     png = demo_picture(folder_p, out_p)
-    con.print(f"picture: {png} (bb3's space-time diagram: the interpreter and the transformer, side by side)")
+    con.print(f"picture: {png} (bb3's space-time diagram: the interpreter and the {machine_backend()}, side by side)")
     bad += [f"{r['example']} ({r['backend']})" for r in brows if not r["ok"]]
     return 1 if bad else 0

@@ -23,7 +23,7 @@ import os
 import re
 import time
 
-from tm2nn.errors import OptionError
+from tm2nn.errors import OptionError, Tm2nnError
 
 #: Seeds are 32-bit: numpy, torch and Python's random all take them.
 SEED_MAX = 2**32 - 1
@@ -214,8 +214,6 @@ def _limit(override: int | None, env: str, example: str, default) -> int:
         try:
             return parse_size(text)
         except ValueError:
-            from tm2nn.errors import Tm2nnError
-
             raise Tm2nnError(f"{env}: expected a size such as {example}, got {text!r}") from None
     return default()
 

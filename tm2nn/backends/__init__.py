@@ -22,7 +22,7 @@ BUILTIN: dict[str, str] = {
     "gd-trace": "tm2nn.backends.gd_trace.backend",
 }
 
-_loaded: dict = {}
+_loaded: dict = {}  # module -> its BACKEND
 _extra: dict = {}
 
 
@@ -37,10 +37,11 @@ def get(name: str):
         return _extra[name]
     if name not in BUILTIN:
         raise Tm2nnError(f"unknown backend {name!r} (available: {', '.join(names())})")
-    if name not in _loaded:
-        b = importlib.import_module(BUILTIN[name]).BACKEND
-        _loaded[name] = b if isinstance(b, Backend) else b.as_protocol()  # TRANSITION: legacy backends
-    return _loaded[name]
+    module = BUILTIN[name]
+    if module not in _loaded:  # keyed by the module: a name pointed elsewhere loads anew
+        b = importlib.import_module(module).BACKEND
+        _loaded[module] = b if isinstance(b, Backend) else b.as_protocol()  # TRANSITION: legacy backends
+    return _loaded[module]
 
 
 def all() -> list:  # noqa: A001 - the registry's own vocabulary

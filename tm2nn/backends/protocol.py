@@ -170,13 +170,16 @@ class Stepping:
 class Trainer:
     """A backend that trains (``tm2nn learn``): ``Options`` (its learn options; a
     ``data="csv"`` field is read by the API and handed over as arrays), ``takes`` (the IR
-    it trains), ``exports`` (the snapshots it can return: ``"before"`` / ``"after"``) and
-    ``learn(ir, opts, *, data, source_path, progress, models) -> Learned``."""
+    it trains), ``exports`` (the snapshots it can return: ``"before"`` / ``"after"``),
+    ``learn(ir, opts, *, data, source_path, progress, models) -> Learned`` and, where the
+    demo shows a training example of it with the reference, ``example(ir, header, folder) ->
+    (text, ok)`` (``header``: the example's documented header lines)."""
 
     Options: type
     takes: tuple
     learn: Callable
     exports: tuple[str, ...] = ()
+    example: Callable | None = None
 
 
 @dataclass(frozen=True)

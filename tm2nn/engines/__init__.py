@@ -1,23 +1,21 @@
 """Fused engines: exact evaluators of compiled networks that are faster than the torch
 and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
 
-* :mod:`.index_engine` (``--engine index``): the transformer's decoder for long runs.
-  Every decoder step runs in one numba kernel (:mod:`.decode_kernel`) over a flat program
-  of the network's own ops (:mod:`.decode_program`), and hard-max attention is an exact
-  branch-and-bound lookup in a crit-bit tree of the keys (:mod:`.hardmax_index`), so a
-  step costs O(log T)-deep walks instead of O(T) scans.
-* :mod:`.layered_engine` (``--engine fused`` and ``fused-float``): relu-circuit nets
-  (circuits and unrolled machines), the batch as the vector dimension, one numba kernel
-  (:mod:`.layered_kernel`) over a program of the net's rows (:mod:`.layered_program`); the
-  ``fused`` program computes in exact integers and runs only the rows that compute a value
-  not computed before.
-* :mod:`.grid_engine` (``--engine fused`` on rcnn): the RCNN machine-mode filter loop.
-  The filter's layers run on a tile of cells in one numba kernel (:mod:`.grid_kernel`),
-  and a trip evaluates only the cells whose patch changed (the filter is a function of
-  its patch, bit for bit).
+Every fused engine lives with its construction:
 
-Kernels are numba functions (``cache=True``): numba installs from wheels, and the first
-call compiles them (a few seconds, then cached on disk).
+* the transformer's decoder for long runs (``--engine index``):
+  :mod:`tm2nn.backends.transformer.engines`;
+* relu-circuit's ``--engine fused`` and ``fused-float``:
+  :mod:`tm2nn.backends.relu_circuit.layered_engine` (kernels in
+  :mod:`~tm2nn.backends.relu_circuit.layered_kernel`);
+* rcnn's ``--engine fused``: :mod:`tm2nn.backends.rcnn.grid_engine` (kernels in
+  :mod:`tm2nn.backends.rcnn.grid_kernel`).
+
+What every fused engine shares is here: numba's threading layer, the :data:`PARALLEL`
+lock and :class:`EngineRefused`; :mod:`.chain` reads a network as one chain of
+affine+ReLU layers (relu-circuit's nets and the RCNN filter).  Kernels are numba
+functions (``cache=True``): numba installs from wheels, and the first call compiles them
+(a few seconds, then cached on disk).
 """
 
 import threading

@@ -4,7 +4,7 @@ Each is a learning algorithm *without* phases (a :class:`~tm2nn.ir.learner.BaseL
 Theorem 4's ``A``) passed through :func:`~tm2nn.learners.theorem4.theorem4`, which adds
 Theorem 4's learning/computing phases and gives the Lemma 3 learner (h, g) the net
 emulates (Abbe & Sandon §4.1; see :mod:`tm2nn.ir.learner`).  The files
-``examples/parity8.circ`` and ``examples/majority7.circ`` are :func:`example_text`
+``examples/parity8.circ`` and ``examples/majority7.circ`` are :func:`tm2nn.syntax.learner_examples.example_text`
 of these learners; a test checks they are equal, so they cannot rot.
 """
 
@@ -193,18 +193,4 @@ samples: 10
 }
 
 
-def example_text(filename: str) -> str:
-    """The exact text of ``examples/<filename>``."""
-    from tm2nn.syntax.circuit_dsl import dump_learner, dump_noisy_learner
-
-    if filename in NOISY_EXAMPLES:
-        build, header = NOISY_EXAMPLES[filename]
-        dumper = dump_noisy_learner
-    else:
-        build, header = EXAMPLES[filename]
-        dumper = dump_learner
-    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    return comment + "\n" + dumper(build(), header=False)
-
-
-__all__ = ["parity_base", "parity_learner", "majority_base", "majority_learner", "EXAMPLES", "NOISY_EXAMPLES", "example_text"]
+__all__ = ["parity_base", "parity_learner", "majority_base", "majority_learner", "EXAMPLES", "NOISY_EXAMPLES"]

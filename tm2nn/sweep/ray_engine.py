@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.sweep.local import sigterm_as_interrupt, unfinished
+from tm2nn.sweep.tasks import failed_row, init_worker, one_line, run_task
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,6 @@ def run_ray(tasks, store, *, address: str, progress=None, options: RayOptions | 
     the local pool does.  Connects with ``ray.init`` unless this process is connected
     already (then it uses that connection and leaves it open).  Ctrl-C or SIGTERM cancels
     the tasks in flight and re-raises ``KeyboardInterrupt``; the rows written stay."""
-    from tm2nn.sweep.local import sigterm_as_interrupt, unfinished
 
     opts = options or RayOptions()
     ray = _import_ray()
@@ -95,8 +96,6 @@ def _connect(ray, address: str) -> bool:
         # the rows carry every task's messages: the workers' output stays in Ray's logs
         ray.init(address=address, logging_level="warning", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError, ImportError) as e:  # (ray:// needs ray[client])
-        from tm2nn.sweep.tasks import one_line
-
         raise Tm2nnError(f"cannot connect to the Ray cluster at {address}: {one_line(e)}") from None
     finally:
         if main and sigterm is not None:  # ray.init makes SIGTERM sys.exit(15): SIGTERM stops a sweep as Ctrl-C
@@ -128,7 +127,6 @@ def _sweep_task(task: dict) -> dict:
     task), then ``run_task``, which never raises for the task (it returns an error or
     crash row).  A module-level function, so Ray ships it by reference: every node runs
     its own installed tm2nn."""
-    from tm2nn.sweep.tasks import init_worker, run_task
 
     init_worker()
     return run_task(task)
@@ -245,7 +243,6 @@ def failed_row_for(job: dict, exc, max_retries: int, ray) -> dict:
     when the worker process or its node did, as the local pool says).  Workers that cannot
     import tm2nn are no task's fault: a :class:`Tm2nnError` stops the sweep before every
     task gets a crash row."""
-    from tm2nn.sweep.tasks import failed_row
 
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause if exc.cause is not None else exc

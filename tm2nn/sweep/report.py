@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tm2nn.console import console as make_console
 from tm2nn.errors import Tm2nnError
+from tm2nn.sweep.store import Store
 from tm2nn.viz.render import figure, save
 
 OUTCOMES = ("ok", "mismatch", "error", "crash")
@@ -539,7 +540,6 @@ def load_rows(results_folder: str | Path) -> list[dict]:
         raise Tm2nnError("not a sweep's results folder (it has no rows/ and no sweep.json)", file=str(p))
     if not (p / "rows").is_dir():  # the driver wrote sweep.json, no row yet
         return []
-    from tm2nn.sweep.store import Store
 
     return Store(p, create=False).rows()
 

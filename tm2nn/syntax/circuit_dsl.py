@@ -81,9 +81,13 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 from lark.lark import PostLex
 
 from tm2nn.errors import Loc, Tm2nnError
+from tm2nn.gc_pause import gc_paused
 from tm2nn.ir.circuit import Circuit, Gate
+from tm2nn.ir.learner import BaseLearner, Learner
 from tm2nn.ir.noisy_learner import NoisyLearner
+from tm2nn.learners.theorem4 import Theorem4Options, theorem4
 from tm2nn.source import SourceText
+from tm2nn.syntax.circuit_flat import parse_flat
 from tm2nn.syntax.grammar import grammar_path, lalr_parser
 
 KIND = "circuit"
@@ -438,8 +442,6 @@ def parse(src: SourceText) -> list[Circuit]:
     A flat text (one gate per line, as :func:`dump` writes it) is read by the fast path
     :func:`~tm2nn.syntax.circuit_flat.parse_flat`, which gives the same result; anything
     else, and any text with an error, by the grammar (:func:`parse_grammar`)."""
-    from tm2nn.gc_pause import gc_paused
-    from tm2nn.syntax.circuit_flat import parse_flat
 
     with gc_paused():
         found = parse_flat(src)
@@ -500,7 +502,6 @@ def _build_learner(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circui
     """A ``learner`` block: groups (vectors expand as in ``input``), the h and g
     circuits by name, ``init`` listing the memory bits that start at 1.  With a
     ``phases theorem4`` item, a learning algorithm instead (:func:`_build_theorem4`)."""
-    from tm2nn.ir.learner import Learner
 
     if any(it.word.value == "phases" for it in b.items):
         return _build_theorem4(src, b, circuits)
@@ -570,8 +571,6 @@ def _build_theorem4(src: SourceText, b: _LearnerBlock, circuits: dict[str, Circu
     circuits ``predict P`` (over x ++ r ++ b), ``update U`` (over x ++ r ++ y ++ b) and
     ``done D`` or ``samples T``; optional ``coin`` and ``counter`` name what the
     transformation adds.  Returns ``theorem4(base)``, the Lemma 3 learner."""
-    from tm2nn.ir.learner import BaseLearner
-    from tm2nn.learners.theorem4 import Theorem4Options, theorem4
 
     groups: dict[str, list[str]] = {"input": [], "random": [], "memory": []}
     single: dict[str, object] = {}

@@ -9,8 +9,8 @@ divergence (input, step, field and both values).
 
 What to compare is the backend's business (:meth:`tm2nn.backends.base.Backend.checker`):
 a :class:`Checker` names the input space and checks one chunk on one engine.  This file
-holds the driver and the checkers of the ``bits`` (circuits) and ``unrolled_tm``
-encodings; the step-by-step checkers are in :mod:`.trace`, :mod:`.grid` and :mod:`.gd`.
+holds the driver and the checker of the ``bits`` encoding (circuits); the backends' own
+checkers (relu-circuit's unrolled machines, the step-by-step ones) live with them.
 Nothing here compares a net with itself.
 """
 
@@ -25,7 +25,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tm2nn.codec import output_bits, parse_bits
+from tm2nn.errors import Tm2nnError
+from tm2nn.interp import eval_circuit
 from tm2nn.ir import Circuit
+from tm2nn.limits import check_float, check_int, check_seed
 
 EXHAUSTIVE_LIMIT = 1 << 16
 #: seconds of random inputs when no budget is given (ARCHITECTURE: "verify at human speed")
@@ -163,7 +167,6 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     (default: torch, and onnxruntime unless ``use_onnx`` is False).  ``progress(done,
     total, elapsed, budget)`` is called after every chunk (``total`` None for a random
     run bounded by the budget alone)."""
-    from tm2nn.limits import check_float, check_int, check_seed
 
     if samples is not None:
         check_int("samples", samples, 1)
@@ -223,7 +226,6 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
     rep.seconds = time.perf_counter() - t0
     if rep.n_inputs == 0:  # a pass that compared nothing is not a pass
-        from tm2nn.errors import Tm2nnError
 
         raise Tm2nnError(f"the verification compared no input ({how}): give at least one input")
     # a random run with no sample count promises nothing beyond the budget
@@ -247,7 +249,8 @@ def divergences(checker: Checker, texts: list[str], engine: str) -> tuple[str, l
 
 
 # -- circuits: bit for bit against the bit-parallel evaluator -----------------------------------
-def _deviation(enc: dict, y: np.ndarray) -> float:
+def deviation(enc: dict, y: np.ndarray) -> float:
+    """How far outputs ``y`` are from the nearest exact value: 0/1, or ±1 (threshold 0)."""
     if y.size == 0:
         return 0.0
     if enc.get("threshold", 0.5) == 0.0:  # ±1 outputs
@@ -266,16 +269,11 @@ class CircuitChecker(Checker):
         return InputSpace("01", n, n, EXHAUSTIVE_LIMIT, noun="inputs")
 
     def prepare(self, texts: list[str]):
-        from tm2nn.codec import parse_bits
-        from tm2nn.interp import eval_circuit
-
         c: Circuit = self.compiled.source
         x = np.stack([parse_bits(s, len(c.inputs)) for s in texts])
         return x, eval_circuit(c, x)
 
     def check(self, engine: str, texts: list[str], prepared):
-        from tm2nn.codec import output_bits
-
         c: Circuit = self.compiled.source
         x, want = prepared
         enc = self.compiled.output_encoding
@@ -286,47 +284,4 @@ class CircuitChecker(Checker):
             bad = np.nonzero(got[i] != want[i])[0]
             out.append(None if not bad.size else
                        (None, f"output {bad[0]} ({c.outputs[bad[0]]})", int(want[i, bad[0]]), int(got[i, bad[0]])))
-        return out, _deviation(enc, y), {}
-
-
-# -- machines unrolled into circuits (relu-circuit): the final configuration ---------------------
-class UnrolledChecker(Checker):
-    """A machine unrolled for T steps: the decoded configuration after T steps against
-    the interpreter's run report, field by field; runs that leave the tape window must be
-    flagged as overflow."""
-
-    compares = "the configuration after T steps (every report field)"
-
-    def space(self) -> InputSpace:
-        lay = self.compiled.input_encoding["layout"]
-        return InputSpace(lay["alphabet"], 0, lay["tape"] - lay["origin"], EXHAUSTIVE_LIMIT)
-
-    def prepare(self, texts: list[str]) -> list[dict]:
-        """The interpreter's report of each input, or ``{"overflow": True}`` for a run that
-        leaves the tape window within T steps."""
-        from tm2nn.interp import run_machine
-
-        m = self.compiled.source
-        steps = self.compiled.options["steps"]
-        lay = self.compiled.input_encoding["layout"]
-        want = []
-        for s in texts:
-            r = run_machine(m, s, steps, trace=True)
-            heads = [0, *r.trace.head]
-            inside = lay["origin"] + min(heads) >= 0 and lay["origin"] + max(heads) < lay["tape"]
-            want.append(r.report() if inside else {"overflow": True})
-        return want
-
-    def check(self, engine: str, texts: list[str], want):
-        from tm2nn.codec import decode_many, encode_many
-
-        enc = self.compiled.output_encoding
-        y = self.compiled.runner(engine)(encode_many(self.compiled.input_encoding, texts))
-        out = []
-        for got, w in zip(decode_many(enc, y), want):
-            if w.get("overflow"):  # outside the window: the net must say so, nothing more
-                diff = [] if got.get("overflow") else ["overflow"]
-            else:
-                diff = [f for f in ("overflow",) + REPORT_FIELDS if got.get(f) != w.get(f)]
-            out.append((None, diff[0], w.get(diff[0]), got.get(diff[0])) if diff else None)
-        return out, _deviation(enc, y), {"out_of_window": sum(1 for w in want if w.get("overflow"))}
+        return out, deviation(enc, y), {}

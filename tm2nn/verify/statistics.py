@@ -5,7 +5,7 @@ explicit, the all-layer-margin loss ℓ_γ of eq. (2.2) on data, and Corollary A
 * :func:`surrogate_loss_on` — ℓ_γ on a compiled net and a labelled dataset.  ρ (eq. 2.1)
   is not computable exactly, so each example's ρ is bracketed: the certified margin below
   (it holds at every binary input; ρ = 0 where the net disagrees with the label), the joint
-  attack (:func:`tm2nn.verify.margin.empirical_margin` with ``joint=True``) above; ℓ_γ
+  attacks above (the backend's ``statistics_bracket`` analysis computes both); ℓ_γ
   decreases in ρ, so ``ℓ_γ(ρ_upper) ≤ ℓ_γ(ρ) ≤ ℓ_γ(ρ_lower)``.
 * :func:`rademacher_bound`, :func:`sample_complexity` — Lemma 2.3's
   ``n = Õ(α² log p / (γ² ε²))`` with explicit constants (docs/statistics.md derives them).
@@ -41,7 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tm2nn.datasets import load_csv
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir import Machine
 
 #: Proposition 2.2's factors: error ≤ E ℓ_γ(F*) + RAD_FACTOR·Rad_n + CONF_FACTOR·sqrt(log(2/δ)/n).
 #: (Dudley's 4β and 12/√n are written out in :func:`_dudley`: with them the optimal β is 3A/√n.)
@@ -218,8 +220,6 @@ def load_dataset(compiled, dataset) -> tuple[np.ndarray, np.ndarray]:
     m = _width(compiled, "inputs")
     k = _width(compiled, "outputs")
     if isinstance(dataset, (str, Path)):
-        from tm2nn.datasets import load_csv
-
         X, Y = load_csv(dataset)
         a = np.column_stack([X, Y])
         if a.shape[1] != m + k:
@@ -268,31 +268,19 @@ def surrogate_loss_on(compiled, dataset, gamma: float, *, seed: int = 0, trials:
     mean ℓ_γ(ρ_lower)``.  Also: ``wrong`` (examples the net gets wrong), the per-example
     arrays, and (A.2) (:func:`corollary_a1`) at ρ_lower (rigorous) and at ρ_upper.
 
-    A transformer with the θ_cls readout (``cls_readout=True``) is Theorem 4.1's binary
-    classifier F(x) = θ_clsᵀ o_T' ∈ {−1, +1}: its ``dataset`` is a pair ``(tapes, labels)``
-    with labels ``"accept"``/``"reject"`` or ±1 (see :func:`_machine_loss_on`)."""
-    from tm2nn.emit.torch_emit import run_torch
-    from tm2nn.verify.margin import empirical_margin
-
+    The backend brackets its own models (its ``statistics_bracket`` analysis): a circuit
+    net's dataset is bits in and out; a transformer with the θ_cls readout is Theorem 4.1's
+    binary classifier F(x) = θ_clsᵀ o_T' ∈ {−1, +1}, its ``dataset`` a pair ``(tapes,
+    labels)`` with labels ``"accept"``/``"reject"`` or ±1."""
     g = _check_gamma(gamma)
-    if compiled.output_encoding.get("kind") == "transformer_trace":
-        return _machine_loss_on(compiled, dataset, g, seed=seed, trials=trials, steps=steps, delta=delta)
-    X, Y = load_dataset(compiled, dataset)
-    thr = float(compiled.output_encoding.get("threshold", 0.5))
-    pred = run_torch(compiled.module(), X.astype(np.float32)) > thr
-    agree = (pred == Y).all(1)
-    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
-    upper = np.full(len(X), math.inf)
-    for method in ("random", "gradient"):
-        att = empirical_margin(compiled, X, seed=seed, trials=trials, method=method, steps=steps,
-                               joint=True, labels=pred)
-        upper = np.minimum(upper, att["per_input"])
-    return _bracketed(compiled, g, agree, cert, upper, delta)
+    bracket = compiled.analysis("statistics_bracket")  # the backend's certificate and attacks
+    return bracket(compiled, dataset, g, seed=seed, trials=trials, steps=steps, delta=delta)
 
 
-def _bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndarray, delta: float) -> dict:
+def bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.ndarray, delta: float) -> dict:
     """The report of :func:`surrogate_loss_on` from ρ's bracket: ``cert`` below and
-    ``upper`` above where the net agrees with the label, ρ = 0 where it does not."""
+    ``upper`` above where the net agrees with the label, ρ = 0 where it does not (a
+    backend's ``statistics_bracket`` analysis returns it)."""
     lower = np.where(agree, cert, 0.0)
     upper = np.where(agree, upper, 0.0)
     lo_loss, hi_loss = surrogate_loss(upper, g), surrogate_loss(lower, g)
@@ -304,61 +292,6 @@ def _bracketed(compiled, g: float, agree: np.ndarray, cert: float, upper: np.nda
         "a2_at_rho_lower": corollary_a1(lower, alpha, p, delta=delta),
         "a2_at_rho_upper": corollary_a1(upper, alpha, p, delta=delta),
     }
-
-
-def load_machine_dataset(dataset) -> tuple[list[str], np.ndarray]:
-    """``(tapes, labels)`` -> the tapes and the labels as ±1 (``"accept"``/``"reject"``,
-    ±1, or 1/0 with 0 for reject)."""
-    try:
-        texts, labels = dataset
-    except (TypeError, ValueError):
-        raise Tm2nnError("a machine dataset is a pair (tapes, labels)") from None
-    texts = [str(t) for t in texts]
-    names = {"accept": 1.0, "reject": -1.0}
-    try:
-        y = np.array([names[v] if isinstance(v, str) else float(v) for v in labels], dtype=np.float64)
-    except KeyError as e:
-        raise Tm2nnError(f"a label is 'accept', 'reject', +1 or -1 (or 1/0), got {e.args[0]!r}") from None
-    if not texts or len(texts) != len(y):
-        raise Tm2nnError(f"the dataset has {len(texts)} tapes and {len(y)} labels (at least one of each, as many)")
-    if set(np.unique(y).tolist()) <= {0.0, 1.0}:
-        y = 2 * y - 1
-    if not set(np.unique(y).tolist()) <= {-1.0, 1.0}:
-        raise Tm2nnError(f"labels must be accept/reject, ±1 or 1/0, got the values {sorted(set(y.tolist()))[:5]}")
-    return texts, y
-
-
-def _machine_loss_on(compiled, dataset, g: float, *, seed: int, trials: int, steps: int, delta: float) -> dict:
-    """:func:`surrogate_loss_on` for a transformer with θ_cls (the proof of Theorem 4.1):
-    F(x) = θ_clsᵀ o_T' (+1 accept, −1 reject, 0 otherwise, :mod:`tm2nn.backends.transformer.cls`).
-
-    * ρ_lower: the certified radius where sign F(x) = y (it keeps every decoded field of
-      every step, θ_cls's column included, within 1/2 of its exact value, so F keeps its
-      sign), 0 where F(x) ≠ y (a 0 from a run that did not accept or reject within T
-      disagrees with either label);
-    * ρ_upper: the attacks of :func:`tm2nn.verify.perturbed_decode.attack` with
-      ``target="cls"`` find a shared perturbation with every one of the B parameter blocks
-      ≤ ε that changes the sign of F; its whole ℓ2 norm is ≤ √B·ε, so ρ ≤ √B·ε (the
-      per-layer ε alone bounds the per-layer margin, not ρ of eq. 2.1).
-
-    The certified per-layer radius is ≤ ρ (Lemma D.9's direction), so ρ_lower ≤ ρ ≤ ρ_upper."""
-    from tm2nn.verify.perturbed_decode import attack, blocks_of, net_of
-    from tm2nn.verify.trace import run_taps
-
-    col = compiled.output_encoding.get("cls_column")
-    if col is None:
-        raise Tm2nnError("the loss (2.2) of a transformer is of its binary classifier F = θ_clsᵀ o_T: compile "
-                         "it with --cls-readout (cls_readout=True)")
-    texts, y = load_machine_dataset(dataset)
-    F = run_taps(compiled, texts, "torch")[:, -1, int(col)]
-    agree = np.sign(np.rint(F)) == y
-    cert = float(compiled.analysis("certified_margin")(compiled)["radius"])
-    rnd = attack(compiled, texts, 1.0, "random", trials, seed=seed, target="cls")
-    grd = attack(compiled, texts, 1.0, "gradient", max(1, trials // 4), steps=steps, seed=seed, target="cls",
-                 eps0=rnd["eps"])
-    blocks = len(blocks_of(net_of(compiled)))
-    upper = np.minimum(rnd["per_input"], grd["per_input"]) * math.sqrt(blocks)
-    return {**_bracketed(compiled, g, agree, cert, upper, delta), "blocks": blocks}
 
 
 def _alpha_p(compiled) -> tuple[float, int]:
@@ -375,7 +308,6 @@ def _theorem(compiled, fc: dict) -> tuple[str, str, dict]:
     Theorem 4.1's setting, anything else Lemma 2.3's."""
     if fc.get("theorem"):
         return fc["theorem"], fc.get("order", ""), dict(fc.get("scaling", {}))
-    from tm2nn.ir import Machine
 
     src = compiled.source
     if isinstance(src, Machine):

@@ -1,13 +1,12 @@
-"""Attention: for the transformer (Wei–Chen–Ma App. C), which past decoder step each
-attention layer of the binary search (Claims C.4–C.6) attended to at a chosen step.  The
-weights are recorded from the emitted torch module while it decodes
-(:func:`tm2nn.emit.torch_emit.record_attention`), so the picture shows what the network
-did, null key included."""
+"""Attention: which past decoder step each attention layer attended to at a chosen step,
+as the model's backend records it (its ``pictures["attention"]``: the transformer's binary
+search, Wei–Chen–Ma App. C)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from tm2nn import backends
 from tm2nn.errors import Tm2nnError
 
 from .render import figure, refuse_large
@@ -15,18 +14,12 @@ from .render import figure, refuse_large
 
 def attention_weights(compiled, text: str) -> dict[str, list[np.ndarray]]:
     """Op name -> one weight vector ``[1 + n]`` (null first) per decoder step, for every
-    self-attention op of the decoder (the binary search)."""
-    from tm2nn.emit.torch_seq import record_attention
-    from tm2nn.verify.trace import encode_tokens, torch_runner
-
-    if compiled.backend != "transformer":
-        raise Tm2nnError(f"attention pictures are for --backend transformer, not {compiled.backend!r}")
-    with record_attention() as rec:
-        torch_runner(compiled.net)(encode_tokens(compiled.input_encoding, [text]))
-    steps = max(len(v) for v in rec.values())
-    # The binary search's ops run once per decoder step over a growing history.
-    return {k: [a[0] for a in v] for k, v in rec.items()
-            if len(v) == steps and v[-1].shape[1] > v[0].shape[1]}
+    attention layer the model's backend shows (its ``pictures["attention"]``)."""
+    data = compiled.spec.pictures.get("attention")
+    if data is None:
+        have = ", ".join(b.name for b in backends.all() if "attention" in b.pictures) or "none"
+        raise Tm2nnError(f"attention pictures are for --backend {have}, not {compiled.backend!r}")
+    return data(compiled, text)
 
 
 def draw_attention(compiled, text: str, step: int | None = None):

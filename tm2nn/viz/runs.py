@@ -13,6 +13,16 @@ Config = tuple[str, int, dict]
 DEFAULT_MAX_STEPS = 200
 
 
+def machine_backend() -> str:
+    """The backend a machine's pictures use by default: the first (in the registry's order)
+    that shows its attention step by step (``pictures["attention"]``), whose layers are the
+    paper's lemmas."""
+    for b in backends.all():
+        if "attention" in b.pictures and b.has("configurations"):
+            return b.name
+    raise Tm2nnError("no backend draws a machine's run step by step")
+
+
 def interpreter_run(m, text: str, steps: int) -> list[Config]:
     # configurations() updates one dict in place: copy it per step
     return [(q, head, dict(cells)) for _k, q, head, cells in configurations(run_machine(m, text, steps, trace=True))]

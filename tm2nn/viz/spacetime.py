@@ -11,8 +11,16 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine
 from tm2nn.syntax import load
 
-from .render import figure, refuse_large
-from .runs import Config, divergences
+from .render import check_out, figure, refuse_large, save
+from .runs import (
+    Config,
+    aligned,
+    default_steps,
+    divergences,
+    interpreter_run,
+    machine_backend,
+    net_run,
+)
 
 DIFF = "#d62728"
 
@@ -102,17 +110,15 @@ def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = 
     return fig, first
 
 
-def spacetime_png(source, text: str, out, backend: str | None = "transformer", steps: int | None = None):
-    """Load a machine (path or IR), run it in the interpreter and, with ``backend``, as a
-    compiled network; write the space-time diagram to ``out`` (.png or .svg)."""
-
-    from .render import check_out, save
-    from .runs import aligned, default_steps, interpreter_run, net_run
-
+def spacetime_png(source, text: str, out, backend: str | None = "", steps: int | None = None):
+    """Load a machine (path or IR), run it in the interpreter and, with ``backend`` (default:
+    :func:`~.runs.machine_backend`; None: the interpreter alone), as a compiled network;
+    write the space-time diagram to ``out`` (.png or .svg)."""
     out = check_out(out)
     m = load(source) if not hasattr(source, "alphabet") else source
     steps = default_steps(m, text) if steps is None else steps
     want = interpreter_run(m, text, steps)
+    backend = machine_backend() if backend == "" else backend
     got = net_run(m, text, steps, backend) if backend else None
     want, got = aligned(m, want, got)  # past halting: the absorbing configuration
     fig, _first = draw_spacetime(m, text, want, got, backend or "network")

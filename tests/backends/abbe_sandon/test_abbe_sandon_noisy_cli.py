@@ -10,10 +10,11 @@ import pytest
 from tests.conftest import EXAMPLES
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.noisy_learner import NoisyLearner
-from tm2nn.learners.examples import NOISY_EXAMPLES, example_text
+from tm2nn.learners.examples import NOISY_EXAMPLES
 from tm2nn.learners.noisy import majority_learner, parity_learner
 from tm2nn.syntax import dump, load, parse_text
 from tm2nn.syntax.circuit_dsl import dump_noisy_learner
+from tm2nn.syntax.learner_examples import example_text
 
 EX = EXAMPLES / "noisy_parity3.circ"
 

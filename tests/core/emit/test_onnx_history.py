@@ -14,19 +14,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends.transformer.test_transformer import LINE_EXAMPLES, compile_tf, tapes
 from tests.conftest import EXAMPLES
 from tests.core.emit.test_emit_seq import Ref
 from tests.core.emit.test_onnx_clean import _graphs
 from tests.strategies import machines
-from tests.test_transformer import LINE_EXAMPLES, tapes
-from tm2nn.backends.transformer import compile as compile_tf
+from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
 from tm2nn.emit import onnx_seq
 from tm2nn.emit.onnx_model import to_onnx, to_onnx_step
 from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.onnx_seq import _history_parts
 from tm2nn.nets import Attention, Decode, Embed, Net, Port, Slice, Space, SparseMatrix
 from tm2nn.syntax import load
-from tm2nn.verify.trace import encode_tokens, torch_runner
 
 TOL = 1e-5  # float32 sums in another order; the taps themselves are 0/1
 

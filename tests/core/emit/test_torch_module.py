@@ -41,8 +41,8 @@ def case(name: str):
         net = compile(EXAMPLES / "bb3.tm", "transformer", steps=30).net
         return net, torch.float32, (rng.integers(0, 2, (B, 4)),)
     if name == "rcnn":
-        from tm2nn.backends.rcnn import machine_form
         from tm2nn.backends.rcnn.machine_io import start_grids
+        from tm2nn.backends.rcnn.machine_mode import machine_form
 
         c = compile(EXAMPLES / "bb3.tm", "rcnn", steps=25, max_input=2)
         chain, code = machine_form(c.source, c.input_encoding)

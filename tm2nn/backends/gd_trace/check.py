@@ -23,7 +23,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.interp.multitape import run_multitape
 from tm2nn.verify.check import Checker, InputSpace
-from tm2nn.verify.trace import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES, compare_runs
+from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES, compare_runs
 
 from .extended import BoundViolation, train
 from .machine_mode import check_text, run_gd, simplex_of

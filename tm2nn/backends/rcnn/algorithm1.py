@@ -35,7 +35,7 @@ from tm2nn.backends.rcnn.build import CELL, body_of, filter_body
 from tm2nn.backends.rcnn.filter_net import FilterNet, build_filter, bump_grid
 from tm2nn.backends.rcnn.filter_spec import machine_table
 from tm2nn.backends.rcnn.head import HeadNet, build_head
-from tm2nn.backends.rcnn.learner_form import Shape
+from tm2nn.backends.rcnn.learner_form import Shape, check_learner_form
 from tm2nn.backends.rcnn.u_set import cor3_bound, log10_odds, membership, u_set
 from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
 
@@ -248,8 +248,6 @@ def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: 
 
     The report is JSON-able apart from keys starting with ``_`` (``_trained``: the chosen
     model).  :func:`format_report` gives its lines."""
-    from tm2nn.backends.rcnn.learner_form import check_learner_form
-
     t_start = time.perf_counter()
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)

@@ -36,6 +36,7 @@ from tm2nn.backends.rcnn.encoding import state_digits
 from tm2nn.backends.rcnn.filter_net import FilterNet, build_filter
 from tm2nn.backends.rcnn.filter_spec import machine_table
 from tm2nn.backends.rcnn.head import build_head
+from tm2nn.backends.rcnn.u_set import membership
 from tm2nn.ir.machine import GridMachine, Rule
 
 
@@ -119,8 +120,6 @@ def paper_bounds(s: int, reachable_patches: int | None = None,
 
 def size_report(net: FilterNet, reachable_patches: int | None = None) -> dict:
     """``tm2nn info`` for the filter: our sizes next to the paper's bounds, and the head."""
-    from tm2nn.backends.rcnn.u_set import membership
-
     cells = 4 * net.n_states + 10
     head = build_head()
     u = membership(net, head)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn.backends.rcnn.bounds import bounds_rows, size_report
+from tm2nn.backends.rcnn.filter_net import build_filter
+from tm2nn.backends.rcnn.filter_spec import machine_table
 from tm2nn.nets import Affine, Loop, Net, PatchMap, Port, ReLU, Space, SparseMatrix, patch_space
 
 #: Goel et al., B.2: the padding of the 3x3 windows, outside every B.1.1 cell value.
@@ -70,10 +73,6 @@ def body_of(f) -> Net:
 
 def filter_for(g, code) -> Filter:
     """B.2's filter for the machine ``g`` in B.1.2 form (:mod:`.filter_net`), as a net."""
-    from tm2nn.backends.rcnn.bounds import bounds_rows, size_report
-    from tm2nn.backends.rcnn.filter_net import build_filter
-    from tm2nn.backends.rcnn.filter_spec import machine_table
-
     f = build_filter(machine_table(g))
     return Filter(body_of(f), f.d_rc, bounds_rows(size_report(f)))
 

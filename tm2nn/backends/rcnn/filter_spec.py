@@ -38,7 +38,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tm2nn.backends.rcnn.encoding import HEAD, PHASE, STATE, SYMBOL, CellCode, cell_code, unpack
+from tm2nn.backends.rcnn.encoding import (
+    HEAD,
+    PHASE,
+    STATE,
+    SYMBOL,
+    CellCode,
+    cell_code,
+    pack,
+    unpack,
+)
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import GridMachine
 
@@ -132,7 +141,6 @@ def check_patches(patches, n_digits: int) -> np.ndarray:
 
 def patches_from_digits(digits, pad) -> np.ndarray:
     """Digits ``int8 [N, 3, 3, D]`` and a padding mask ``bool [N, 3, 3]`` -> packed patches."""
-    from tm2nn.backends.rcnn.encoding import pack
 
     return np.where(np.asarray(pad, dtype=bool), P, pack(digits))
 

@@ -14,15 +14,29 @@ and 0 after them, and that ``ŷ`` was 0.  See docs/rcnn.md "Learner mode (Algori
 
 from __future__ import annotations
 
+import itertools
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
+from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.backends.rcnn.head import build_head
-from tm2nn.backends.rcnn.learner_form import Shape, frame_values
+from tm2nn.backends.rcnn.learner_form import (
+    Shape,
+    check_learner_form,
+    frame_values,
+    reference_answer,
+)
+from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
+from tm2nn.datasets import load_csv
+from tm2nn.emit import to_torch
+from tm2nn.emit.torch_loop_grad import segment_length
+from tm2nn.limits import check_memory
 from tm2nn.nets import (
     Affine,
     GridReadout,
@@ -35,6 +49,7 @@ from tm2nn.nets import (
     Space,
     SparseMatrix,
 )
+from tm2nn.options import OptionError
 
 #: Algorithm 1 / Lemma 2: the learning rate.
 ETA = 1.0 / 54.0
@@ -117,8 +132,6 @@ class Trained:
         :class:`~.lookup_engine.LookupEngine` (the module's own filter, memoised; the same
         function, tested bit for bit) and falls back to the module when the grid is not a
         B.1.1 code; ``"module"`` runs the emitted module.  ``progress(i, trips)``."""
-        from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
-
         if engine not in ("lookup", "module"):
             raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
         z = torch.tensor(np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1), dtype=self.dtype)
@@ -167,10 +180,6 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     :func:`output_tolerance` of 0 and W within ``|ŷ|/3`` (docs/rcnn.md decision 9).
     ``progress(i, m + 1)`` after each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
     (Algorithm 1's random draws, :mod:`.algorithm1`)."""
-    from tm2nn.backends.rcnn.encoding import cell_code
-    from tm2nn.emit import to_torch
-    from tm2nn.emit.torch_loop_grad import segment_length
-
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
@@ -182,13 +191,9 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     width = max(len(body.spaces[o.name]) for o in body.nodes)
     seg = segment_length(depth)
     floats = int(1.4 * width) * shape.rows * shape.cols * (seg + 1) + shape.rows * shape.cols * (depth // seg + 1)
-    from tm2nn.limits import check_memory
-
     check_memory(floats * torch.finfo(dtype).bits // 8, f"training: {depth} filter steps on a {shape.rows}x"
                  f"{shape.cols} grid, checkpointed in segments of {seg} steps", ("steps", "work"))
     if floats > MAX_TRAIN_FLOATS:
-        from tm2nn.options import OptionError
-
         raise OptionError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
                           f"about {floats:,} floats for the backward pass (checkpointed in segments of {seg} "
                           f"steps; limit {MAX_TRAIN_FLOATS:,}); lower {{steps}} or {{work}}, or use fewer "
@@ -256,8 +261,6 @@ def step_bound(g, X: np.ndarray, Y: np.ndarray, shape: Shape) -> int:
     interpreter) on the memorized layout for the inputs ``x⁽¹⁾ … x⁽ᵐ⁾`` and ``1_d`` (the
     training set decides it, not the test points; a test run that needs more is refused
     by :func:`~tm2nn.backends.rcnn.learner_form.reference_answer`)."""
-    from tm2nn.backends.rcnn.learner_form import reference_answer
-
     wide = Shape(shape.m, shape.d, MAX_STEPS)
     xs = np.concatenate([X, np.ones((1, X.shape[1]), dtype=np.int64)], 0)
     return max(reference_answer(g, X, Y, x, wide, MAX_STEPS)[1] for x in xs)
@@ -277,11 +280,6 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     net's filter steps on the test points) and ``"reference"`` (the interpreter's runs).
     The report's keys starting with ``_`` hold objects for callers (the :class:`Trained`
     model, the test points, the interpreter's and the net's answers), not for JSON."""
-    import time
-
-    from tm2nn.backends.rcnn.learner_form import check_learner_form, reference_answer
-    from tm2nn.options import OptionError
-
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
@@ -298,8 +296,6 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
         raise OptionError("{work} must be >= 1 (B.2's case 3 places the head beside a working cell)", "work")
     shape = Shape(m, d, work)
     rng = np.random.default_rng(seed)
-    from tm2nn.limits import check_memory
-
     check_memory(test * (d + 2) * 8 + 3 * test * shape.rows * shape.cols * 8,
                  f"{test:,} test points of {d} features on a {shape.rows}x{shape.cols} grid", ("test",))
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
@@ -330,3 +326,18 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     if target is not None:
         rep["_labels"] = labels
     return rep
+
+
+def demo_learner(g, train: Path) -> tuple[str, bool]:
+    """``tm2nn demo``'s row for a learner machine in Goel et al.'s B.1.2 form on its
+    training set (its ``# train:`` header): the interpreter's ``A(S)[x]`` for every ``x``
+    in ``{±1}^d`` (each run checked to end in B.1.2's halting position), as ``(text, ok)``."""
+    check_learner_form(g)
+    X, Y = load_csv(train)
+    shape = Shape(X.shape[0], X.shape[1], 1)
+    xs, answers = [], []
+    for x in itertools.product((-1, 1), repeat=X.shape[1]):
+        a, _ = reference_answer(g, X, Y, np.array(x), shape, MAX_STEPS)
+        xs.append("".join("+" if v > 0 else "-" for v in x))
+        answers.append("+" if a > 0 else "-")
+    return f"answers on x = {' '.join(xs)}: {' '.join(answers)}", True

@@ -1,6 +1,6 @@
 """Learners in Goel et al.'s B.1.2 form with the XOR input (docs/rcnn.md "Learner mode"):
-the checker, the tape layout the memorized RCNN holds, and the reference answer
-``A(S)[x]`` by the interpreter.
+the checker, the tape layout the memorized RCNN holds, the reference answer
+``A(S)[x]`` by the interpreter, and a learner's sizes (:func:`size_estimate`).
 
 A learner is a :class:`~tm2nn.ir.GridMachine` written directly in that form (no lowering:
 :func:`tm2nn.passes.rcnn_form.to_rcnn_form` keeps machines on one row, and a learner must
@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn.backends.protocol import Table
+from tm2nn.backends.rcnn.build import filter_for
+from tm2nn.backends.rcnn.encoding import cell_code
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.ir import GridMachine, Machine
 from tm2nn.source import error_at
@@ -174,3 +178,28 @@ def reference_answer(g: GridMachine, X, Y, x, shape: Shape, max_steps: int) -> t
         raise error_at(g.loc, f"learner {g.name!r} halted with the head on input cell {h}: B.3's read-out "
                        f"needs it on the answer cell (0, {left}), the frame or the working columns")
     return (1 if ans == "+" else -1), run.steps
+
+
+def size_estimate(ir, opts) -> Table | None:
+    """``tm2nn info`` of a learner (a grid machine in B.1.2 learner form, which machine
+    mode cannot lower): its learner-mode filter (B.2) and sizes against Theorem 1 and
+    Definition 5, with ``opts.steps`` as the learner's step bound ``t``.  None for
+    anything else (machine mode compiles it, or says why it cannot)."""
+    if not isinstance(ir, GridMachine) or not any(r.move in ("U", "D") for r in ir.rules):
+        return None
+    try:
+        check_learner_form(ir)
+    except Tm2nnError:
+        return None  # not a learner: machine mode says why it cannot take it
+    code = cell_code(ir)
+    filt = filter_for(ir, code)
+    t = opts.steps
+    rows = [["learner (B.1.2 form, XOR input)", f"{len(ir.states)} states, {code.n_digits} base-3 digits, "
+             "the same for every (m, d)", "Theorem 1: s fixed"],
+            *[list(r) for r in filt.bounds],
+            ["filter steps L", f"{t + 1} for t = {t} learner steps (at least m + 2)",
+             "L = c1(t + m + d) (Theorem 1)"],
+            ["grid (rows x columns)", f"(m + 1) x ({FRAME} + d + 1 + work): frame, input region, working columns",
+             "Def. 5: [W diag(z)  1], d_mem = m + 1"],
+            ["train", "tm2nn learn FILE --train DATA.csv (Algorithm 1)", ""]]
+    return Table("rcnn learner mode (Algorithm 1)", ["quantity", "this network", "paper"], rows)

@@ -20,7 +20,7 @@ than :data:`MAX_VALUES`, raises :class:`Degenerate`; callers fall back to the mo
 
 Like the module's ``Loop(until_fixed=True)`` it stops at the first trip that leaves
 every grid unchanged: the filter is a function, so later trips would too.
-``tests/test_rcnn_lookup_engine.py`` checks it against the module's grids, bit for bit.
+``tests/backends/rcnn/test_rcnn_learner_scale.py`` checks it against the module's grids, bit for bit.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tm2nn.emit.torch_net import _net_fm
+from tm2nn.nets import Affine
 from tm2nn.nets.grid import PATCH_OFFSETS
 
 #: More distinct cell values than this: not a B.1.1 code (e.g. a random filter's grid).
@@ -44,8 +46,6 @@ class LookupEngine:
     ``patch_map`` inside a loop of ``trips``), memoised (module doc)."""
 
     def __init__(self, patch_map, trips: int, dtype: torch.dtype) -> None:
-        from tm2nn.nets import Affine
-
         self.pm = patch_map
         self.trips = int(trips)
         self.dtype = dtype
@@ -104,8 +104,6 @@ class LookupEngine:
         for k in self.read:
             patch[k] = vals[(new_keys >> shift) & (MAX_VALUES - 1)]
             shift -= _BITS
-        from tm2nn.emit.torch_net import _net_fm
-
         with torch.no_grad():
             y = _net_fm(self.pm.body, (torch.as_tensor(patch, dtype=self.dtype),))[0]
         outs = np.array([self._id_of(float(v)) for v in y.reshape(-1).to(torch.float64).numpy()], dtype=np.int64)

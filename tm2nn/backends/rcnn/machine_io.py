@@ -24,7 +24,9 @@ from tm2nn.backends.rcnn.encoding import (
     from_value,
     unpack,
 )
+from tm2nn.backends.rcnn.filter_net import bump_grid
 from tm2nn.backends.rcnn.plain_tables import fill_start_grids, start_grid_table
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import RunResult
 from tm2nn.passes.lowering import result_from_configurations
 
@@ -40,8 +42,6 @@ def value_tolerance(n_digits: int) -> float:
     units are exactly the exact input's), ``1.5 g / h`` in [0.047, 0.094].  The same in
     float32 (D <= 12) and float64 (D <= 30): the dtype is chosen so that the net's error
     (a few ulp) stays inside it; a grid that decodes is one the net goes on with exactly."""
-    from tm2nn.backends.rcnn.filter_net import bump_grid
-
     return min(VALUE_TOL, 1.5 * float(bump_grid(n_digits)) * float(3 ** (n_digits - 1)))
 
 
@@ -78,8 +78,6 @@ def decode_run(chain, code: CellCode, window, grids: np.ndarray, text: str, step
     for k, (state, head, cells, _phase) in enumerate(configs_from_grids(code, digits, window)):
         if state is None:
             if k == 0:
-                from tm2nn.errors import Tm2nnError
-
                 raise Tm2nnError("the start grid has no head")
             break
         configs.append((k, state, head, cells))

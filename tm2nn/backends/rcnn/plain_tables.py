@@ -33,6 +33,9 @@ from tm2nn.backends.rcnn.encoding import (
     to_value,
 )
 from tm2nn.errors import Tm2nnError
+from tm2nn.ir.machine import GridMachine
+from tm2nn.passes.binarise import BinaryLowering
+from tm2nn.passes.grid_normal_form import NormalFormLowering
 
 #: A B.1.1 digit (−1, 0, +1) as a letter in the tables' keys.
 LETTERS = "-0+"
@@ -110,10 +113,6 @@ def decode_table(chain, code: CellCode, n_digits: int, tolerance: float) -> dict
       of letters (a ``0`` at offset j, a cell never visited, reads as ``blank_word[j]``).
     * ``halting``, ``missing_rule_counts_step``, ``grid`` (the source is a grid
       machine: its head is [row, col]): the source's conventions (ARCHITECTURE.md)."""
-    from tm2nn.ir.machine import GridMachine
-    from tm2nn.passes.binarise import BinaryLowering
-    from tm2nn.passes.grid_normal_form import NormalFormLowering
-
     binary, nf = chain.steps[0], chain.steps[-1]
     if not isinstance(binary, BinaryLowering) or not isinstance(nf, NormalFormLowering):
         raise ValueError("the RCNN form is binarise, [line_to_grid], normal_form")

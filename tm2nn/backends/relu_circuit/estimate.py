@@ -31,6 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from tm2nn.emit import affine_form
+from tm2nn.limits import check_memory
+from tm2nn.passes.layering import layering
+
 #: Measured: the peak RSS of ``tm2nn compile FILE.bench -o out.onnx`` (relu-circuit,
 #: corrections on) minus 57 MB (the same for a 1-gate circuit: interpreter and imports,
 #: already in use when the estimate is checked), against ``a * units + b * dense``, on
@@ -107,8 +111,6 @@ def net_size(widths: list[int], n_inputs: int, n_outputs: int, *, corrections: b
 
 def _dense(n_out: int, n_in: int, nnz: int, row_nnz: int) -> int:
     """The entries of an ``n_out x n_in`` matrix if the emitters write it densely, else 0."""
-    from tm2nn.emit import affine_form
-
     w = SimpleNamespace(shape=(n_out, n_in), nnz=min(nnz, n_out * n_in),
                         max_row_nnz=min(row_nnz, n_in), is_diagonal=False)
     return n_out * n_in if affine_form(SimpleNamespace(weight=w, trainable=False)) == "dense" else 0
@@ -122,9 +124,6 @@ def check_net_memory(basis, *, corrections: bool = True, pm_one_output: bool = F
     :func:`~tm2nn.passes.layering.layering` when the caller has it (the layer widths are
     counted from it, and :func:`~tm2nn.passes.layering.layer_circuit` reuses it).  Returns
     the size."""
-    from tm2nn.limits import check_memory
-    from tm2nn.passes.layering import layering
-
     widths = (layering(basis) if plan is None else plan).widths
     size = net_size(widths, len(basis.inputs), len(basis.outputs),
                     corrections=corrections, pm_one_output=pm_one_output)

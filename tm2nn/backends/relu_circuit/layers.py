@@ -5,8 +5,9 @@
   ``ID(z) = z``; constants by a bias alone, our extension).
 * :func:`circuit_layer` — Lemma B.1: a whole circuit layer ``G_i`` as
   ``h ↦ φ(W2 φ(W1 h + b1) + b2)`` with ``W2`` diagonal, entries in {-1, 0, 1}.
-* :func:`round_correction` — Proposition 3.4: the correction
-  ``round(z) = 3φ(z-1/3) - 3φ(z-2/3)`` elementwise, as two feedforward ReLU layers.
+* :func:`~tm2nn.nets.round.round_correction` — Proposition 3.4: the correction
+  ``round(z) = 3φ(z-1/3) - 3φ(z-2/3)`` elementwise, as two feedforward ReLU layers (a
+  gadget of the network IR, shared with the transformer).
 * :func:`pm_one_map` — proof of Theorem 3.1: the final map ``z ↦ 2z - 1``.
 * :func:`build_net` — puts them together (Lemma 3.2, and Lemma 3.3 with corrections).
 * :func:`blocks` — reads a built net back as the parameter groups θ_i (f_i), ξ_i (ζ_i)
@@ -28,17 +29,11 @@ import numpy as np
 
 from tm2nn.ir.circuit import OPS
 from tm2nn.nets import Affine, Net, NetIRError, Op, Port, ReLU, Slice, Space, SparseMatrix
+from tm2nn.nets.round import round_correction
 from tm2nn.passes.layering import LayeredCircuit, csr_rows
-
-# Proposition 3.4's constants, exactly as the paper gives them (not rescaled).
-ROUND_LO = 1.0 / 3.0
-ROUND_HI = 2.0 / 3.0
-ROUND_SCALE = 3.0
 
 CITE_W1 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: first layer W1 h + b1"
 CITE_W2 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: second layer W2 a + b2 (W2 diagonal, entries in {-1,0,1})"
-CITE_RA = "Wei, Chen & Ma, Prop. 3.4: round, first layer (z - 1/3, z - 2/3)"
-CITE_RB = "Wei, Chen & Ma, Prop. 3.4: round, second layer 3φ(z-1/3) - 3φ(z-2/3)"
 CITE_PM = "Wei, Chen & Ma, proof of Thm 3.1: final map z -> 2z - 1"
 
 
@@ -120,45 +115,6 @@ def circuit_layer(k: int, ops: np.ndarray, ptr: np.ndarray, cols: np.ndarray, n_
 def _has_repeats(a: np.ndarray) -> bool:
     s = np.sort(a)
     return bool(np.any(s[1:] == s[:-1]))
-
-
-def round_correction(k: int, x: str, space: Space, prefix: str | None = None,
-                     signals: tuple[str, ...] | None = None) -> list[Op]:
-    """Proposition 3.4: ``round(z) = 3φ(z - 1/3) - 3φ(z - 2/3)`` on every coordinate of
-    ``space`` (value ``x``), as the paper's "two feedforward ReLU layers":
-
-    * ``L<k>.round_a``: duplicate each coordinate, biases -1/3 (``rlo:``) and -2/3 (``rhi:``);
-    * ReLU;
-    * ``L<k>.round_b``: weights 3 and -3, bias 0, back to the gate labels;
-    * ReLU — harmless, since round maps into [0, 1]; it keeps every block of the net
-      in the uniform form affine → ReLU → affine → ReLU.
-
-    Ops are named ``<prefix>.round_a`` ... (``prefix`` defaults to ``L<k>``).
-    ``signals`` are the labels' parts after ``group:`` when the caller has them, and knows
-    they are distinct (``build_net``: the unit names of a layer).
-    """
-    n = len(space)
-    if signals is None:
-        sig = [lab.split(":", 1)[-1] for lab in space.labels]
-        if len(set(sig)) < n:  # short names collide across groups: keep the whole label
-            sig = list(space.labels)
-        a_space = Space.of_distinct([lab for s in sig for lab in (f"rlo:{s}", f"rhi:{s}")])
-    else:  # the same labels, made when first read
-        a_space = Space.prefixed(("rlo:", "rhi:"), signals)
-    i = np.arange(n, dtype=np.int64)
-    A = SparseMatrix((2 * n, n), np.stack([2 * i, 2 * i + 1], 1).ravel(),
-                     np.repeat(i, 2), np.ones(2 * n))
-    c = np.tile([-ROUND_LO, -ROUND_HI], n)
-    B = SparseMatrix((n, 2 * n), np.repeat(i, 2), np.stack([2 * i, 2 * i + 1], 1).ravel(),
-                     np.tile([ROUND_SCALE, -ROUND_SCALE], n))
-    p = f"L{k}" if prefix is None else prefix
-    return [
-        Affine(f"{p}.round_a", (x,), weight=A, bias=c, out=a_space, cite=CITE_RA),
-        ReLU(f"{p}.round_a.relu", (f"{p}.round_a",)),
-        Affine(f"{p}.round_b", (f"{p}.round_a.relu",), weight=B, bias=np.zeros(n), out=space,
-               cite=CITE_RB),
-        ReLU(f"{p}.round_b.relu", (f"{p}.round_b",)),
-    ]
 
 
 def pm_one_map(x: str, n: int, out_labels: list[str]) -> Affine:

@@ -16,6 +16,8 @@ SM-approximates them with sample complexity poly(k, |A|, log T)·Õ(log(wd)/ε²
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tm2nn.backends.transformer.layout import Layout
@@ -102,6 +104,26 @@ def function_class(net: Net) -> dict:
 
 
 # -- ‖θ‖₁ of one decoder step, lemma by lemma ------------------------------------------------
+def function_class_of(compiled) -> dict:
+    """The backend's ``function_class`` analysis: Theorem 4.1's F_{w,d,α,T} for this model
+    (:func:`function_class`): ``w``, ``d`` (paper layers per decoder step), ``d_total``,
+    ``alpha`` (‖θ‖₁ of all parameters, softmax β folded into the queries),
+    ``alpha_per_step``, ``p`` (dense parameters of that width and depth) and ``beta``; and
+    Theorem 4.1's statement (``theorem``, ``order``, ``scaling``)."""
+    fc = function_class(compiled.net)
+    lay = Layout.from_json(compiled.output_encoding["layout"])
+    T = int(compiled.output_encoding["source_steps"])
+    return {**fc, "theorem": "Theorem 4.1", "order": "poly(k, |A|, log T) log(wd) / eps^2",
+            "scaling": {"k": len(lay.states), "|A|": len(lay.alphabet), "T": T, "log T": math.log2(T)},
+            "scaling_how": "k: states of the stay-free machine the decoder runs (passes/stay.py); "
+                           "T: the source step bound (the decoder runs T' = decoder_steps)",
+            "how": {"w": "the widest vector (corrections: 2 w_TM, a round doubles what it corrects)",
+                    "d": "paper transformer layers per decoder step (paper_layers.py): 10 + w_pos",
+                    "alpha": "||theta||_1 of E, h_0, the prologue, one decoder step (shared), theta_cls; "
+                             "softmax: beta folded into W_q, b_q",
+                    "p": "(d + 3)(9w^2 + 13w) + |A| w + w: dense attention and feed-forward blocks of width w"}}
+
+
 def step_l1_terms(k: int, a: int, w_pos: int, *, corrections: bool = True, placement: str = "groups",
                   cls: bool = False, beta: float = 1.0) -> dict[str, float]:
     """An upper bound on ‖θ‖₁ of each lemma's ops in one decoder step, counted from the

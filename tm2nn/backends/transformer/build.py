@@ -29,7 +29,6 @@ import dataclasses
 
 import numpy as np
 
-from tm2nn.backends.relu_circuit.layers import round_correction
 from tm2nn.backends.transformer.binary_search import binary_search
 from tm2nn.backends.transformer.cls import cls_readout as _cls_readout
 from tm2nn.backends.transformer.head import head_move
@@ -39,6 +38,7 @@ from tm2nn.backends.transformer.read import combine, read_input
 from tm2nn.backends.transformer.transition import transition
 from tm2nn.ir.machine import Machine
 from tm2nn.nets import BinaryPositions, Concat, Decode, Embed, Net, Op, Port, Slice, Space
+from tm2nn.nets.round import round_correction
 
 CITE_ENC = "Wei, Chen & Ma §4.1 and (C.1): Enc_k(x) = E[:, x_k] + beta(k), beta(k)^pos1 = Bin(k)"
 CITE_DEC = "Wei, Chen & Ma §4.1: decoder, h_{i+1}^(0) = o_i + beta(i+1), beta(i)^pos1 = Bin(i)"

@@ -22,7 +22,7 @@ so the state of o_{T'} is the halting state whenever the lowered machine halted 
 T' steps.  For a machine with stays that is a little more than "within T source steps":
 a run that halts after more than T source steps but within T' lowered ones has its
 outcome in ``cls`` while the run report (bound T) says it has not halted.
-:class:`tm2nn.verify.trace.TraceChecker` compares ``cls`` with the interpreter's run of the lowered
+:class:`tm2nn.backends.transformer.reference.TraceChecker` compares ``cls`` with the interpreter's run of the lowered
 machine for T' steps, which is exactly what θ_clsᵀ o_{T'} computes.
 """
 

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn.backends.transformer.binary_search import CITE_C6
 from tm2nn.backends.transformer.layout import Layout
+from tm2nn.backends.transformer.paper_layers import decoder
+from tm2nn.nets import Attention
 
 
 class Malformed(ValueError):
@@ -226,10 +229,6 @@ def description(enc: dict, net) -> dict:
     the layout's labels in the order the decoder slices them (``Layout.tap_indices``);
     ``notes`` say which rows are source steps (the stay lowering, :mod:`tm2nn.passes.stay`)
     and where the binary search of Claims C.4–C.6 leaves its result."""
-    from tm2nn.backends.transformer.binary_search import CITE_C6
-    from tm2nn.backends.transformer.paper_layers import decoder
-    from tm2nn.nets import Attention
-
     lay = Layout.from_json(enc["layout"])
     tap = net.outputs[0]
 

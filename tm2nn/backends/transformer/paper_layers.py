@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tm2nn.backends.transformer.cls import CLS_LABEL
 from tm2nn.nets import Affine, Attention, Concat, Decode, Net, NetIRError, Op, ReLU, Slice
+from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 
 #: Slot ranks within one paper transformer layer, in the order §4.1 applies them.
 SELF, CROSS, FF, CORRECTION = 0, 1, 2, 3
@@ -73,8 +75,6 @@ class PaperLayer:
 def is_cls_readout(op: Op) -> bool:
     """The θ_cls readout (:func:`tm2nn.backends.transformer.cls.cls_readout`): an affine
     map into the single label ``cls``."""
-    from tm2nn.backends.transformer.cls import CLS_LABEL
-
     return isinstance(op, Affine) and tuple(op.out.labels) == (CLS_LABEL,)
 
 
@@ -92,7 +92,6 @@ def _round_ops(net: Net, ops: tuple[Op, ...], i: int, cur: str) -> tuple[str, ..
             or not b.name.endswith(".round_b"):
         raise PaperLayerError(f"{net.name}: the round correction {names} is not one chain "
                               "round_a -> ReLU -> round_b -> ReLU")
-    from tm2nn.backends.relu_circuit.layers import ROUND_HI, ROUND_LO, ROUND_SCALE
 
     n = len(net.spaces[cur])
     wa, wb = a.weight, b.weight
