@@ -14,7 +14,7 @@ import pytest
 
 from tm2nn import limits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples"
 CORPUS = ROOT.parent / "shared" / "corpus"
 C432 = CORPUS / "circuits" / "iscas85" / "c432.bench"

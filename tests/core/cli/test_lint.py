@@ -10,7 +10,7 @@ import pytest
 from tm2nn.errors import Tm2nnError
 from tm2nn.lint import Diagnostic, check_header, check_report, lint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 CORPUS = ROOT.parent / "shared" / "corpus"
 needs_corpus = pytest.mark.skipif(not (CORPUS / "tm").is_dir(), reason="../shared/corpus is absent")

@@ -19,7 +19,7 @@ from tm2nn.ir import Machine, Rule
 from tm2nn.source import SourceText
 from tm2nn.syntax import morphett, std, tmio
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[4] / "shared" / "corpus"
 TM = CORPUS / "tm"
 needs_corpus = pytest.mark.skipif(not TM.is_dir(), reason="../shared/corpus is absent")
 

@@ -31,7 +31,7 @@ from tm2nn.modelfile.manifest import find_ops, load_manifest, load_module, modul
 from tm2nn.passes.stay import remove_stays
 
 torch = pytest.importorskip("torch")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 NOISE = 0.3  # inside Prop. 3.4's margin: round() maps [0, 1/3) to 0 and (2/3, 1] to 1
 
 

@@ -19,7 +19,7 @@ from tm2nn.interp import run_machine
 from tm2nn.ir import Machine
 from tm2nn.syntax import parse_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Never halts: the head walks right forever, writing 1 0 1 0 ...
 LOOP = """machine loop {

@@ -24,7 +24,7 @@ from tm2nn.sweep import local, tasks
 from tm2nn.sweep.store import COLUMNS, SCHEMA, Store
 from tm2nn.sweep.tasks import TIMING_COLUMNS, run_task
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def task(kind, source, backend, options=None, args=None, name=None, fmt=None, tid=None) -> dict:

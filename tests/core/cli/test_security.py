@@ -23,7 +23,7 @@ import torch
 import tm2nn
 from tm2nn.errors import Tm2nnError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples"
 TM2NN = [sys.executable, "-m", "tm2nn.cli"]
 

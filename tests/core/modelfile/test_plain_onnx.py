@@ -22,7 +22,7 @@ from tm2nn.backends.rcnn.machine_io import start_grids
 from tm2nn.backends.rcnn.machine_mode import machine_form
 from tm2nn.errors import Tm2nnError
 
-from .conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 SCRIPT = ROOT / "examples" / "plain" / "run_onnx.py"
 

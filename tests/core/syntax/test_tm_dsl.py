@@ -16,7 +16,7 @@ from tm2nn.source import SourceText
 from tm2nn.syntax import parse_text
 from tm2nn.syntax.tm_dsl import dump, parse
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def p(text: str, path: str = "t.tm") -> list[Machine]:

@@ -18,7 +18,7 @@ from tm2nn.source import SourceText
 from tm2nn.syntax import circuit_dsl
 from tm2nn.syntax.circuit_dsl import dump, parse
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXAMPLE_FILES = ["full_adder", "ripple_adder4", "majority5", "comparator4"]
 
 try:

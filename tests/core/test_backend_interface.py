@@ -23,7 +23,7 @@ from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
 from tm2nn.options import option
 from tm2nn.verify.check import CircuitChecker
 
-from .conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 
 # -- a toy construction: a circuit as its truth table, one ReLU unit per true input pattern ------

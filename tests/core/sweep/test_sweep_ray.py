@@ -22,7 +22,7 @@ from tm2nn.sweep.spec import Task
 from tm2nn.sweep.store import Store
 from tm2nn.sweep.tasks import TIMING_COLUMNS
 
-EX = Path(__file__).resolve().parents[1] / "examples"
+EX = Path(__file__).resolve().parents[3] / "examples"
 MARK = "TM2NN_RAY_TEST_CLUSTER"  # every process of a test cluster carries it: teardown kills exactly those
 
 

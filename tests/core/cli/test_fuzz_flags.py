@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples"
 
 #: Fast sources per verb: the argv before the fuzzed flags ({tmp}: the case's folder).

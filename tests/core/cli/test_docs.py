@@ -17,7 +17,7 @@ import pytest
 
 from tm2nn.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PREFIXES = (".venv/bin/tm2nn ", "tm2nn ")

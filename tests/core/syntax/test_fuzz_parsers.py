@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples"
 
 MORPHETT = b"""; 4-state busy beaver

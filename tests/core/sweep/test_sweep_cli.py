@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import EXAMPLES
+from tests.conftest import EXAMPLES
 
 SPEC = """name = "cli"
 task = "run"

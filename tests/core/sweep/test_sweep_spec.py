@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tm2nn.errors import Tm2nnError
 from tm2nn.sweep.spec import MAX_TASKS, Task, canonical, load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples"
 
 

@@ -25,7 +25,7 @@ from tm2nn.ir import Circuit, Gate
 from tm2nn.source import SourceText
 from tm2nn.syntax import aiger, aiger_binary, bench, blif, parse_text
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[4] / "shared" / "corpus"
 CIRCUITS = CORPUS / "circuits"
 ISCAS = sorted((CIRCUITS / "iscas85").glob("*.bench")) if CORPUS.is_dir() else []
 EPFL_AIG = sorted((CIRCUITS / "epfl").glob("*.aig")) if CORPUS.is_dir() else []

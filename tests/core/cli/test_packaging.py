@@ -16,7 +16,7 @@ import zipfile
 
 import tomllib
 
-from .conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 
 def test_every_package_is_listed():
@@ -46,7 +46,7 @@ def test_an_installed_wheel_parses_machines_and_circuits(tmp_path):
 
 
 SOURCES = ["pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "grammars", "examples", "tm2nn",
-           "tests/test_packaging.py"]
+           "tests/core/cli/test_packaging.py"]
 CLASSIFIERS = {"Development Status :: 3 - Alpha", "Operating System :: OS Independent",
                "Programming Language :: Python :: 3.10", "Programming Language :: Python :: 3.11",
                "Programming Language :: Python :: 3.12",

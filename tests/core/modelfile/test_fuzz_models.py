@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tm2nn
 from tests.fuzzing import FUZZ_MEMORY, LONG_FACTOR, assert_clean, long_profile, run_case
 
-EX = Path(__file__).resolve().parents[1] / "examples"
+EX = Path(__file__).resolve().parents[3] / "examples"
 #: small models of every backend (name -> source, options, a valid input for eval, so an
 #: intact model runs).  abbe-sandon: majority7 (inputs x[0] and the coin r'), whose model
 #: loads in 0.05-0.25 s; parity8's took 0.5-0.9 s, most of this test's time.

@@ -19,7 +19,7 @@ import tm2nn
 from tm2nn.modelfile import manifest as mf
 from tm2nn.modelfile.metadata import metadata
 
-from .conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((ROOT / "docs" / "manifest.schema.json").read_text())

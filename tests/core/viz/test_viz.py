@@ -21,7 +21,7 @@ from tm2nn.viz import (
     spacetime_png,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def image_size(path: Path) -> tuple[int, int]:
