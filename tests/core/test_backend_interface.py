@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import tm2nn
+from tests.conftest import EXAMPLES, ROOT
 from tm2nn.backends.protocol import BITS, Backend, Model
 from tm2nn.interp import exhaustive_inputs
 from tm2nn.interp import truth_table as interp_truth_table
@@ -22,8 +23,6 @@ from tm2nn.ir import Circuit
 from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
 from tm2nn.options import option
 from tm2nn.verify.check import CircuitChecker
-
-from tests.conftest import EXAMPLES, ROOT
 
 
 # -- a toy construction: a circuit as its truth table, one ReLU unit per true input pattern ------

@@ -16,10 +16,9 @@ import pytest
 import torch
 
 import tm2nn
+from tests.conftest import EXAMPLES, ROOT
 from tm2nn.modelfile import manifest as mf
 from tm2nn.modelfile.metadata import metadata
-
-from tests.conftest import EXAMPLES, ROOT
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((ROOT / "docs" / "manifest.schema.json").read_text())

@@ -16,10 +16,9 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import tm2nn
+from tests.conftest import EXAMPLES
 from tm2nn.cli import main
 from tm2nn.modelfile.schema import REQUIRED
-
-from tests.conftest import EXAMPLES
 
 BB3, ADDER, PARITY8 = EXAMPLES / "bb3.tm", EXAMPLES / "full_adder.circ", EXAMPLES / "parity8.circ"
 #: a model of every backend, small enough to compile in a fraction of a second

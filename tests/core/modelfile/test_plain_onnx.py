@@ -17,12 +17,11 @@ import onnx
 import pytest
 
 import tm2nn
+from tests.conftest import EXAMPLES, ROOT
 from tm2nn.backends.rcnn.encoding import COMPUTE, grids_from_configs, pack, to_value
 from tm2nn.backends.rcnn.machine_io import start_grids
 from tm2nn.backends.rcnn.machine_mode import machine_form
 from tm2nn.errors import Tm2nnError
-
-from tests.conftest import EXAMPLES, ROOT
 
 SCRIPT = ROOT / "examples" / "plain" / "run_onnx.py"
 
