@@ -25,7 +25,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m 'not slow'
 
 fuzz: $(STAMP)
-	TM2NN_FUZZ=long $(PY) -m pytest -q -n 2 -k long tests/test_fuzz_flags.py tests/test_fuzz_parsers.py tests/test_fuzz_models.py
+	TM2NN_FUZZ=long $(PY) -m pytest -q -n 2 -k long tests/core/cli/test_fuzz_flags.py tests/core/syntax/test_fuzz_parsers.py tests/core/modelfile/test_fuzz_models.py
 
 # CI's wheel job: python -m build, twine check, install into a fresh venv outside the repo,
 # run check/compile/eval/verify there (.ci/wheel; docs/install.md)

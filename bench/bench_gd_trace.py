@@ -37,14 +37,14 @@ MACHINES = (("bb3.tm", "", 30), ("bb4.tm", "", 120), ("binary_increment.tm", "10
 
 
 def machine_row(name: str, text: str, steps: int) -> dict:
-    from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
+    import tm2nn
     from tm2nn.backends.gd_trace.machine_mode import estimate, run_gd
     from tm2nn.interp import run_machine
     from tm2nn.syntax import load
 
     m = load(ROOT / "examples" / name)
     t0 = time.perf_counter()
-    c = compile_gd(m, steps=steps, max_input=len(text))
+    c = tm2nn.compile(m, "gd-trace", steps=steps, max_input=len(text))
     t_compile = time.perf_counter() - t0
     est = estimate(m, steps, len(text))
     t0 = time.perf_counter()

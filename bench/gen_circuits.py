@@ -1,5 +1,5 @@
 """Big random circuits in every circuit format, shared by bench/bench_parse.py and
-tests/test_parse_scale.py.
+tests/core/syntax/test_parse_scale.py.
 
 :func:`random_layered_circuit` draws a strictly layered circuit: layer 1 reads the
 inputs, layer ``k + 1`` reads only layer ``k``, and the outputs are the last layer.  Gates

@@ -1,4 +1,4 @@
-"""The registry of constructions: ``--backend NAME`` -> a :class:`~tm2nn.backends.base.Backend`.
+"""The registry of constructions: ``--backend NAME`` -> a :class:`~tm2nn.backends.protocol.Backend`.
 
 Built-in backends are imported when first asked for (their packages are heavy).  A new
 construction is one package exporting ``BACKEND`` plus one line in :data:`BUILTIN`; code
@@ -39,8 +39,7 @@ def get(name: str):
         raise Tm2nnError(f"unknown backend {name!r} (available: {', '.join(names())})")
     module = BUILTIN[name]
     if module not in _loaded:  # keyed by the module: a name pointed elsewhere loads anew
-        b = importlib.import_module(module).BACKEND
-        _loaded[module] = b if isinstance(b, Backend) else b.as_protocol()  # TRANSITION: legacy backends
+        _loaded[module] = importlib.import_module(module).BACKEND
     return _loaded[module]
 
 
@@ -69,8 +68,6 @@ def engine_names() -> list[str]:
 
 def register(backend: Backend) -> None:
     """Add (or replace) a backend under ``backend.name``."""
-    if not isinstance(backend, Backend) and hasattr(backend, "as_protocol"):  # TRANSITION: legacy backends
-        backend = backend.as_protocol()
     if not isinstance(backend, Backend):
         raise TypeError("register() takes a tm2nn.backends.protocol.Backend")
     _extra[backend.name] = backend

@@ -3,8 +3,7 @@ the network completely (docs/manifest.md; schema: docs/manifest.schema.json).
 
 The manifest holds every op in order (kind, inputs, the labelled space of its output,
 its tensors' shapes and safetensors keys, the paper's lemma it implements), the encodings
-and how each reported field is decoded from which dimensions (:meth:`Backend.decoding
-<tm2nn.backends.base.Backend.decoding>`), the source and its sha256, and the sizes next
+and how each reported field is decoded from which dimensions (its codec's ``describe``), the source and its sha256, and the sizes next
 to the paper's bounds.  It lives in the safetensors header's metadata under
 ``tm2nn.manifest``; one too large for a header (over :data:`HEADER_MANIFEST_MAX` bytes,
 a circuit of millions of gates) is written beside the weights as ``NAME.manifest.json``,

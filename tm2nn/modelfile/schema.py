@@ -3,7 +3,7 @@
 * **Metadata**: every ``tm2nn.*`` key has a kind (:data:`KINDS`): a string, a JSON
   object or list, a hex sha256, a known backend or source format.  :data:`REQUIRED` and
   :data:`OPTIONAL` list every model's keys; a backend names the ones its ``rebuild`` and
-  decoding read in :attr:`~tm2nn.backends.base.Backend.model_keys`.  A key is
+  decoding read in :attr:`~tm2nn.backends.protocol.Backend.model_keys`.  A key is
   ``tm2nn.name`` or a path into its JSON, ``tm2nn.name/field/field``.
   :func:`parse_metadata` returns the values parsed (JSON decoded), or raises one
   :class:`~tm2nn.errors.Tm2nnError` naming the first bad or missing key.
@@ -109,7 +109,7 @@ def parse_metadata(raw: dict, path) -> dict:
 
 
 def parse_backend_keys(raw: dict, parsed: dict, backend, path) -> dict:
-    """The keys ``backend`` declares (:attr:`~tm2nn.backends.base.Backend.model_keys`),
+    """The keys ``backend`` declares (:attr:`~tm2nn.backends.protocol.Backend.model_keys`),
     checked; ``parsed`` holds the values :func:`parse_metadata` decoded."""
     out = dict(parsed)
     for key, kind in backend.model_keys.items():

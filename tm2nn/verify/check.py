@@ -7,7 +7,7 @@ for as long as the budget lasts (at most ``samples``).  The report says how many
 inputs were checked, how they were chosen, whether the space was covered, and the first
 divergence (input, step, field and both values).
 
-What to compare is the backend's business (:meth:`tm2nn.backends.base.Backend.checker`):
+What to compare is the backend's business (its ``reference``):
 a :class:`Checker` names the input space and checks one chunk on one engine.  This file
 holds the driver and the checker of the ``bits`` encoding (circuits); the backends' own
 checkers (relu-circuit's unrolled machines, the step-by-step ones) live with them.
@@ -236,7 +236,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
 def divergences(checker: Checker, texts: list[str], engine: str) -> tuple[str, list[Mismatch | None]]:
     """``(what the reference is, each input's first divergence from it when the model
     runs on ``engine``, None where they agree)``: a model's checker
-    (:meth:`~tm2nn.backends.base.Backend.checker`) on given inputs and one engine
+    (its ``reference``) on given inputs and one engine
     (``tm2nn eval`` checks its reports with it)."""
     checker.engines = (engine,)
     out: list[Mismatch | None] = []

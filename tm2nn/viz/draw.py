@@ -67,7 +67,7 @@ def draw(kind: str, source, output, *, fmt=None, name=None, text=None, backend=N
             backend = backend or machine_backend()
             if "attention" not in backends.get(backend).pictures:
                 shows = ", ".join(b.name for b in backends.all() if "attention" in b.pictures)
-                raise Tm2nnError(f"viz attention shows the attention of {shows}, not {backend!r}'s")
+                raise Tm2nnError(f"viz attention shows the {shows}'s attention, not {backend!r}'s")
 
 
             fig, _ = draw_attention(compile_source(obj, backend, steps=steps, **options), text, step)

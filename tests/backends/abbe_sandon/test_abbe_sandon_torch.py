@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tm2nn.backends.abbe_sandon.backend import BACKEND
+from tm2nn.backends.abbe_sandon.backend import model
 from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
 from tm2nn.backends.abbe_sandon.net import build_net
 from tm2nn.backends.abbe_sandon.train import held_out_inputs, prepare_stream
@@ -21,6 +21,7 @@ from tm2nn.backends.abbe_sandon.train_torch import TorchEngine, train
 from tm2nn.emit.onnx_model import onnx_metadata, to_onnx
 from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.emit.torch_emit import to_torch
+from tm2nn.handle import Compiled
 from tm2nn.interp.learner import run_learner
 from tm2nn.learners.examples import parity_learner
 from tm2nn.learners.targets import parity_target, samples
@@ -33,7 +34,7 @@ from .test_abbe_sandon_net import _stream, learners
 
 def export(eng: TorchEngine, path, steps: int):
     """The engine's net with its current weights, saved as any model (Compiled.save)."""
-    return BACKEND.model(eng.ir, eng.module.to_net(), steps, eng.memory()).save(path)
+    return Compiled.of(model(eng.ir, eng.module.to_net(), steps, eng.memory())).save(path)
 
 
 def _onnx1(model, Z) -> np.ndarray:

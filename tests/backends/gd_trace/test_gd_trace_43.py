@@ -12,19 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import machines
-from tm2nn.backends.gd_trace import (
-    build,
+from tm2nn.backends.gd_trace.config_simplex import ConfigSimplex, build, inputs_up_to, trace
+from tm2nn.backends.gd_trace.lagrange import (
     corner_hyperplane,
     corner_vertex,
     ell_pair_all,
     ell_v,
     ell_v_all,
     ell_vw,
-    inputs_up_to,
-    trace,
     vertex,
 )
-from tm2nn.backends.gd_trace.config_simplex import ConfigSimplex
 from tm2nn.backends.gd_trace.tape_simplex import TapeSimplex
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import configurations, run_machine

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tm2nn.backends.gd_trace import TapeSimplex, Tracer44, choose_b, lbar_all, trace44
+from tm2nn.backends.gd_trace.tape_simplex import TapeSimplex, Tracer44, choose_b, lbar_all, trace44
 from tm2nn.emit import to_onnx
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import run_multitape

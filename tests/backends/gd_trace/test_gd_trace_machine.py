@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tm2nn
 from tests.strategies import machines
 from tm2nn.backends.gd_trace.check import check_one
-from tm2nn.backends.gd_trace.machine_mode import compile as compile_gd
 from tm2nn.backends.gd_trace.machine_mode import estimate, run_gd
 from tm2nn.cli import main
 from tm2nn.errors import Tm2nnError
@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[3]
 BB = ROOT.parent / "shared" / "corpus" / "tm" / "bb"
 LINE_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.tm")
                        if load(p).tape_kind == "line" and not p.name.startswith("learner"))
+
+
+def compile_gd(m, **options):
+    """The §4.4 model of ``m`` (the user's handle: the optimizer runs its torch module)."""
+    return tm2nn.compile(m, "gd-trace", **options)
 
 
 

@@ -224,7 +224,7 @@ def decoding_problems(m: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def manifests(runs) -> dict:
-    from tm2nn.backends.gd_trace.backend import BACKEND
+    from tm2nn.backends.gd_trace.backend import extended_model
     from tm2nn.backends.gd_trace.sign_sum import sign_sum_machine
     from tm2nn.syntax import parse_text
 
@@ -232,8 +232,8 @@ def manifests(runs) -> dict:
     out = {name: mf.load_manifest(folder / f"{name}.safetensors") for name in ("bb3", "binary_increment")}
     ab = tm2nn.compile(EXAMPLES / "majority7.circ", "abbe-sandon", engine="float64")
     out["abbe-sandon"] = mf.build_manifest(ab)[0]
-    ext = BACKEND._extended(parse_text(sign_sum_machine(2, 1), "tm", "<s>")[0],
-                            {"samples": 2, "features": 1, "theta": [5], "steps": 20})
+    ext = extended_model(parse_text(sign_sum_machine(2, 1), "tm", "<s>")[0],
+                         {"samples": 2, "features": 1, "theta": [5], "steps": 20})
     out["gd-trace §5"] = mf.build_manifest(ext)[0]
     return json.loads(json.dumps(out))
 

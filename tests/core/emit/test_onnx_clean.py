@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tm2nn.compiler import compile
+from tm2nn.handle import Compiled
 
 from ...conftest import EXAMPLES
 
@@ -54,12 +55,12 @@ def ort_warnings(model: onnx.ModelProto, capfd) -> list[str]:
 
 def _abbe_sandon():
     """The float64 Abbe–Sandon net G_n of the 4-bit parity learner, as exported
-    (``tests/test_abbe_sandon_torch.py``: ``BACKEND.model(...).save``)."""
-    from tm2nn.backends.abbe_sandon.backend import BACKEND
+    (``tests/backends/abbe_sandon/test_abbe_sandon_torch.py``: ``model(...)``, saved)."""
+    from tm2nn.backends.abbe_sandon.backend import model
     from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
     from tm2nn.learners.examples import parity_learner
 
-    return BACKEND.model(build_ir_net(parity_learner(4)))
+    return Compiled.of(model(build_ir_net(parity_learner(4))))
 
 
 MODELS = {

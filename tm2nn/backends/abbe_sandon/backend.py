@@ -1,13 +1,13 @@
-"""The abbe-sandon backend (Abbe & Sandon §4, Lemma 3 / Theorem 4; §4.2's Lemma 6) behind
-the common interface.
+"""The abbe-sandon backend (Abbe & Sandon §4, Lemma 3 / Theorem 4; §4.2's Lemma 6) as a
+construction of the protocol (:class:`tm2nn.backends.protocol.Backend`).
 
 A *learner* (two circuits h and g, :mod:`tm2nn.ir.learner`) compiles to the emulation net
 G_n.  §4.1's faithful constants do not fit float64, so the exact net runs in exact
 arithmetic (:mod:`.train`, ``engine="exact"``: sizes and training only); the float64
 re-parametrisation (:mod:`.ir_net`, ``engine="float64"``) is a network-IR net, so it
 compiles, exports and trains under ``torch.optim.SGD``.  A noisy learner (§4.2) trains in
-mpmath (:mod:`.noisy`).  ``learn`` runs plain SGD on the net over a sample stream and
-checks it against the learner's interpreter at every step.
+mpmath (:mod:`.noisy`).  The trainer (:func:`learn`) runs plain SGD on the net over a
+sample stream and checks it against the learner's interpreter at every step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Literal
 import mpmath
 import numpy as np
 
-from tm2nn.backends.base import Backend, Compiled, Learned, Table
+from tm2nn.backends.protocol import Backend, Codec, Example, Learned, Model, Table, Trainer
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Learner
 from tm2nn.ir.noisy_learner import NoisyLearner
@@ -68,127 +68,129 @@ class LearnOptions:
         validate(self)
 
 
-class AbbeSandon(Backend):
-    name = "abbe-sandon"
-    summary = "Abbe-Sandon §4: a net on which plain SGD runs any learner given as circuits"
-    paper = "Emmanuel Abbe, Colin Sandon: On the universality of deep learning (§4, the positive results)"
-    Options = Options
-    LearnOptions = LearnOptions
-    takes_what = "learners (a 'learner' block: circuits h and g)"
-    exports = ("before", "after")
-    #: what a model file must hold: rebuild's engine, the M_s weights training changed,
-    #: the ±1 input names the encoding reads
-    model_keys = {"tm2nn.build/options/engine": "string", "tm2nn.trained": "object",
-                  "tm2nn.input_encoding/names": "list"}
+NAME = "abbe-sandon"
 
-    takes = (Learner, NoisyLearner)
-    learn_takes = takes
 
-    def compile(self, ir, opts: Options) -> Compiled:
-        """The float64 re-parametrisation of G_n, untrained (:func:`.ir_net.build_ir_net`)."""
-        if isinstance(ir, NoisyLearner):
-            raise Tm2nnError(f"{ir.name!r} is a noisy learner (§4.2): its net (Lemma 6) runs in mpmath only; "
-                             "'tm2nn learn' trains it, 'tm2nn info' gives its size")
-        if opts.engine != "float64":
-            raise OptionError("{engine} exact is §4.1's G_n in exact arithmetic, which is no network-IR net "
-                              "('tm2nn learn' trains it, 'tm2nn info' gives its size); compile {engine} "
-                              "float64 for a torch / ONNX model", "engine")
-        return self.model(build_ir_net(ir))
+# -- compile -----------------------------------------------------------------------------------
+def compile(ir, opts: Options) -> Model:
+    """The float64 re-parametrisation of G_n, untrained (:func:`.ir_net.build_ir_net`)."""
+    if isinstance(ir, NoisyLearner):
+        raise Tm2nnError(f"{ir.name!r} is a noisy learner (§4.2): its net (Lemma 6) runs in mpmath only; "
+                         "'tm2nn learn' trains it, 'tm2nn info' gives its size")
+    if opts.engine != "float64":
+        raise OptionError("{engine} exact is §4.1's G_n in exact arithmetic, which is no network-IR net "
+                          "('tm2nn learn' trains it, 'tm2nn info' gives its size); compile {engine} "
+                          "float64 for a torch / ONNX model", "engine")
+    return model(build_ir_net(ir))
 
-    def model(self, ir_net, net=None, steps: int = 0, memory=None) -> Compiled:
-        """A :class:`Compiled` of the float64 net (with trained weights ``net`` after
-        ``steps`` SGD steps): input Theorem 4's ±1 vector (x, r, r'), output the sign."""
-        net = ir_net.net if net is None else net
-        lr = ir_net.graph.learner
-        options = {"dtype": "float64", "engine": "float64", "steps": steps, "gamma": ir_net.gamma}
-        if memory is not None:
-            options["memory"] = "".join(map(str, memory))
-        return Compiled(self.name, net, lr, {"kind": "pm1", "names": list(net.inputs[0].space.labels)},
-                        {"kind": "sign", "names": ["out"]}, [list(r) for r in ir_net.size_report()], options,
-                        build={"options": {"engine": "float64"}})
 
-    def encode(self, compiled: Compiled, texts: list[str]):
-        """Theorem 4's ±1 input rows (:func:`.codec.encode`)."""
-        return codec.encode(compiled.input_encoding, texts)
+def model(ir_net, net=None, steps: int = 0, memory=None) -> Model:
+    """The :class:`~tm2nn.backends.protocol.Model` of the float64 net (with trained weights
+    ``net`` after ``steps`` SGD steps): input Theorem 4's ±1 vector (x, r, r'), output the
+    sign (:mod:`.codec`)."""
+    net = ir_net.net if net is None else net
+    lr = ir_net.graph.learner
+    options = {"dtype": "float64", "engine": "float64", "steps": steps, "gamma": ir_net.gamma}
+    if memory is not None:
+        options["memory"] = "".join(map(str, memory))
+    return Model(NAME, net, lr, {"kind": "pm1", "names": list(net.inputs[0].space.labels)},
+                 {"kind": "sign", "names": ["out"]}, [list(r) for r in ir_net.size_report()], options,
+                 build={"options": {"engine": "float64"}})
 
-    def run(self, compiled: Compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
-        """The sign of G_n's output vertex on each input (:func:`.codec.run`)."""
-        return codec.run(compiled, texts, engine)
 
-    def decoding(self, compiled: Compiled) -> dict:
-        """The manifest's ``decoding``: the ``sign`` output is G_n's output vertex, the
-        learner's answer as ±1 (Theorem 4; ``outputs`` is ``"1"`` when it is positive); the
-        input is Theorem 4's ±1 vector (:meth:`model`)."""
-        enc = compiled.output_encoding
-        if enc.get("kind") != "sign":
-            raise Tm2nnError(f"the abbe-sandon backend does not describe how its {enc.get('kind')!r} output "
-                             "is decoded")
-        y = compiled.net.outputs[0]
-        labels = list(compiled.net.spaces[y].labels)
-        names = compiled.input_encoding["names"]
-        return {"fields": {"outputs": {
-            "value": y, "labels": labels,
-            "rule": f"character i of 'outputs' is '1' when dimension i of {y!r} (G_n's output vertex "
-                    f"{', '.join(labels)}: the learner's answer as ±1, Abbe-Sandon Lemma 3 / Theorem 4) exceeds "
-                    f"{float(enc.get('threshold', 0.0))}, else '0'"}},
-            "notes": f"the input {compiled.net.inputs[0].name!r} is Theorem 4's ±1 vector: bit b of each input "
-                     f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) as 2b - 1, in this order; "
-                     "SGD ('tm2nn learn') trains the M_s weights, which the file holds as they were saved"}
+# -- the codec and the reference ---------------------------------------------------------------
+def encode(compiled, texts: list[str]):
+    """Theorem 4's ±1 input rows (:func:`.codec.encode`)."""
+    return codec.encode(compiled.input_encoding, texts)
 
-    def info_source(self, ir, opts: Options):
-        """The exact G_n (or Lemma 6's) without building a network-IR net."""
-        if isinstance(ir, NoisyLearner):
-            if opts.engine == "float64":
-                raise OptionError("{engine} float64 is for §4.1 learners; a noisy learner's net (Lemma 6) runs in "
-                                  "mpmath only", "engine")
-            return Table("abbe-sandon (Lemma 6's G_n, §4.2, perturbed SGD)", ["quantity", "this network", "paper"],
-                         [list(r) for r in size_report(build_noisy_net(ir))])
+
+def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
+    """The sign of G_n's output vertex on each input (:func:`.codec.run`)."""
+    return codec.run(compiled, texts, engine)
+
+
+def describe(compiled) -> dict:
+    """The manifest's ``decoding``: the ``sign`` output is G_n's output vertex, the
+    learner's answer as ±1 (Theorem 4; ``outputs`` is ``"1"`` when it is positive); the
+    input is Theorem 4's ±1 vector (:func:`model`)."""
+    enc = compiled.output_encoding
+    if enc.get("kind") != "sign":
+        raise Tm2nnError(f"the abbe-sandon backend does not describe how its {enc.get('kind')!r} output "
+                         "is decoded")
+    y = compiled.net.outputs[0]
+    labels = list(compiled.net.spaces[y].labels)
+    names = compiled.input_encoding["names"]
+    return {"fields": {"outputs": {
+        "value": y, "labels": labels,
+        "rule": f"character i of 'outputs' is '1' when dimension i of {y!r} (G_n's output vertex "
+                f"{', '.join(labels)}: the learner's answer as ±1, Abbe-Sandon Lemma 3 / Theorem 4) exceeds "
+                f"{float(enc.get('threshold', 0.0))}, else '0'"}},
+        "notes": f"the input {compiled.net.inputs[0].name!r} is Theorem 4's ±1 vector: bit b of each input "
+                 f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) as 2b - 1, in this order; "
+                 "SGD ('tm2nn learn') trains the M_s weights, which the file holds as they were saved"}
+
+
+def reference(compiled):
+    """None to verify: the net is checked against the learner at every SGD step, by the
+    trainer."""
+    raise OptionError("the abbe-sandon net is checked against the learner at every SGD step by 'tm2nn learn' "
+                      "(it has no fixed function to verify before training)")
+
+
+def size_estimate(ir, opts: Options):
+    """The exact G_n (or Lemma 6's) without building a network-IR net; None for the
+    float64 net (compiled and measured)."""
+    if isinstance(ir, NoisyLearner):
         if opts.engine == "float64":
-            return None
-        return Table("abbe-sandon (Lemma 3's G_n, exact weights)", ["quantity", "this network", "paper"],
-                     [list(r) for r in build_net(ir).size_report()])
+            raise OptionError("{engine} float64 is for §4.1 learners; a noisy learner's net (Lemma 6) runs in "
+                              "mpmath only", "engine")
+        return Table("abbe-sandon (Lemma 6's G_n, §4.2, perturbed SGD)", ["quantity", "this network", "paper"],
+                     [list(r) for r in size_report(build_noisy_net(ir))])
+    if opts.engine == "float64":
+        return None
+    return Table("abbe-sandon (Lemma 3's G_n, exact weights)", ["quantity", "this network", "paper"],
+                 [list(r) for r in build_net(ir).size_report()])
 
-    def checker(self, compiled: Compiled):
-        raise OptionError("the abbe-sandon net is checked against the learner at every SGD step by 'tm2nn learn' "
-                          "(it has no fixed function to verify before training)")
 
-    # -- learn ----------------------------------------------------------------------------------
-    def learn(self, ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None,
-              models=()) -> Learned:
-        if isinstance(ir, NoisyLearner):
-            return _learn_noisy(ir, opts, data, progress, models)
-        if opts.noise is not None:
-            raise OptionError("{noise} is for a noisy learner (§4.2, a noisy_learner block); "
-                              f"{ir.name!r} is a §4.1 learner", "noise")
-        if models and opts.engine != "float64":
-            raise OptionError("exporting the net needs {engine} float64 (the exact engine's net is no IR net)",
-                              "engine")
-        xs, ys, rs, r2s, txs, tys, trs, tr2s = _stream(ir, opts, data)
-        total = len(xs) + len(txs)
-        cb = (lambda n, desc=None: progress(n, total, desc)) if progress else None
-        out = {}
-        if opts.engine == "float64":
-            rep = learn_f64(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb,
-                            snapshots=lambda ir_net, net, steps, memory: out.__setitem__(
-                                "before" if steps == 0 else "after", self.model(ir_net, net, steps, memory)))
-        else:
-            rep = learn_exact(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb)
-        how = ("in exact arithmetic" if opts.engine == "exact"
-               else "with torch.optim.SGD in float64 (dyadic re-parametrisation)")
-        lines = [f"{ir.name}: {rep['steps']} SGD steps {how} ({rep['steps_per_second']:.1f} steps/s), "
-                 f"memory changed in {rep['memory_changes']} steps, last at step {rep['samples_used']}",
-                 f"  training accuracy (net output = label): {rep['train_accuracy']:.3f}"]
-        if rep["mismatch"]:
-            lines.append(f"[red]mismatch with the learner at {rep['mismatch']}[/]")
-        else:
-            lines += ["  net output and decoded memory = the learner's at every step; no weight outside "
-                      "the M_s copies changed",
-                      f"test accuracy on {rep['test_inputs']} inputs: {rep['test_accuracy']:.4f}"]
-        acc = rep["test_accuracy"]
-        summary = {"steps": rep["steps"], "samples_used": rep["samples_used"],
-                   "test_accuracy": None if acc != acc else acc, "mismatches": rep["mismatches"],
-                   "test_inputs": rep["test_inputs"]}
-        return Learned(summary, not rep["mismatches"], lines, {k: v for k, v in out.items() if k in models})
+# -- the trainer -------------------------------------------------------------------------------
+def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None, models=()) -> Learned:
+    """Plain SGD on G_n over the sample stream, checked against the learner at every step
+    (§4.1: :func:`.train.learn` in exact arithmetic, :func:`.train_torch.learn` in float64);
+    a noisy learner (§4.2): Lemma 6's G_n under perturbed SGD (:func:`_learn_noisy`)."""
+    if isinstance(ir, NoisyLearner):
+        return _learn_noisy(ir, opts, data, progress, models)
+    if opts.noise is not None:
+        raise OptionError("{noise} is for a noisy learner (§4.2, a noisy_learner block); "
+                          f"{ir.name!r} is a §4.1 learner", "noise")
+    if models and opts.engine != "float64":
+        raise OptionError("exporting the net needs {engine} float64 (the exact engine's net is no IR net)",
+                          "engine")
+    xs, ys, rs, r2s, txs, tys, trs, tr2s = _stream(ir, opts, data)
+    total = len(xs) + len(txs)
+    cb = (lambda n, desc=None: progress(n, total, desc)) if progress else None
+    out = {}
+    if opts.engine == "float64":
+        rep = learn_f64(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb,
+                        snapshots=lambda ir_net, net, steps, memory: out.__setitem__(
+                            "before" if steps == 0 else "after", model(ir_net, net, steps, memory)))
+    else:
+        rep = learn_exact(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb)
+    how = ("in exact arithmetic" if opts.engine == "exact"
+           else "with torch.optim.SGD in float64 (dyadic re-parametrisation)")
+    lines = [f"{ir.name}: {rep['steps']} SGD steps {how} ({rep['steps_per_second']:.1f} steps/s), "
+             f"memory changed in {rep['memory_changes']} steps, last at step {rep['samples_used']}",
+             f"  training accuracy (net output = label): {rep['train_accuracy']:.3f}"]
+    if rep["mismatch"]:
+        lines.append(f"[red]mismatch with the learner at {rep['mismatch']}[/]")
+    else:
+        lines += ["  net output and decoded memory = the learner's at every step; no weight outside "
+                  "the M_s copies changed",
+                  f"test accuracy on {rep['test_inputs']} inputs: {rep['test_accuracy']:.4f}"]
+    acc = rep["test_accuracy"]
+    summary = {"steps": rep["steps"], "samples_used": rep["samples_used"],
+               "test_accuracy": None if acc != acc else acc, "mismatches": rep["mismatches"],
+               "test_inputs": rep["test_inputs"]}
+    return Learned(summary, not rep["mismatches"], lines, {k: v for k, v in out.items() if k in models})
 
 
 def _test_points(opts: LearnOptions):
@@ -290,4 +292,29 @@ def _learn_noisy(lr, opts: LearnOptions, data: dict, progress, models) -> Learne
                     "noise_bound": bound, "lemma6_bound": paper}, not mism, lines)
 
 
-BACKEND = AbbeSandon()
+BACKEND = Backend(
+    name=NAME,
+    paper="Emmanuel Abbe, Colin Sandon: On the universality of deep learning (§4, the positive results)",
+    summary="Abbe-Sandon §4: a net on which plain SGD runs any learner given as circuits",
+    Options=Options,
+    takes=(Learner, NoisyLearner),
+    takes_what="learners (a 'learner' block: circuits h and g)",
+    compile=compile,
+    codec=Codec(encode=encode, run=run, describe=describe),
+    reference=reference,
+    trainer=Trainer(LearnOptions, (Learner, NoisyLearner), learn, exports=("before", "after")),
+    analyses={"size_estimate": size_estimate},
+    #: what a model file must hold: rebuild's engine, the M_s weights training changed,
+    #: the ±1 input names the encoding reads
+    model_keys={"tm2nn.build/options/engine": "string", "tm2nn.trained": "object",
+                "tm2nn.input_encoding/names": "list"},
+    examples=(
+        Example("parity8.circ", ("learn {ex}/parity8.circ --target parity:10110010 --steps 64 --engine float64 "
+                                 "--export-after {out}/parity8_trained.onnx --json",),
+                expect={"mismatches": 0, "test_accuracy": 1.0},
+                checked="{steps} SGD steps, {test_inputs} tests"),
+    ),
+)
+
+__all__ = ["BACKEND", "LearnOptions", "Options", "compile", "describe", "encode", "learn", "model", "reference",
+           "run", "size_estimate"]

@@ -20,7 +20,7 @@ leaves the gates alone).  The first mismatch stops training.
 
 Export: :func:`learn` hands the net before and after training (the module's weights
 written back, :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) to its caller, which
-saves it as any model (:meth:`tm2nn.backends.base.Compiled.save`).
+saves it as any model (:meth:`tm2nn.handle.Compiled.save`).
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tm2nn.backends.base import Compiled
-from tm2nn.emit.onnx_model import to_onnx
-from tm2nn.emit.onnx_runtime import run_onnx
+from tm2nn import emit
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.interp.multitape import run_multitape
@@ -36,14 +34,14 @@ LOSS_RTOL = 1e-5  # onnxruntime runs float32
 def _onnx_loss(net, ro: np.ndarray) -> float:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(emit.to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {net.inputs[0].name: ro.astype(np.float32)})
     return float(y[0, 0])
 
 
-def check_one(compiled: Compiled, text: str, use_onnx: bool = False, progress=None):
-    """``(GDRun, first divergence or None, onnx divergence or None)`` for one input;
-    ``progress(k, total)`` after every optimizer step."""
+def check_one(compiled, text: str, use_onnx: bool = False, progress=None):
+    """``(GDRun, first divergence or None, onnx divergence or None)`` for one input of the
+    user's handle ``compiled``; ``progress(k, total)`` after every optimizer step."""
     low, ts = simplex_of(compiled)
     total = int(compiled.output_encoding["lowered_steps"])
     g = run_gd(compiled, text, progress=(lambda k: progress(k, total)) if progress else None)
@@ -177,7 +175,7 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
         "final_loss": r.losses[-1], "result": r,
     }
     if onnx:
-        o = run_onnx(to_onnx(r.net, dtype="float64"), sets)
+        o = emit.run_onnx(emit.to_onnx(r.net, dtype="float64"), sets)
         ok = [bool(np.array_equal(a, b)) for a, b in zip(o, want)]
         out["onnx_F_equals_f_theta_on_train"] = ok[0]
         out["onnx_test_agreement"] = float(np.mean(ok[1:])) if tests else 1.0

@@ -34,9 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from tm2nn.emit.torch_emit import to_torch
+from tm2nn import emit
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import Machine
 from tm2nn.ir.multitape import MConfig
@@ -58,7 +57,7 @@ from tm2nn.passes.welper_form import to_welper_form
 from . import perceptron, sign_sum
 from .fixed_point import FixedPoint, dequantise_ops, quantise_ops
 from .layout import Layout
-from .optimizer import ConditionalGradient
+from .optimizer import conditional_gradient
 from .tape_simplex import TapeSimplex, choose_b
 
 
@@ -372,18 +371,20 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
     ``k_t + 1`` starts with the step that reads the labels).  (23), (29) and (33) are
     checked at every iterate (:func:`check_step`; a violation raises
     :class:`BoundViolation` at once)."""
+    import torch
+
     x, y = ext.layout.check_data(x, y)
     if float(y @ y) < ext.k.eps:
         raise Tm2nnError(f"(5): |y|^2 = {float(y @ y):g} is below eps = {ext.k.eps:g}")
     # the training module reads the values the checks need as extra outputs (one pass)
     watched = ("init_out", "tm/loss", "f_TM", "ro", "theta")
-    mod = to_torch(Net(ext.net.name, ext.net.inputs, ext.net.nodes, watched, dict(ext.net.metadata)), torch.float64)
+    mod = emit.to_torch(Net(ext.net.name, ext.net.inputs, ext.net.nodes, watched, dict(ext.net.metadata)), torch.float64)
     st = ext.ts.start(ext.low.lower_input(ext.layout.text(x, y)))
     with torch.no_grad():
         for name in ("s", "T", "H"):
             mod.op(name).value.copy_(torch.from_numpy(st[name]))
     g = ext.k.gamma
-    opt = ConditionalGradient([
+    opt = conditional_gradient([
         {"params": [mod.op("s").value], "kind": "simplex"},
         {"params": [mod.op("T").value, mod.op("H").value], "kind": "gd", "lr": 1.0 / g},
         {"params": [mod.op("z").value], "kind": "gd", "lr": 1.0},
@@ -424,7 +425,7 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
     theta = theta_t[0].detach().numpy() + 0.0   # App. B's sigma = 1 on 0 gives -0: report 0
     t = mod.to_net()
     net = Net(t.name, t.inputs, t.nodes, ext.net.outputs, dict(t.metadata))
-    return TrainResult(steps, losses, configs, halted, theta, to_torch(net, torch.float64),
+    return TrainResult(steps, losses, configs, halted, theta, emit.to_torch(net, torch.float64),
                        mod.op("z").value.detach().numpy().copy(), ells, f2s, net)
 
 

@@ -23,20 +23,24 @@ and the tests check both forms agree.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-try:  # torch is optional here: numpy inputs never need it
-    import torch
-except ImportError:  # pragma: no cover - torch is a project dependency
-    torch = None
+
+def _torch():
+    """torch, when it is loaded (a tensor can only come from a loaded torch: numpy inputs
+    never load it, nor does importing this module)."""
+    return sys.modules.get("torch")
 
 
 def _is_torch(x) -> bool:
+    torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _relu(z):
-    return torch.relu(z) if _is_torch(z) else np.maximum(z, 0.0)
+    return _torch().relu(z) if _is_torch(z) else np.maximum(z, 0.0)
 
 
 def _check_mu(mu: float) -> None:
@@ -66,7 +70,7 @@ def ell_v(x, v: int, mu: float = 0.5):
     """Lemma A.1's ``l_v^mu(x)``, from the explicit ReLU unit ``max{0, n^T x - d}``."""
     m = x.shape[-1]
     n, d = corner_hyperplane(m, v, mu)
-    n = torch.as_tensor(n, dtype=x.dtype, device=x.device) if _is_torch(x) else n
+    n = _torch().as_tensor(n, dtype=x.dtype, device=x.device) if _is_torch(x) else n
     return _relu(x @ n - d)
 
 
@@ -74,7 +78,7 @@ def ell_vw(x, v: int, w: int):
     """Lemma A.2's ``l_vw(x)``, from the explicit units (three ReLUs)."""
     m = x.shape[-1]
     n, c = pair_hyperplane(m, v, w)
-    n = torch.as_tensor(n, dtype=x.dtype, device=x.device) if _is_torch(x) else n
+    n = _torch().as_tensor(n, dtype=x.dtype, device=x.device) if _is_torch(x) else n
     return _relu(x @ n - c) - ell_v(x, v) - ell_v(x, w)
 
 
@@ -97,6 +101,7 @@ def ell_pair_all(x):
     s = x.sum()
     lv = ell_v_all(x, 0.5)
     if _is_torch(x):
+        torch = _torch()
         z = 2.0 * (x[:, None] + x[None, :]) - 4.0 * s / m - (1.0 - 4.0 / m)
         out = torch.relu(z) - lv[:, None] - lv[None, :]
         return out * (1.0 - torch.eye(m, dtype=x.dtype, device=x.device))

@@ -7,10 +7,11 @@ lowering, and reported as the source machine's run (Prop. 4.3: optimizer step k 
 step k of the §4.1 machine; a source step takes up to ``3w - 2`` of them, after a copy
 phase, docs/gd_trace.md "Optimizer steps and machine steps").
 
-``compile(m, steps=T, max_input=n)`` fixes the tape window from the source's step bound
-``T`` and the longest input ``n`` (the head stays within ``[-T - 1, n + T + 1]``: the
-optimizer stops once source step ``T + 1`` is complete, so no run of the interpreter is
-needed); :func:`run_gd` runs one input.
+``compile(m, opts)`` fixes the tape window from the source's step bound ``T =
+opts.steps`` and the longest input ``n = opts.max_input`` (the head stays within ``[-T -
+1, n + T + 1]``: the optimizer stops once source step ``T + 1`` is complete, so no run of
+the interpreter is needed); :func:`run_gd` runs one input of the user's handle of such a
+model.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from tm2nn import interrupt
-from tm2nn.backends.base import Compiled
+from tm2nn.backends.protocol import Model
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.multitape import MultiRun
 from tm2nn.ir.machine import GridMachine, Machine, check_input
-from tm2nn.options import OptionError, make
+from tm2nn.options import OptionError
 from tm2nn.passes.lowering import cut_at, result_from_configurations
 from tm2nn.passes.welper_form import WelperLowering, to_welper_form
-from tm2nn.syntax import dump, parse_text
+from tm2nn.syntax import dump
 
-from .options import DEFAULT_MAX_DIM, Options
+from .options import Options
 from .portable import optimizer_encoding, readback_encoding, start_encoding
 from .tape_simplex import TapeSimplex, Tracer44, choose_b
 
@@ -59,18 +60,16 @@ def estimate(m: Machine, steps: int, max_input: int) -> dict:
             "states": len(low.machine.states), "lowered_steps": low.lowered_steps(steps, max_input)}
 
 
-def compile(m: Machine, steps: int | None = None, max_input: int | None = None, b: float | None = None,
-            gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM) -> Compiled:
-    """The §4.4 loss net of ``m`` for ``steps`` source steps and inputs of at most
-    ``max_input`` cells (default ``steps``)."""
+def compile(m: Machine, opts: Options) -> Model:
+    """The §4.4 loss net of ``m`` for ``opts.steps`` source steps and inputs of at most
+    ``opts.max_input`` cells (default ``steps``); ``b``, ``gamma`` (17) and ``c`` (21) as
+    the options give them."""
     if isinstance(m, GridMachine):
         raise Tm2nnError("the gd-trace backend takes line machines (Welper §4.1 tapes are lines)")
     if not isinstance(m, Machine):
         raise Tm2nnError("the gd-trace backend compiles machines, not circuits")
-    opts = make(Options, {k: v for k, v in dict(steps=steps, max_input=max_input, b=b, gamma=gamma, c=c,
-                                                max_dim=max_dim).items() if v is not None}, "the gd-trace backend")
-    steps = opts.steps
-    max_input = steps if max_input is None else int(max_input)
+    steps, max_dim = opts.steps, opts.max_dim
+    max_input = steps if opts.max_input is None else int(opts.max_input)
     est = estimate(m, steps, max_input)
     dim = est["vertices"] + 2 * est["tau"] * est["tapes"]
     if dim > max_dim:
@@ -80,7 +79,7 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
                           "steps", "max_input")
     low = lowering(m)
     left, tau = est["left"], est["tau"]
-    ts = TapeSimplex(low.machine, tau, left, b=b, gamma=gamma, c=c, max_dim=max_dim)
+    ts = TapeSimplex(low.machine, tau, left, b=opts.b, gamma=opts.gamma, c=opts.c, max_dim=max_dim)
     d = ts.d
     # the start iterate, the update (22) and the readback as tables: a script without
     # tm2nn runs the model from them (examples/plain/gd_trace_torch.py)
@@ -102,9 +101,9 @@ def compile(m: Machine, steps: int | None = None, max_input: int | None = None, 
          f"|Q| 2^(dτ) τ^d = 2^{d * tau} x {q * tau ** d:,}"),
         ("b (18) and b^3 > 8b^2 d + 3d", f"{ts.b:g}", f"smallest: {choose_b(d)}"),
     ]
-    return Compiled("gd-trace", ts.net, m, enc_in, enc_out, bounds,
-                    {"steps": steps, "max_input": max_input, "lowered_states": q,
-                     "dtype": "float64"}).with_options(opts)  # the optimizer runs the loss in float64
+    return Model("gd-trace", ts.net, m, enc_in, enc_out, bounds,
+                 {"steps": steps, "max_input": max_input, "lowered_states": q,
+                  "dtype": "float64"}).with_options(opts)  # the optimizer runs the loss in float64
 
 
 def _layers(net) -> str:
@@ -126,27 +125,14 @@ class GDRun:
     tracer: Tracer44
 
 
-def from_metadata(enc_in: dict, enc_out: dict) -> Compiled:
-    """A compiled gd-trace model rebuilt from a saved model's encodings (the machine is
-    in the metadata); the optimizer runs on its torch module (ONNX is not differentiated)."""
-    if "machine" not in enc_in:
-        raise Tm2nnError("this gd-trace model's metadata does not hold its machine: compile it again")
-    m = parse_text(enc_in["machine"], "tm", "<model metadata>")[0]
-    c = compile(m, steps=enc_out["source_steps"], max_input=enc_in["max_input"], b=enc_in["b"],
-                gamma=enc_in["gamma"], c=enc_in["c"])
-    if c.input_encoding != enc_in:
-        raise Tm2nnError("gd-trace model metadata does not match the machine it holds")
-    return c
-
-
-def simplex_of(compiled: Compiled) -> tuple[object, TapeSimplex]:
+def simplex_of(compiled) -> tuple[object, TapeSimplex]:
     enc = compiled.input_encoding
     low = lowering(compiled.source, enc)
     ts = TapeSimplex(low.machine, enc["tau"], enc["left"], b=enc["b"], gamma=enc["gamma"], c=enc["c"])
     return low, ts
 
 
-def check_text(compiled: Compiled, text: str) -> None:
+def check_text(compiled, text: str) -> None:
     """An input the model takes: the machine's symbols, at most ``max_input`` cells."""
     check_input(compiled.source, text)
     if len(text) > compiled.input_encoding["max_input"]:
@@ -154,10 +140,11 @@ def check_text(compiled: Compiled, text: str) -> None:
                          f"{compiled.input_encoding['max_input']} (the option max_input)")
 
 
-def run_gd(compiled: Compiled, text: str, progress=None) -> GDRun:
+def run_gd(compiled, text: str, progress=None) -> GDRun:
     """Run the conditional-gradient updates (22) from the start iterate of ``text`` until
     one step after the iterate reaches a halting vertex, or for the compiled number of
-    lowered steps; decode every iterate and map the run back to the source machine."""
+    lowered steps; decode every iterate and map the run back to the source machine.
+    ``compiled``: the user's handle (the optimizer runs its own torch module)."""
     m = compiled.source
     check_text(compiled, text)
     low, ts = simplex_of(compiled)
@@ -204,6 +191,6 @@ def _deviation(tr: Tracer44) -> float:
                      np.abs(v["H"] - np.round(v["H"])).max()))
 
 
-def run_report(compiled: Compiled, text: str, progress=None) -> dict:
+def run_report(compiled, text: str, progress=None) -> dict:
     """The ``--json`` run report of the source machine, read off the optimizer's iterates."""
     return run_gd(compiled, text, progress).result.report()

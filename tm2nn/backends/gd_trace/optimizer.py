@@ -17,11 +17,15 @@
 A tie between two best vertices below the current one would make the step ambiguous;
 the constructions' weights rule it out ((10), (18)), and :class:`ConditionalGradient`
 raises if it ever happens.
+
+:class:`ConditionalGradient` is a ``torch.optim.Optimizer``; the class is made when first
+used, so that importing the backend (``tm2nn --help`` lists every backend's options) does
+not load torch.
 """
 
 from __future__ import annotations
 
-import torch
+from functools import cache
 
 #: two gradient entries closer than this are equal: the Frank–Wolfe vertex stays put, or
 #: the step is ambiguous (the weights' gaps are at least gamma; model files record it)
@@ -33,41 +37,59 @@ class AmbiguousStep(RuntimeError):
     ((10), (18)) were violated."""
 
 
-class ConditionalGradient(torch.optim.Optimizer):
-    """``torch.optim`` optimizer for (3): param groups with ``kind="simplex"`` take the
-    Frank–Wolfe vertex step, groups with ``kind="gd"`` take ``p -= lr * grad``."""
+@cache
+def _optimizer_class() -> type:
+    """:class:`ConditionalGradient`, a ``torch.optim.Optimizer`` (torch loads here)."""
+    import torch
 
-    def __init__(self, params, tol: float = FW_TOL):
-        super().__init__(params, {"kind": "gd", "lr": 1.0})
-        for g in self.param_groups:
-            if g["kind"] not in ("simplex", "gd"):
-                raise ValueError(f"param group kind must be 'simplex' or 'gd', not {g['kind']!r}")
-        self.tol = tol
-        self.last_vertex: dict[int, int] = {}
+    class ConditionalGradient(torch.optim.Optimizer):
+        """``torch.optim`` optimizer for (3): param groups with ``kind="simplex"`` take the
+        Frank–Wolfe vertex step, groups with ``kind="gd"`` take ``p -= lr * grad``."""
 
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: D102 - see the class docstring
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for g in self.param_groups:
-            for p in g["params"]:
-                grad = torch.zeros_like(p) if p.grad is None else p.grad
-                if g["kind"] == "gd":
-                    p.sub_(g["lr"] * grad)
-                    continue
-                v = int(torch.argmax(p))
-                best = float(grad.min())
-                if float(grad[v]) <= best + self.tol:
-                    u = v
-                else:
-                    cand = torch.nonzero(grad <= best + self.tol).flatten()
-                    if cand.numel() != 1:
-                        raise AmbiguousStep(f"conditional-gradient vertex is not unique: "
-                                            f"{cand.tolist()[:5]} tie at derivative {best:.6g}")
-                    u = int(cand[0])
-                p.zero_()
-                p[u] = 1.0
-                self.last_vertex[id(p)] = u
-        return loss
+        def __init__(self, params, tol: float = FW_TOL):
+            super().__init__(params, {"kind": "gd", "lr": 1.0})
+            for g in self.param_groups:
+                if g["kind"] not in ("simplex", "gd"):
+                    raise ValueError(f"param group kind must be 'simplex' or 'gd', not {g['kind']!r}")
+            self.tol = tol
+            self.last_vertex: dict[int, int] = {}
+
+        @torch.no_grad()
+        def step(self, closure=None):  # noqa: D102 - see the class docstring
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for g in self.param_groups:
+                for p in g["params"]:
+                    grad = torch.zeros_like(p) if p.grad is None else p.grad
+                    if g["kind"] == "gd":
+                        p.sub_(g["lr"] * grad)
+                        continue
+                    v = int(torch.argmax(p))
+                    best = float(grad.min())
+                    if float(grad[v]) <= best + self.tol:
+                        u = v
+                    else:
+                        cand = torch.nonzero(grad <= best + self.tol).flatten()
+                        if cand.numel() != 1:
+                            raise AmbiguousStep(f"conditional-gradient vertex is not unique: "
+                                                f"{cand.tolist()[:5]} tie at derivative {best:.6g}")
+                        u = int(cand[0])
+                    p.zero_()
+                    p[u] = 1.0
+                    self.last_vertex[id(p)] = u
+            return loss
+
+    return ConditionalGradient
+
+
+def __getattr__(name: str):
+    if name == "ConditionalGradient":
+        return _optimizer_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def conditional_gradient(params, tol: float = FW_TOL):
+    """A :class:`ConditionalGradient` over ``params`` (param groups, see the class)."""
+    return _optimizer_class()(params, tol)

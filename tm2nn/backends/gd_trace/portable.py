@@ -15,8 +15,8 @@ read off the objects tm2nn itself runs, never restated:
   configuration (:meth:`TapeSimplex.decode <.tape_simplex.TapeSimplex.decode>`) and how
   that maps back to the source (:meth:`WelperLowering.source_trace
   <tm2nn.passes.welper_form.WelperLowering.source_trace>`);
-* :func:`decoding`: the manifest's ``decoding`` (:meth:`Backend.decoding
-  <tm2nn.backends.base.Backend.decoding>`), each run-report field in words, naming the
+* :func:`decoding`: the manifest's ``decoding`` (the codec's ``describe``), each
+  run-report field in words, naming the
   dimensions it reads.
 """
 

@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import product
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from tm2nn.emit.torch_emit import to_torch
+from tm2nn import emit
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.multitape import MConfig, MultiTapeMachine
 from tm2nn.nets import (
@@ -57,8 +57,11 @@ from tm2nn.nets import (
 from tm2nn.options import OptionError
 
 from .lagrange import ell_v_all
-from .optimizer import ConditionalGradient
+from .optimizer import conditional_gradient
 from .options import DEFAULT_MAX_DIM
+
+if TYPE_CHECKING:
+    import torch
 
 MU = 0.25
 #: the label of simplex vertex ``([q, r], t)``: ``t`` the symbols under the heads, tape 0
@@ -92,6 +95,8 @@ def lbar_all(x: torch.Tensor) -> torch.Tensor:
     only kink met at a vertex is at ``e_u``, ``u`` not in ``{v, w}``, where ``Q = 0`` on
     all of ``S_u^{1/4}`` and torch's ``relu'(0) = 0`` gives that zero gradient.
     """
+    import torch
+
     m = x.shape[-1]
     s = x.sum()
     lv = ell_v_all(x, MU)
@@ -456,16 +461,19 @@ class Tracer44:
     """Runs (22) on the emitted torch module of :attr:`TapeSimplex.net` (float64), or on
     ``module``, a module of that net (a compiled model's, with its own weights)."""
 
-    def __init__(self, ts: TapeSimplex, tapes, dtype=torch.float64, module=None):
+    def __init__(self, ts: TapeSimplex, tapes, dtype=None, module=None):
+        import torch
+
+        dtype = torch.float64 if dtype is None else dtype
         self.ts = ts
-        self.module = to_torch(ts.net, dtype) if module is None else module
+        self.module = emit.to_torch(ts.net, dtype) if module is None else module
         st = ts.start(tapes)
         with torch.no_grad():
             for k in ("s", "T", "H"):
                 self.module.op(k).value.copy_(torch.from_numpy(st[k]))
         self.ro = torch.from_numpy(st["ro"]).to(dtype)[None, :]
         g = ts.gamma
-        self.opt = ConditionalGradient([
+        self.opt = conditional_gradient([
             {"params": [self.module.op("s").value], "kind": "simplex"},
             {"params": [self.module.op("T").value, self.module.op("H").value], "kind": "gd", "lr": 1.0 / g},
         ])
@@ -477,6 +485,8 @@ class Tracer44:
         return self.module(self.ro)[0, 0]
 
     def loss_value(self) -> float:
+        import torch
+
         with torch.no_grad():
             return float(self.loss())
 

@@ -135,7 +135,7 @@ def decode_table(chain, code: CellCode, n_digits: int, tolerance: float) -> dict
 
 
 def description(compiled) -> dict:
-    """The manifest's ``decoding`` (:meth:`tm2nn.backends.base.Backend.decoding`): every
+    """The manifest's ``decoding`` (the codec's ``describe``): every
     report field reads the ``states`` output's one dimension, the cell value, through the
     decode table (:func:`decode_table`), which the rules name as
     ``encodings.output.decode``."""

@@ -97,7 +97,7 @@ class LayeredEngine:
 
 def runner(compiled, engine: str):
     """The array runner of ``--engine fused`` / ``fused-float`` for a compiled relu-circuit
-    model (:meth:`tm2nn.backends.base.Backend.array_runner`): the engine is built from the
+    model (the backend's ``fused`` factory): the engine is built from the
     model's net once, on the first call (``Compiled.check_engine`` has refused a model
     whose weights are not that net's)."""
     mode = MODES[engine]

@@ -223,7 +223,7 @@ class Horizon:
 
 def description(enc: dict, net) -> dict:
     """How :class:`TraceDecoder` reads each report field from the net's dimensions, for a
-    model's manifest (:meth:`tm2nn.backends.base.Backend.decoding`): every field reads
+    model's manifest (the codec's ``describe``): every field reads
     the tap groups of the Decode op's output (one row per decoder step, row i = o_i in
     Wei, Chen & Ma's form (C.2), plus the written symbol u_i of Lemma C.1), listed by
     the layout's labels in the order the decoder slices them (``Layout.tap_indices``);

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.transformer.runtime import encode_tokens, torch_runner
-from tm2nn.emit.torch_seq import record_attention
 
 
 def attention_weights(compiled, text: str) -> dict[str, list[np.ndarray]]:
     """Op name -> one weight vector ``[1 + n]`` (null first) per decoder step, for every
     self-attention op of the decoder (the binary search)."""
+    from tm2nn.emit.torch_seq import record_attention  # loads torch: not when the CLI starts
+
     with record_attention() as rec:
         torch_runner(compiled.net)(encode_tokens(compiled.input_encoding, [text]))
     steps = max(len(v) for v in rec.values())
