@@ -1,7 +1,7 @@
 """The registry of elementwise activations that an :class:`~tm2nn.nets.ops.Activation` op
 may name (``fn``).  Each entry has three implementations of one formula:
 
-* ``numpy(x)``  -- float64 reference (what ``tests/test_emit.py``'s ``np_eval`` uses);
+* ``numpy(x)``  -- float64 reference (what ``tests/core/emit/test_emit.py``'s ``np_eval`` uses);
 * ``torch(x)``  -- any float dtype; autograd must give the entry's derivative (written
   with Abs/Sign/Where/Clamp/Sigmoid/Pow only where a function is piecewise, so the
   gradient of every flat piece is exactly 0 and of a monomial piece exactly its closed

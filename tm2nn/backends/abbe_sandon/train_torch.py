@@ -19,7 +19,7 @@ parameters SGD was given, and the fixed carries -- is bitwise unchanged (Lemma 1
 leaves the gates alone).  The first mismatch stops training.
 
 Export: :func:`learn` hands the net before and after training (the module's weights
-written back, :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) to its caller, which
+written back, :meth:`~tm2nn.emit.torch_net.NetModule.to_net`) to its caller, which
 saves it as any model (:meth:`tm2nn.handle.Compiled.save`).
 """
 
@@ -213,7 +213,7 @@ def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
           k: int | None = None) -> dict:
     """:func:`.train.learn` with the float64 engine (same dict).  ``snapshots(ir, net,
     steps, memory)`` receives the net (with the module's weights,
-    :meth:`~tm2nn.emit.torch_emit.NetModule.to_net`) before and after training."""
+    :meth:`~tm2nn.emit.torch_net.NetModule.to_net`) before and after training."""
     ir = build_ir_net(lr, k)
     eng = TorchEngine(ir)
     T = len(xs)
