@@ -20,9 +20,8 @@ import numpy as np
 from tm2nn import backends
 from tm2nn.backends.protocol import DENSE, Backend, Model, model_fields
 from tm2nn.errors import Tm2nnError
-from tm2nn.ir import Machine
 from tm2nn.options import OptionError
-from tm2nn.syntax import dump
+from tm2nn.syntax import native_text
 from tm2nn.verify.check import DEFAULT_BUDGET, divergences, verify_compiled
 
 
@@ -55,7 +54,7 @@ class Compiled(Model):
         """The source as tm2nn text (what a model file records and, without a source file,
         what its hash is of): written once per model, a second for a 10^6-gate circuit."""
         if "source_text" not in self._cache:
-            self._cache["source_text"] = dump(self.source, "tm" if isinstance(self.source, Machine) else "circ")
+            self._cache["source_text"] = native_text(self.source)
         return self._cache["source_text"]
 
     # -- views -----------------------------------------------------------------------------

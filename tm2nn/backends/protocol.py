@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 
 from tm2nn.codec import describe_bits, encode_bits, run_bits
 from tm2nn.errors import Tm2nnError
-from tm2nn.options import NoOptions, make, to_dict
+from tm2nn.options import make, to_dict
 
 #: the engines every backend's network runs on (dense: the emitted torch module and ONNX model)
 DENSE = ("torch", "onnxruntime")
@@ -272,7 +272,7 @@ class Backend:
         return make(self.Options, values, f"the {self.name} backend")
 
     def learn_options(self, **values):
-        """The validated learn options (``trainer`` must be set: see :meth:`trains`)."""
+        """The validated learn options (of a backend with a ``trainer``)."""
         return make(self.trainer.Options, values, f"learning with the {self.name} backend")
 
     def check_source(self, ir) -> None:
@@ -301,4 +301,4 @@ class Backend:
 
 
 __all__ = ["ANALYSES", "BITS", "DENSE", "Backend", "Codec", "Example", "Learned", "Model", "Stepping", "Table", "Trainer",
-           "model_fields", "NoOptions"]
+           "model_fields"]

@@ -22,15 +22,7 @@ from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, Machine
 from tm2nn.nets import Affine, Net, Param, SparseMatrix
-from tm2nn.syntax import dump
-
-
-def source_format(ir) -> str:
-    return "tm" if isinstance(ir, Machine) else "circ"
-
-
-def source_text(ir) -> str:
-    return dump(ir, source_format(ir))
+from tm2nn.syntax import native_format, native_text
 
 
 def source_tables(ir) -> dict:
@@ -155,7 +147,7 @@ def metadata(compiled, net=None) -> dict[str, str]:
     text are used when ``compiled`` is one."""
     net = net_of(compiled) if net is None else net
     info = compiled.info() if hasattr(compiled, "info") else model_info(compiled)
-    text = compiled.source_text() if hasattr(compiled, "source_text") else source_text(compiled.source)
+    text = compiled.source_text() if hasattr(compiled, "source_text") else native_text(compiled.source)
     meta = {
         **{k: str(v) for k, v in net.metadata.items()},
         "tm2nn.version": __version__,
@@ -163,7 +155,7 @@ def metadata(compiled, net=None) -> dict[str, str]:
         "tm2nn.source_sha256": compiled.source_sha256 or hashlib.sha256(text.encode()).hexdigest(),
         "tm2nn.source_name": compiled.source.name,
         "tm2nn.source": text,
-        "tm2nn.source_format": source_format(compiled.source),
+        "tm2nn.source_format": native_format(compiled.source),
         "tm2nn.input_encoding": json.dumps(compiled.input_encoding, sort_keys=True),
         "tm2nn.output_encoding": json.dumps(compiled.output_encoding, sort_keys=True),
         "tm2nn.tables": json.dumps(source_tables(compiled.source), sort_keys=True),

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tm2nn.errors import Tm2nnError
-from tm2nn.ir import Circuit, Learner, NoisyLearner
+from tm2nn.ir import Circuit, Learner, Machine, NoisyLearner
 from tm2nn.options import OptionError
 from tm2nn.source import SourceText
 
@@ -144,6 +144,17 @@ def load(path: str | Path, fmt: str | None = None, name: str | None = None):
     multi-item file).  A ``.circ`` file with a ``learner`` block lists its learners
     first, so without ``name`` this returns the (first) learner."""
     return select(load_all(path, fmt), name, str(path))
+
+
+def native_format(ir) -> str:
+    """tm2nn's own format for ``ir``: ``tm`` for machines, ``circ`` for circuits and learners
+    (what a model file records its source in)."""
+    return "tm" if isinstance(ir, Machine) else "circ"
+
+
+def native_text(ir) -> str:
+    """``ir`` written in tm2nn's own format (:func:`native_format`)."""
+    return dump(ir, native_format(ir))
 
 
 def dump(obj, fmt: str) -> str:
