@@ -12,6 +12,7 @@ import bench_abbe_sandon  # noqa: E402
 import bench_api  # noqa: E402
 import bench_gd_trace  # noqa: E402
 import bench_interp  # noqa: E402
+import bench_layout  # noqa: E402
 import bench_long_run  # noqa: E402
 import bench_margin_study  # noqa: E402
 import bench_parse  # noqa: E402
@@ -34,7 +35,7 @@ def main() -> int:
             + bench_abbe_sandon.main(sys.argv[1:])
             + bench_separation.main(["--quick"])  # the full table: docs/benchmarks.md, "Separation"
             + bench_gd_trace.main(sys.argv[1:])
-            + bench_api.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
+            + bench_api.main(sys.argv[1:]) + bench_layout.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
             + bench_margin_study.main(sys.argv[1:])
             + bench_sweep.main(["--quick"]))  # the whole bb corpus: bench/bench_sweep.py alone
     out = Path(__file__).resolve().parent / "results"
