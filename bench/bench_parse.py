@@ -140,8 +140,8 @@ def bench_fallback(paths: dict[str, Path], gates: int) -> list[dict]:
 
 def _estimate(path: Path) -> dict:
     from tm2nn.backends.relu_circuit.estimate import net_size
+    from tm2nn.ir.levels import layer_widths
     from tm2nn.passes.basis import to_basis
-    from tm2nn.passes.layering import layer_widths
     from tm2nn.syntax import load
 
     b = to_basis(load(path))

@@ -14,10 +14,10 @@ copies it carries (in the order of the signals: the inputs, then the gates in
 topological order).  Gates that no output depends on are dropped.
 
 **How.**  The pass works on signal numbers (the inputs, then the gates in topological
-order).  :func:`layering` finds each signal's level and how far it must be carried,
-in one pass over the gates and a few numpy passes, and counts the layers without
-building them; :func:`layer_widths` (the memory estimate of the relu-circuit backend,
-before anything is built) and :func:`layer_circuit` share it.  A
+order).  :func:`tm2nn.ir.levels.layering` finds each signal's level and how far it must
+be carried, in one pass over the gates and a few numpy passes, and counts the layers
+without building them; :func:`tm2nn.ir.levels.layer_widths` (the memory estimate of the
+relu-circuit backend, before anything is built) and :func:`layer_circuit` share it.  A
 :class:`LayeredCircuit` keeps each layer as arrays (:class:`Layer`: the unit names,
 the op of each unit and the positions it reads in the layer before), which is what
 the relu-circuit backend builds its matrices from; :attr:`LayeredCircuit.layers` gives
@@ -33,7 +33,7 @@ from functools import cached_property
 import numpy as np
 
 from tm2nn.ir.circuit import Circuit, Gate
-from tm2nn.ir.levels import BUF, OP_CODE, Layering, csr_rows, layer_widths, layering  # noqa: F401 (re-exported)
+from tm2nn.ir.levels import BUF, Layering, csr_rows, layering
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,7 +31,8 @@ from tests.strategies import circuits
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, random_inputs
 from tm2nn.ir import Circuit, Gate
-from tm2nn.passes.layering import layer_circuit, layer_widths
+from tm2nn.ir.levels import layer_widths
+from tm2nn.passes.layering import layer_circuit
 from tm2nn.source import SourceText
 from tm2nn.syntax import circuit_dsl, dump, parse_text
 from tm2nn.syntax.circuit_dsl import port_name, signal_name

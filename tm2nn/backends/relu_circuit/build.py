@@ -23,9 +23,10 @@ from tm2nn.backends.relu_circuit.unroll import unroll
 from tm2nn.errors import Tm2nnError
 from tm2nn.gc_pause import gc_paused
 from tm2nn.ir import Circuit, GridMachine
+from tm2nn.ir.levels import layering
 from tm2nn.options import OptionError
 from tm2nn.passes.basis import to_basis
-from tm2nn.passes.layering import layer_circuit, layering
+from tm2nn.passes.layering import layer_circuit
 
 NAME = "relu-circuit"
 

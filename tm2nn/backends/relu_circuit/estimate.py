@@ -5,7 +5,7 @@ Prop. 3.4 correction after every layer but the last), so what it costs is set by
 layer widths after layering, not by the gate count: a layer's width is the number of
 signals live across it, carried copies included.  A chain of n gates that each read
 a new input has width 1 as a circuit but keeps input k live for about k layers, so its
-net has ~n²/2 units.  :func:`~tm2nn.passes.layering.layer_widths` counts the widths in
+net has ~n²/2 units.  :func:`~tm2nn.ir.levels.layer_widths` counts the widths in
 time linear in the gates, without making the copies, so the estimate is cheap even
 when the net would not fit.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from tm2nn.emit import affine_form
+from tm2nn.ir.levels import layering
 from tm2nn.limits import check_memory
-from tm2nn.passes.layering import layering
 
 #: Measured: the peak RSS of ``tm2nn compile FILE.bench -o out.onnx`` (relu-circuit,
 #: corrections on) minus 57 MB (the same for a 1-gate circuit: interpreter and imports,
@@ -121,7 +121,7 @@ def check_net_memory(basis, *, corrections: bool = True, pm_one_output: bool = F
     """Refuse, before layering, a net estimated over the memory limit
     (:func:`tm2nn.limits.check_memory`, ``--max-memory``); ``basis`` is the circuit after
     :func:`~tm2nn.passes.basis.to_basis`, ``plan`` its
-    :func:`~tm2nn.passes.layering.layering` when the caller has it (the layer widths are
+    :func:`~tm2nn.ir.levels.layering` when the caller has it (the layer widths are
     counted from it, and :func:`~tm2nn.passes.layering.layer_circuit` reuses it).  Returns
     the size."""
     widths = (layering(basis) if plan is None else plan).widths

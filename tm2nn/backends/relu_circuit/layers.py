@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tm2nn.ir.circuit import OPS
+from tm2nn.ir.levels import csr_rows
 from tm2nn.nets import Affine, Net, NetIRError, Op, Port, ReLU, Slice, Space, SparseMatrix
 from tm2nn.nets.round import round_correction
-from tm2nn.passes.layering import LayeredCircuit, csr_rows
+from tm2nn.passes.layering import LayeredCircuit
 
 CITE_W1 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: first layer W1 h + b1"
 CITE_W2 = "Wei, Chen & Ma, Lemma B.1 / Prop. B.2: second layer W2 a + b2 (W2 diagonal, entries in {-1,0,1})"
