@@ -13,8 +13,10 @@ import sys
 
 from ..import_graph import PACKAGE, circles, imports, package_of
 
-#: the packages below the backends: none of them may import tm2nn.backends
-CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify")
+#: the packages below the backends (and the foundation's modules): none may import tm2nn.backends
+CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines")
+FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.options", "tm2nn.report",
+              "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version")
 #: what a backend must never import: the handle, the model files, the API and the faces
 ABOVE_BACKENDS = ("tm2nn.handle", "tm2nn.modelfile", "tm2nn.api", "tm2nn.compiler", "tm2nn.cli", "tm2nn.demo",
                   "tm2nn.sweep", "tm2nn.viz", "tm2nn.lint", "tm2nn.flags", "tm2nn.console")
@@ -54,7 +56,13 @@ def test_no_circle_of_files():
 
 
 def test_no_core_module_imports_a_backend():
-    up = [e for e in EDGES if package_of(e.source) in CORE and package_of(e.target) == "backends"]
+    up = [e for e in EDGES if (package_of(e.source) in CORE or e.source in FOUNDATION)
+          and package_of(e.target) == "backends"]
+    assert not up, _where(up)
+
+
+def test_the_foundation_imports_only_the_foundation():
+    up = [e for e in EDGES if e.source in FOUNDATION and e.target not in FOUNDATION]
     assert not up, _where(up)
 
 
