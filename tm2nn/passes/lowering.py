@@ -31,6 +31,7 @@ from typing import Iterable
 
 import numpy as np
 
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import RunResult, Trace, configurations
 from tm2nn.ir.machine import GridMachine, Machine
 
@@ -166,20 +167,33 @@ def _build(m: Machine, text: str, mp: Mapped, max_steps: int | None) -> RunResul
     return res
 
 
+def _check_only_head_written(k: int, head, before: dict, after: dict, blank: str) -> None:
+    for cell in before.keys() | after.keys():
+        if cell != head and before.get(cell, blank) != after.get(cell, blank):
+            raise Tm2nnError(f"step {k}: the decoded tape changed at cell {cell} ({before.get(cell, blank)!r} -> "
+                             f"{after.get(cell, blank)!r}), away from the head at {head}: no run of the machine")
+
+
 def result_from_configurations(m: Machine, text: str, configs: Iterable, halted: bool) -> RunResult:
     """A :class:`RunResult` with trace from configurations ``(step, state, head, cells)``,
     steps 0, 1, 2, ... (as :func:`~tm2nn.interp.machine.configurations` yields them, or as
     a backend decodes them): step k's written cell is the one under the head after step
-    k-1.  ``halted`` says whether the last configuration is a halted one."""
+    k-1.  ``halted`` says whether the last configuration is a halted one.
+
+    A step writes only the cell under the head, so a decoded configuration whose tape
+    changed anywhere else is no run of ``m``: a :class:`~tm2nn.errors.Tm2nnError` names the
+    step and the cell (the trace records the head's cell only, and would hide it)."""
     grid = isinstance(m, GridMachine)
     blank = m.blank
     tr = Trace()
     it = iter(configs)
     _k, state, head, cells = next(it)
-    prev_head, under = head, cells.get(head, blank)
+    prev_head, under, before = head, cells.get(head, blank), dict(cells)
     steps = 0
-    for _k, state, head, cells in it:
+    for k, state, head, cells in it:
         p = prev_head
+        _check_only_head_written(k, p, before, cells, blank)
+        before = dict(cells)  # configurations() may update one dict in place
         tr.read.append(m.symbol_index[under])
         tr.write.append(m.symbol_index[cells.get(p, blank)])
         tr.state.append(m.state_index[state])
