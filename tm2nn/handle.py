@@ -220,10 +220,7 @@ class Compiled(Model):
             return self.recorded_info
         net, info = self._cache.get("info", (None, None))
         if net is not self.net:  # computed once per net (a replaced net is measured again)
-            sizes = self.net_info if self.net_info is not None and net is None else None
-            if sizes is None:
-                sizes = {k: v for k, v in self.net.info().items() if k != "widths"}
-            info = {"backend": self.backend, "info": sizes, "bounds": self.spec.info_rows(self)}
+            info = backends.model_info(self, self.net_info if net is None else None)
             self._cache["info"] = (self.net, info)
         return info
 

@@ -43,6 +43,15 @@ def get(name: str):
     return _loaded[module]
 
 
+def model_info(model, sizes: dict | None = None) -> dict:
+    """``{"backend", "info", "bounds"}`` of a model: the network's sizes (``sizes`` when
+    measured already, else :meth:`tm2nn.nets.Net.info` without its widths) and its
+    backend's rows next to the paper's bounds."""
+    if sizes is None:
+        sizes = {k: v for k, v in model.net.info().items() if k != "widths"}
+    return {"backend": model.backend, "info": sizes, "bounds": get(model.backend).info_rows(model)}
+
+
 def all() -> list:  # noqa: A001 - the registry's own vocabulary
     return [get(n) for n in names()]
 

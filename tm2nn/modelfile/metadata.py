@@ -132,21 +132,12 @@ def net_of(model):
     return torch_module(model).to_net()
 
 
-def model_info(model, net_info: dict | None = None) -> dict:
-    """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`,
-    or ``net_info`` when measured already) and the backend's rows next to the paper's."""
-    info = net_info if net_info is not None else model.net_info
-    if info is None:
-        info = {k: v for k, v in model.net.info().items() if k != "widths"}
-    return {"backend": model.backend, "info": info, "bounds": backends.get(model.backend).info_rows(model)}
-
-
 def metadata(compiled, net=None) -> dict[str, str]:
     """ARCHITECTURE.md's ``metadata_props`` for a model (see the module doc); ``net`` is
     :func:`net_of` when the caller has it already.  The handle's cached info and source
     text are used when ``compiled`` is one."""
     net = net_of(compiled) if net is None else net
-    info = compiled.info() if hasattr(compiled, "info") else model_info(compiled)
+    info = compiled.info() if hasattr(compiled, "info") else backends.model_info(compiled, compiled.net_info)
     text = compiled.source_text() if hasattr(compiled, "source_text") else native_text(compiled.source)
     meta = {
         **{k: str(v) for k, v in net.metadata.items()},
