@@ -16,7 +16,8 @@ from ..import_graph import PACKAGE, circles, imports, package_of
 #: the packages below the backends (and the foundation's modules): none may import tm2nn.backends
 CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines")
 FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.options", "tm2nn.report",
-              "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version")
+              "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version",
+              "tm2nn.devices")
 #: what a backend must never import: the handle, the model files, the API and the faces
 ABOVE_BACKENDS = ("tm2nn.handle", "tm2nn.modelfile", "tm2nn.api", "tm2nn.compiler", "tm2nn.cli", "tm2nn.demo",
                   "tm2nn.sweep", "tm2nn.viz", "tm2nn.lint", "tm2nn.flags", "tm2nn.console")
