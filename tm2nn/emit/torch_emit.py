@@ -24,9 +24,11 @@ from tm2nn.emit.torch_seq import DecodeModule
 from tm2nn.nets import Net
 
 
-def to_torch(net: Net, dtype: torch.dtype = torch.float32) -> NetModule:
-    """Emit ``net`` as a :class:`NetModule` whose weights have ``dtype``."""
-    return NetModule(net, dtype)
+def to_torch(net: Net, dtype: torch.dtype = torch.float32, device=None) -> NetModule:
+    """Emit ``net`` as a :class:`NetModule` whose weights have ``dtype`` (computed from the
+    IR's float64 values, so exact in ``dtype``), on ``device`` (default: the CPU)."""
+    module = NetModule(net, dtype)
+    return module if device is None else module.to(device)
 
 
 def _module_dtype(module: nn.Module) -> torch.dtype:
@@ -36,6 +38,13 @@ def _module_dtype(module: nn.Module) -> torch.dtype:
         if t.is_floating_point():
             return t.dtype
     return torch.float32
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of a module's tensors (the CPU for a module without any)."""
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -55,12 +64,14 @@ def loop_progress(module: nn.Module, progress):
 
 def run_torch(net_or_module: Net | nn.Module, *arrays, batch_size: int = 4096):
     """Run numpy ``[n, width]`` arrays through the module (emitted in float32 if given a
-    Net) under ``no_grad``, ``batch_size`` rows at a time.  Returns a numpy array, or a
-    tuple of them when the net has several outputs."""
+    Net) under ``no_grad``, ``batch_size`` rows at a time, on the module's device (the
+    batches are moved there and the outputs back).  Returns a numpy array, or a tuple of
+    them when the net has several outputs."""
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     module = to_torch(net_or_module) if isinstance(net_or_module, Net) else net_or_module
     dtype = _module_dtype(module)
+    device = module_device(module)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     arrs = [np.asarray(a) for a in arrays]
     lengths = {a.shape[0] if a.ndim else -1 for a in arrs}
@@ -70,7 +81,8 @@ def run_torch(net_or_module: Net | nn.Module, *arrays, batch_size: int = 4096):
     chunks: list[list[np.ndarray]] = []
     with torch.no_grad():
         for s in range(0, max(n, 1), batch_size):
-            xs = [torch.from_numpy(np.ascontiguousarray(a[s:s + batch_size], dtype=np_dtype)) for a in arrs]
+            xs = [torch.from_numpy(np.ascontiguousarray(a[s:s + batch_size], dtype=np_dtype)).to(device)
+                  for a in arrs]
             y = module(*xs)
             ys = (y,) if isinstance(y, torch.Tensor) else tuple(y)
             chunks.append([t.detach().cpu().numpy() for t in ys])
