@@ -19,10 +19,10 @@ demo: $(STAMP)
 	$(VENV)/bin/tm2nn demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m 'not slow'
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'not slow'
 
 fuzz: $(STAMP)
 	TM2NN_FUZZ=long $(PY) -m pytest -q -n 2 -k long tests/core/cli/test_fuzz_flags.py tests/core/syntax/test_fuzz_parsers.py tests/core/modelfile/test_fuzz_models.py

@@ -8,6 +8,7 @@ writes, and for the transformer the sha256 of its ONNX outputs on every example 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ def examples() -> list[Path]:
     return sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".tm", ".circ"))
 
 
+@functools.cache  # shared with the device and gradient tests (one xdist group: one compile)
 def compile_example(backend: str, path: Path):
     opts = dict(OPTIONS[backend])
     if path.suffix == ".tm":
@@ -80,6 +82,7 @@ def measure() -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("examples")
 def test_every_example_compiles_to_the_pinned_network():
     got = measure()
     if os.environ.get("TM2NN_REPIN"):

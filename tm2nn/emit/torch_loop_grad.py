@@ -77,7 +77,7 @@ def run_checkpointed(step, x: torch.Tensor, trips: int, until_fixed: bool, progr
         y = x0
         for k in range(1, n + 1):
             z = step(y)
-            if until_fixed and torch.equal(z, y):
+            if until_fixed and not z.is_meta and torch.equal(z, y):
                 return z, k, True
             y = z
         return y, n, False

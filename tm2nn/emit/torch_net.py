@@ -255,6 +255,39 @@ class OpModule(nn.Module):
     def _invalidate(self) -> None:
         self._rt = self._rt_key = None
 
+    # -- moving ----------------------------------------------------------------------------
+    def _apply(self, fn, recurse: bool = True):
+        """``.to(device)``, ``.to(dtype)``, ``.double()``, ``.half()``: torch moves the
+        Parameters and buffers (every tensor a module reads is one, see
+        :func:`hidden_tensors`); the cached runtime form is dropped and rebuilt there.  A
+        tensor whose dtype changed gets the construction's values rounded once into the new
+        dtype (:meth:`_recast`), so ``module.double()`` is exact like ``to_torch(net,
+        torch.float64)`` rather than float32-rounded."""
+        before = {n: p.dtype for n, p in self._parameters.items() if p is not None}
+        out = super()._apply(fn, recurse)
+        self._invalidate()
+        for name, p in self._parameters.items():
+            if name in self._shapes and p.dtype != before.get(name) and p.is_floating_point() \
+                    and p.device.type != "meta":
+                self._recast(name, before[name])
+        return out
+
+    def _recast(self, name: str, old: torch.dtype) -> None:
+        """Entries of tensor ``name`` that hold the construction's value as ``old`` rounds
+        it take the construction's float64 value rounded to the new dtype; trained or edited
+        entries keep the cast value."""
+        p = self._parameters[name]
+        ref = self.ir_op.tensors()[name]
+        ref = _flat_entries(ref)[0] if self._packed[name] else _dense_np(ref).reshape(-1)
+        ref = torch.from_numpy(np.ascontiguousarray(ref, dtype=np.float64))
+        cur = p.detach().reshape(-1).to("cpu", torch.float64)
+        if ref.shape != cur.shape:  # a trained module with another pattern: nothing to restore
+            return
+        same = ref.to(old).to(torch.float64) == cur
+        if bool(same.any()):
+            with torch.no_grad():
+                p.copy_(torch.where(same, ref, cur).to(p.dtype).view(p.shape))
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_rt"] = state["_rt_key"] = None  # caches are rebuilt, never saved or copied
@@ -323,6 +356,39 @@ class OpModule(nn.Module):
         if not self.cite:
             return s
         return f"{s}, cite={self.cite!r}" if s else f"cite={self.cite!r}"
+
+
+# -- every tensor moves ---------------------------------------------------------------------
+#: Attributes that may hold tensors outside the Parameters and buffers: the cached runtime
+#: form, derived from the Parameters and dropped on every move (:meth:`OpModule._apply`).
+CACHE_ATTRIBUTES = frozenset({"_rt", "_rt_key"})
+
+
+def hidden_tensors(module: nn.Module) -> list[str]:
+    """Every tensor a module or its submodules hold outside their Parameters, buffers and
+    caches (in attributes, dicts, lists or tuples), as ``"path.attr"``: what ``.to()``
+    would leave behind.  An emitted module has none (tests/core/emit/test_devices.py)."""
+    found: list[str] = []
+    own = {id(vars(m)) for m in module.modules()}  # a plan's reference to a module's own dict
+
+    def walk(value, where: str, depth: int) -> None:
+        if id(value) in own:
+            return
+        if isinstance(value, torch.Tensor):
+            found.append(where)
+        elif depth < 4 and isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{where}[{k!r}]", depth + 1)
+        elif depth < 4 and isinstance(value, (list, tuple, set, frozenset)):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]", depth + 1)
+
+    for path, mod in module.named_modules():
+        for attr, value in vars(mod).items():
+            if attr in ("_parameters", "_buffers", "_modules") or attr in CACHE_ATTRIBUTES:
+                continue
+            walk(value, f"{path + '.' if path else ''}{attr}", 0)
+    return found
 
 
 # -- the table: op type -> module class ----------------------------------------------------
@@ -471,13 +537,14 @@ class NetModule(nn.Module):
             raise TypeError(f"net {self.net_name!r} takes {len(self.input_names)} input(s) "
                             f"{list(self.input_names)}, got {len(inputs)}")
         xs = []
+        device = self._dtype_probe.device
         for name, width, kind, x in zip(self.input_names, self.input_widths, self.input_kinds, inputs):
-            if not isinstance(x, torch.Tensor):
-                x = torch.as_tensor(x)
+            # inputs come to the module's device and dtype (numpy arrays, CPU tensors)
+            x = torch.as_tensor(x).to(device)
             if kind == "tokens":
                 if x.dim() != 2 or x.is_floating_point():
                     raise ValueError(f"input {name!r}: expected integer token ids [batch, length], got {x.dtype} {list(x.shape)}")
-                if x.numel() and (int(x.min()) < 0 or int(x.max()) >= width):
+                if x.numel() and x.device.type != "meta" and (int(x.min()) < 0 or int(x.max()) >= width):
                     raise ValueError(f"input {name!r}: token ids must lie in [0, {width})")
                 xs.append(x.to(torch.int64))
                 continue
@@ -493,9 +560,7 @@ class NetModule(nn.Module):
                 continue
             if x.dim() != 2 or x.shape[1] != width:
                 raise ValueError(f"input {name!r}: expected shape [batch, {width}], got {list(x.shape)}")
-            if not x.is_floating_point():
-                x = x.to(self.dtype)
-            xs.append(x.t().contiguous())
+            xs.append(x.to(self.dtype).t().contiguous())
         return xs
 
     def _run_fm(self, xs, keep: bool = False, ctx: dict | None = None) -> list[torch.Tensor]:

@@ -55,6 +55,10 @@ class AffineModule(OpModule):
             ell_cols, _ = w.ell()
             self.k = ell_cols.shape[1]
             self.register_buffer("cols", torch.from_numpy(np.ascontiguousarray(ell_cols.T)), persistent=False)
+            # each stored entry's place in the [k, n_out] ELL weights (row r's j-th entry:
+            # j * n_out + r; the entries are in row-major order), fixed by the pattern
+            self.register_buffer("ell_slot", torch.from_numpy((w.ell_slots() * self.n_out + w.rows).astype(np.int64)),
+                                 persistent=False)
         elif self.form == "scatter":
             self.register_buffer("rows", torch.from_numpy(w.rows.astype(np.int64)), persistent=False)
             self.register_buffer("cols", torch.from_numpy(w.cols.astype(np.int64)), persistent=False)
@@ -88,10 +92,7 @@ class AffineModule(OpModule):
             d = vals.new_zeros(self.n_out).index_put_((flat // self.n_in,), vals)
             return (d.unsqueeze(1), b)
         if form == "ell":
-            rows = flat // self.n_in
-            counts = torch.bincount(rows, minlength=self.n_out)
-            slot = torch.arange(rows.numel(), device=rows.device) - (counts.cumsum(0) - counts)[rows]
-            w = vals.new_zeros(self.k * self.n_out).index_put_((slot * self.n_out + rows,), vals)
+            w = vals.new_zeros(self.k * self.n_out).index_put_((self._buffers["ell_slot"],), vals)
             w = w.view(self.k, self.n_out)
             cols = self._buffers["cols"]
             return (tuple(w[j].unsqueeze(1) for j in range(self.k)),
@@ -268,7 +269,7 @@ class LoopModule(OpModule):
                                     self.progress, tail=tail)
         for i in range(1, self.trips + 1):
             y = _net_fm(body, (x,))[0]
-            fixed = self.until_fixed and torch.equal(y, x)
+            fixed = self.until_fixed and not y.is_meta and torch.equal(y, x)  # meta: shapes only
             if fixed and grad and i < self.trips:  # the later trips' backward, exactly
                 if states is not None or not tail:
                     fixed = False  # a scan, or a body with its own gradients: run every trip

@@ -10,10 +10,12 @@ import contextlib
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from tm2nn import interrupt
 from tm2nn.emit import BULK_BATCH, STEP_BATCH
 from tm2nn.emit.torch_net import NetModule, OpModule, _batch_major, _fm, _net_fm, torch_emitter
+from tm2nn.limits import check_memory
 from tm2nn.nets import Attention, BinaryPositions, Decode, Embed
 from tm2nn.options import OptionError
 
@@ -46,7 +48,8 @@ class _History:
     buffer (a score is then one long row per coordinate: faster than ``[n, c]`` rows of
     a few floats), so appending step ``i`` is O(1) and attending is O(i)
     (ARCHITECTURE.md: earlier steps' representations never change).  Every
-    self-attention op over ``src`` reads it."""
+    self-attention op over ``src`` reads it.  Written in place: for runs without
+    gradients (:class:`_GradHistory` is the one autograd can differentiate)."""
 
     def __init__(self, cols: torch.Tensor, capacity: int, batch: int, dtype: torch.dtype) -> None:
         self.cols = cols
@@ -64,6 +67,28 @@ class _History:
             self.n += 1
             self.step = step
         return self.x[:, :, : self.n]
+
+
+class _GradHistory:
+    """The same history for a decode that autograd differentiates: no tensor is written
+    after it is read.  ``prior`` holds the columns ``[B, c]`` of the earlier steps (never
+    changed); a step's first :meth:`extend` stacks them with its own column into a fresh
+    ``[B, c, n]`` (O(i) a step, as the in-place history's reads are), which every op over
+    ``src`` in that step shares.  :attr:`new` is the step's column, which the decoder
+    appends to the next step's ``prior``: so one step is a pure function of its inputs and
+    ``prior``, and can be recomputed under checkpointing."""
+
+    def __init__(self, cols: torch.Tensor, prior: tuple) -> None:
+        self.cols = cols
+        self.prior = prior
+        self.new = None
+        self.x = None
+
+    def extend(self, src: torch.Tensor, step) -> torch.Tensor:
+        if self.x is None:
+            self.new = src.index_select(0, self.cols).t()                          # [B, c]
+            self.x = torch.stack((*self.prior, self.new), 2)
+        return self.x
 
 
 class _AttentionForm:
@@ -182,7 +207,7 @@ class AttentionModule(OpModule):
             if self.has_v:
                 win = (s == top).to(s.dtype) * live                                # [B, n]
                 n_items = win.sum(1, keepdim=True)
-            elif bool((a0 * live).any()):  # a tie between the null and the items: count them
+            elif s.is_meta or bool((a0 * live).any()):  # a tie between the null and the items: count them
                 win = None
                 n_items = (s == top).sum(1, keepdim=True).to(s.dtype) * live
             else:  # only the items' share matters, and it is 0 or 1: no O(n) count
@@ -287,9 +312,18 @@ class EmbedModule(OpModule):
 
 @torch_emitter(Decode)
 class DecodeModule(OpModule):
-    """The decoder loop (see :class:`tm2nn.nets.Decode`), incremental: one
-    :class:`_History` per attended body value (``Decode.histories()``), so step ``i``
-    costs O(i)."""
+    """The decoder loop (see :class:`tm2nn.nets.Decode`), incremental: one history per
+    attended body value (``Decode.histories()``; their columns are the buffers
+    ``history<k>``), so step ``i`` costs O(i).
+
+    Without gradients the histories are written in place (:class:`_History`).  When grad
+    is enabled and a weight or the memory requires grad, the decode is functional
+    (:class:`_GradHistory`): ``loss.backward()`` reaches every weight through all T steps.
+    Autograd then keeps every step's values and each step's stacked history, about
+    :meth:`backward_bytes`; the decode is refused up front when that is over the memory
+    limit (:func:`tm2nn.limits.check_memory`).  With :attr:`checkpoint` set each step is
+    recomputed in backward (``torch.utils.checkpoint``, the same operations on the same
+    values, so the same gradient) and only the steps' inputs and history columns are kept."""
 
     def __init__(self, op: Decode, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
@@ -299,16 +333,27 @@ class DecodeModule(OpModule):
         self.body = NetModule(op.body, dtype, STEP_BATCH)
         self._add_tensor("init", op.init, dtype)
         _add_positions(self, op.positions, dtype)
-        self.histories = {src: torch.from_numpy(cols) for src, cols in op.histories().items()}
+        #: the attended body values, in order; history ``k``'s columns are buffer ``history<k>``
+        self.history_sources = tuple(op.histories())
+        for k, cols in enumerate(op.histories().values()):
+            self.register_buffer(f"history{k}", torch.from_numpy(np.asarray(cols, dtype=np.int64)), persistent=False)
         for a in op.body.nodes:
             if isinstance(a, Attention) and a.is_self:
-                self.body.op(a.name).bind(self.histories[a.source].numpy())
+                self.body.op(a.name).bind(op.histories()[a.source])
         self.tap_width = len(op.body.spaces[op.body.outputs[1]])
+        self.width = len(op.body.spaces[op.body.outputs[0]])
         #: ``progress(i, steps)``, called about 100 times per decode (for progress bars).
         self.progress = None
+        #: Recompute each step in backward instead of keeping its values (see the class doc).
+        self.checkpoint = False
+
+    @property
+    def histories(self) -> dict[str, torch.Tensor]:
+        """Attended body value -> the columns its history keeps (on the module's device)."""
+        return {src: self._buffers[f"history{k}"] for k, src in enumerate(self.history_sources)}
 
     def extra_repr(self) -> str:
-        return self._repr(f"steps={self.steps}, histories={len(self.histories)}")
+        return self._repr(f"steps={self.steps}, histories={len(self.history_sources)}")
 
     def _build(self):
         return self.dense_tensor("init"), _position_table(self)
@@ -317,7 +362,7 @@ class DecodeModule(OpModule):
         return {"prologue": self.prologue.to_net(), "body": self.body.to_net()}
 
     def new_context(self, batch: int, capacity: int | None = None) -> dict:
-        """Empty histories for a decode of ``capacity`` steps (default: ``steps``)."""
+        """Empty in-place histories for a decode of ``capacity`` steps (default: ``steps``)."""
         cap = max(1, self.steps if capacity is None else capacity)
         dtype = self._parameters["init"].dtype
         return {"step": 0, "cross": {},
@@ -336,8 +381,32 @@ class DecodeModule(OpModule):
         x = o + self._runtime()[1][i - 1][:, None]
         return tuple(_net_fm(self.body, (x, mem), ctx=ctx))
 
+    def differentiable(self, mem: torch.Tensor) -> bool:
+        """Whether this decode must be one autograd can differentiate."""
+        return torch.is_grad_enabled() and (mem.requires_grad or any(p.requires_grad for p in self.parameters()))
+
+    def backward_bytes(self, batch: int, checkpoint: bool | None = None) -> int:
+        """Estimated bytes autograd keeps for a backward pass through the decode of
+        ``batch`` inputs: every step's body values (or, checkpointed, its input and
+        output), the histories' columns, and each step's stacked history and attention
+        weights (the O(T²) part; once per step, recomputed one step at a time when
+        checkpointed)."""
+        checkpoint = self.checkpoint if checkpoint is None else checkpoint
+        t = self.steps
+        item = self._parameters["init"].element_size()
+        values = sum(len(self.body.net.spaces[v]) for v in self.body.net.spaces)
+        cols = sum(int(c.numel()) for c in self.histories.values())
+        n_att = sum(isinstance(a, Attention) and a.is_self for a in self.body.net.nodes)
+        if checkpoint:
+            kept = t * (2 * self.width + self.tap_width + cols) + values + t * (cols + n_att)
+        else:
+            kept = t * (values + cols) + t * (t + 1) // 2 * (cols + n_att)
+        return int(kept) * batch * item
+
     def fm(self, mem: torch.Tensor, progress=None) -> torch.Tensor:
         progress = progress or self.progress
+        if self.differentiable(mem):
+            return self._fm_grad(mem, progress)
         batch = mem.shape[2]
         ctx = self.new_context(batch)
         taps = torch.empty((self.steps + 1, self.tap_width, batch), dtype=self._parameters["init"].dtype,
@@ -353,3 +422,40 @@ class DecodeModule(OpModule):
                                             partial=_batch_major(taps[:i + 1], "sequence"))
         return taps
 
+    def _grad_step(self, i: int, o: torch.Tensor, mem: torch.Tensor, prior: dict):
+        """One differentiable step: a pure function of ``o``, ``mem`` and the earlier
+        columns ``prior`` (so checkpointing may recompute it); returns ``(o_i, tap_i)``
+        and each history's new column, in :attr:`history_sources` order."""
+        hist = {src: _GradHistory(cols, prior[src]) for src, cols in self.histories.items()}
+        o, tap = self.step(i, o, mem, {"step": i, "cross": {}, "history": hist})
+        return (o, tap, *(hist[src].new for src in self.history_sources))
+
+    def _fm_grad(self, mem: torch.Tensor, progress) -> torch.Tensor:
+        """The decode autograd differentiates (class doc), refused up front when its
+        backward would not fit."""
+        batch = mem.shape[2]
+        need = self.backward_bytes(batch)
+        check_memory(need, f"a backward pass through {self.steps:,} decoder steps of {batch:,} input(s)"
+                     + ("" if self.checkpoint else " (set the decoder's .checkpoint = True to recompute each "
+                        "step in backward instead of keeping it)"), ("steps",))
+        o, tap0 = self.start(mem, {})
+        taps = [tap0]
+        prior: dict = {src: () for src in self.history_sources}
+        every = max(1, self.steps // 100)
+        for i in range(1, self.steps + 1):
+            if self.checkpoint:
+                snapshot = dict(prior)
+                out = checkpoint(lambda o_, m_, i=i, p=snapshot: self._grad_step(i, o_, m_, p), o, mem,
+                                 use_reentrant=False)
+            else:
+                out = self._grad_step(i, o, mem, prior)
+            o, tap, *new = out
+            taps.append(tap)
+            for src, col in zip(self.history_sources, new):
+                prior[src] = (*prior[src], col)
+            if progress is not None and (i % every == 0 or i == self.steps):
+                progress(i, self.steps)
+            if interrupt.requested() and i < self.steps:
+                raise interrupt.Interrupted(i, self.steps, what="decoder steps",
+                                            partial=_batch_major(torch.stack(taps), "sequence"))
+        return torch.stack(taps)

@@ -92,12 +92,17 @@ class SparseMatrix:
         cols = np.zeros((n_out, k), dtype=np.int64)
         vals = np.zeros((n_out, k), dtype=np.float64)
         if self.nnz:
-            counts = np.bincount(self.rows, minlength=n_out)
-            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            slot = np.arange(self.nnz) - starts[self.rows]
+            slot = self.ell_slots()
             cols[self.rows, slot] = self.cols
             vals[self.rows, slot] = self.vals
         return cols, vals
+
+    def ell_slots(self) -> np.ndarray:
+        """Each stored entry's column in :meth:`ell`'s padded form: its rank within its row
+        (the entries are stored in row-major order)."""
+        counts = np.bincount(self.rows, minlength=self.shape[0])
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        return np.arange(self.nnz) - starts[self.rows]
 
     @property
     def is_diagonal(self) -> bool:
