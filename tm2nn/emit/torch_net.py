@@ -254,6 +254,7 @@ class OpModule(nn.Module):
 
     def _invalidate(self) -> None:
         self._rt = self._rt_key = None
+        self.__dict__.pop("_batched", None)
 
     # -- moving ----------------------------------------------------------------------------
     def _apply(self, fn, recurse: bool = True):
@@ -291,6 +292,7 @@ class OpModule(nn.Module):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_rt"] = state["_rt_key"] = None  # caches are rebuilt, never saved or copied
+        state.pop("_batched", None)
         return state
 
     # -- running -------------------------------------------------------------------------
@@ -361,7 +363,7 @@ class OpModule(nn.Module):
 # -- every tensor moves ---------------------------------------------------------------------
 #: Attributes that may hold tensors outside the Parameters and buffers: the cached runtime
 #: form, derived from the Parameters and dropped on every move (:meth:`OpModule._apply`).
-CACHE_ATTRIBUTES = frozenset({"_rt", "_rt_key"})
+CACHE_ATTRIBUTES = frozenset({"_rt", "_rt_key", "_batched"})
 
 
 def hidden_tensors(module: nn.Module) -> list[str]:

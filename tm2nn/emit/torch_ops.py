@@ -44,6 +44,11 @@ class AffineModule(OpModule):
         self.n_out, self.n_in = w.shape
         self.nnz = w.nnz
         self.k = 0
+        #: How an ELL weight gathers its inputs: ``"loop"`` (one gather per slot, accumulated
+        #: in place: the fastest on a CPU), ``"batched"`` (one gather of all ``k`` slots and a
+        #: sum: ``[k, n_out, B]`` of memory, 3 kernels instead of ``3k``), or None: batched
+        #: on a GPU, the loop elsewhere.  The same products; the sum's order may differ.
+        self.gather = None
         if self.form == "dense":
             nbytes = self.n_out * self.n_in * torch.empty(0, dtype=dtype).element_size()
             if nbytes > DENSE_MAX_BYTES:
@@ -107,6 +112,10 @@ class AffineModule(OpModule):
         form = self.form
         if form == "ell":
             ws, cs, b, diff = rt
+            if self.gather == "batched" or (self.gather is None and x.is_cuda and len(ws) > 1):
+                # one gather of every slot (k kernels -> 3): a GPU is launch-bound on the loop
+                wk, ck = self._runtime_batched(rt)
+                return (x[ck] * wk).sum(0) + b if diff else x[ck].mul_(wk).sum(0).add_(b)
             if diff:  # the weights require grad: no in-place products
                 acc = x.index_select(0, cs[0]) * ws[0]
                 for j in range(1, len(ws)):
@@ -130,6 +139,18 @@ class AffineModule(OpModule):
         g = x.index_select(0, cols)
         g = g * vals if diff else g.mul_(vals)
         return b.expand(self.n_out, x.shape[1]).clone().index_add_(0, rows, g)
+
+    def _runtime_batched(self, rt) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ELL weights ``[k, n_out, 1]`` and columns ``[k, n_out]`` as single tensors (the
+        batched gather's; cached with the runtime form it is built from)."""
+        ws, cs = rt[0], rt[1]
+        cached = getattr(self, "_batched", None)
+        if cached is not None and cached[0] is ws[0]:
+            return cached[1], cached[2]
+        wk, ck = torch.stack(ws), torch.stack(cs)
+        if not rt[3]:  # a differentiable form is rebuilt on every call: never cached
+            self._batched = (ws[0], wk, ck)
+        return wk, ck
 
     def _fm_trainable(self, x: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         w = self._parameters["weight"]

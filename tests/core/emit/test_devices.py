@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.core.emit.example_modules import as_tuple, compiled, example_pairs, ids, sample_inputs
+from tests.core.test_onnx_pins import EXAMPLES
 from tm2nn.emit.torch_emit import module_device, run_torch, to_torch
 from tm2nn.emit.torch_net import hidden_tensors
 from tm2nn.nets import Affine, Net, Port, ReLU, Space, SparseMatrix
@@ -109,3 +110,32 @@ def test_inputs_come_to_the_module():
 def test_to_torch_builds_on_the_device():
     m = to_torch(_net(), torch.float64, device="meta")
     assert all(t.is_meta for t in (*m.parameters(), *m.buffers()))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_batched_ell_gather_computes_the_same_function(grad):
+    """The GPU's gather (one gather of every ELL slot) against the CPU's loop, forced on
+    the CPU: the same products (sums in another order), the same decoded outputs, and the
+    same gradients."""
+    c = compiled("relu-circuit", EXAMPLES / "ripple_adder4.circ")
+    thr = c.output_encoding.get("threshold", 0.5)
+    x = torch.from_numpy(np.random.default_rng(0).integers(0, 2, (64, len(c.input_encoding["names"])))).float()
+    outs, grads = [], []
+    for gather in ("loop", "batched"):
+        m = c.torch(dtype=torch.float64)
+        ell = [mod for mod in m.modules() if getattr(mod, "form", None) == "ell" and mod.k > 1]
+        assert ell, "the example has no ELL weight with several slots"
+        for mod in ell:
+            mod.gather = gather
+        for p in m.parameters():
+            p.requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            y = m(x)
+        if grad:
+            y.sum().backward()
+            grads.append([p.grad for p in m.parameters()])
+        outs.append(y.detach())
+    assert torch.allclose(outs[0], outs[1], atol=1e-12)
+    assert torch.equal(outs[0] > thr, outs[1] > thr)
+    for g, h in zip(*grads):
+        assert (g is None) == (h is None) and (g is None or torch.allclose(g, h, atol=1e-12))
