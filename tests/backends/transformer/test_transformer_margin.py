@@ -251,7 +251,7 @@ def test_evaluator_is_the_emitted_module_at_zero_perturbation(name, corrections)
     c = compile_tf(m, steps=12, corrections=corrections)
     tok = c.encode(texts)
     with torch.no_grad():
-        want = c.torch(torch.float64)(torch.from_numpy(tok)).numpy()
+        want = c.torch(dtype=torch.float64)(torch.from_numpy(tok)).numpy()
         got = PerturbedTransformer(c).run(tok).numpy()
         zero = PerturbedTransformer(c)
         d = zero.scaled(zero.random_directions(len(texts), torch.Generator().manual_seed(0)),
@@ -373,7 +373,7 @@ def test_the_construction_variants(options):
     texts = ["", "()", "(()"]
     c = compile_tf(m, steps=10, **options)
     with torch.no_grad():
-        want = c.torch(torch.float64)(torch.from_numpy(c.encode(texts))).numpy()
+        want = c.torch(dtype=torch.float64)(torch.from_numpy(c.encode(texts))).numpy()
         assert np.array_equal(want, PerturbedTransformer(c).run(c.encode(texts)).numpy())
     cert = certified_radius(c, budgets=False)["radius"]
     assert 1e-4 < cert <= attack(c, texts, 1.0, "random", trials=2, seed=0)["eps"]
