@@ -32,12 +32,12 @@ from tm2nn.console import (
 )
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input, write_atomic
-from tm2nn.handle import Compiled
 from tm2nn.flags import Parser, add_device, add_source, engine_list, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
+from tm2nn.handle import Compiled
 from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.lint import check_report
 from tm2nn.modelfile import SUFFIXES, check_model_path

@@ -182,9 +182,13 @@ class Compiled(Model):
     def checked_device(device, engine: str = "torch") -> str:
         """``device``'s canonical name (None: the CPU), refused in one line when this
         machine does not have it or ``engine`` does not run there (only torch runs off the
-        CPU: :func:`tm2nn.devices.check_engine_device`)."""
+        CPU: :func:`tm2nn.devices.check_engine_device`), and ``meta``, which holds shapes
+        only (:meth:`torch` builds a module there; nothing runs on it)."""
         dev = check_device(device)
         check_engine_device(engine, dev)
+        if dev == "meta":
+            raise OptionError("{device} 'meta' holds shapes, not values: a module moves there "
+                              "(compiled.torch(device='meta')) but nothing runs on it; use cpu", "device")
         if dev != CPU:
             torch_device(dev)
         return dev
