@@ -260,9 +260,9 @@ class Compiled(Model):
         the CPU); with the default engines onnxruntime still runs on the CPU (the report's
         ``how`` says so), and an explicit engine other than torch refuses another device.
         Returns a :class:`~tm2nn.verify.VerifyReport`."""
-        dev = self.checked_device(device)
         for engine in engines or ():
-            check_engine_device(engine, dev)
+            check_engine_device(engine, device)
+        dev = self.checked_device(device)
         with self.failures(None), self.on_device(dev):
             rep = verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
