@@ -247,10 +247,8 @@ def cmd_run(args) -> int:
     values = _backend_values(args, backends.get(backend), "run") if backend else {}
     if backend is None and args.engine != "torch":
         raise Tm2nnError("--engine applies to a backend (--backend NAME); the interpreter has no engine")
-    if backend is None and args.device != "cpu":
-        raise Tm2nnError("--device applies to a backend's network (--backend NAME); the interpreter runs on the CPU")
-    if backend is not None:
-        Compiled.checked_device(args.device, args.engine)  # before compiling
+    if backend is not None:  # the device before compiling (the interpreter refuses one in api.run)
+        Compiled.checked_device(args.device, args.engine)
     if backend is not None and args.trace:
         raise Tm2nnError("--trace prints the interpreter's steps; a backend's run is checked step by step by "
                          "'tm2nn verify' (and drawn by 'tm2nn viz spacetime')")
@@ -320,8 +318,7 @@ def cmd_eval(args) -> int:
         texts += SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
     if not texts and not args.inputs:
         texts = [""]
-    if args.engine is not None:
-        Compiled.checked_device(args.device, args.engine)  # before loading
+    Compiled.checked_device(args.device, args.engine or "torch")  # before loading (no engine: torch off the CPU)
     compiled = load_model(args.model)
     engine = args.engine or ("onnxruntime" if compiled.onnx_bytes is not None and args.device == "cpu" else "torch")
     if args.engine is None and engine not in compiled.spec.engines:  # e.g. an optimizer runs in torch
