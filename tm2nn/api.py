@@ -8,6 +8,7 @@ from pathlib import Path
 from tm2nn import backends
 from tm2nn.codec import parse_bits
 from tm2nn.compiler import compile, load_ir
+from tm2nn.devices import is_cpu
 from tm2nn.errors import Tm2nnError
 from tm2nn.handle import Compiled
 from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
@@ -40,17 +41,20 @@ def run_circuit(c: Circuit, bits: str) -> Report:
 
 def run(source, input: str | None = None, max_steps: int | None = None, *, backend: str | None = None,
         engine: str = "torch", format: str | None = None, name: str | None = None, trace: bool = False,
-        progress=None, **options) -> Report:
+        progress=None, device=None, **options) -> Report:
     """Run a machine (or evaluate a circuit) on ``input`` and return its run report.
 
     ``source`` is a path or an IR object.  Without ``backend`` the reference interpreter
     runs it (at most ``max_steps`` steps, default 10^7; ``trace=True`` keeps every step in
     ``report.run.trace``).  With ``backend`` the machine is compiled with that backend,
-    its step bound set to ``max_steps`` (default: the backend's), and run on ``engine``;
-    ``options`` are the backend's other compile options."""
+    its step bound set to ``max_steps`` (default: the backend's), and run on ``engine``
+    (the torch engine on ``device``, default the CPU: :mod:`tm2nn.devices`); ``options``
+    are the backend's other compile options."""
     ir = load_ir(source, format, name)
     text = "" if input is None else input
     if backend is None or backend == "interp":
+        if not is_cpu(device):
+            raise OptionError("{device} applies to a backend's network; the interpreter runs on the CPU", "device")
         if options:
             raise OptionError(f"the interpreter takes no option {{{next(iter(options))}}}", next(iter(options)))
         if isinstance(ir, Circuit):
@@ -72,7 +76,7 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
                          f"{', '.join(b.name for b in backends.all() if b.stepping)})")
     values = {**options, spec.stepping.option: spec.stepping.default if max_steps is None else max_steps}
     compiled = compile(ir, spec.name, **spec.stepping.options_for(values, [text]))
-    return compiled.run(text, engine=engine, progress=progress)
+    return compiled.run(text, engine=engine, progress=progress, device=device)
 
 
 def load_model(path):

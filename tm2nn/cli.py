@@ -32,11 +32,12 @@ from tm2nn.console import (
 )
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input, write_atomic
-from tm2nn.flags import Parser, add_source, engine_list, flag_of, limit_flags
+from tm2nn.flags import Parser, add_device, add_source, engine_list, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
+from tm2nn.handle import Compiled
 from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.lint import check_report
 from tm2nn.modelfile import SUFFIXES, check_model_path
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
     p.add_argument("--json", **js, help="print the run report as one JSON line")
     p.add_argument("--trace", **js, help="interp: also print every step")
+    add_device(p, "a backend's network (--backend NAME)")
     _add_backend_options(p, "run")
 
     p = sub.add_parser("convert", help="write a machine as tm/std text or a circuit as circ/bench")
@@ -98,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "repeatable (default: one empty input)")
     p.add_argument("--inputs", metavar="FILE", help="a file of inputs, one per line")
     p.add_argument("--engine", choices=engines,
-                   help="the engine (default: onnxruntime for .onnx, else torch; fused engines: see run --engine)")
+                   help="the engine (default: onnxruntime for .onnx, else torch; torch with a --device other "
+                   "than cpu; fused engines: see run --engine)")
     p.add_argument("--json", **js, help="print one JSON report per input, one per line")
+    add_device(p, "the model (the torch engine)")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
     add_source(p)
@@ -122,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--find-beta", action="store_true",
                    help="transformer: search the smallest softmax beta with 0 mismatches (torch)")
     p.add_argument("--json", **js, help="print the verification report as JSON")
+    add_device(p, "the torch module (with the default engines onnxruntime still runs on the CPU)")
     _add_backend_options(p, "verify")
 
     p = sub.add_parser("margin", help="robustness to per-layer perturbations (all-layer margin)")
@@ -132,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="relu-circuit: run the random attacks "
                    "on these, comma-separated: torch (default), fused-float (a row each; gradients: torch)")
     p.add_argument("--json", **js, help="print the rows as JSON")
+    add_device(p, "the torch attacks (the certified bounds are computed on the CPU)")
     _add_backend_options(p, "margin")
 
     p = sub.add_parser("learn", help="train a network by SGD and compare it with the interpreter at every step")
@@ -139,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export-before", metavar="PATH", help="write the net before training (.onnx, .pt or .safetensors)")
     p.add_argument("--export-after", metavar="PATH", help="write the net after training (.onnx, .pt or .safetensors)")
     p.add_argument("--json", **js, help="end with one JSON line, the training summary")
+    add_device(p, "the torch training (a backend that trains in numpy refuses another device)")
     _add_backend_options(p, "learn")
 
     p = sub.add_parser("viz", help="draw a picture: spacetime, weights, attention or layers (.png or .svg)")
@@ -240,6 +247,8 @@ def cmd_run(args) -> int:
     values = _backend_values(args, backends.get(backend), "run") if backend else {}
     if backend is None and args.engine != "torch":
         raise Tm2nnError("--engine applies to a backend (--backend NAME); the interpreter has no engine")
+    if backend is not None:  # the device before compiling (the interpreter refuses one in api.run)
+        Compiled.checked_device(args.device, args.engine)
     if backend is not None and args.trace:
         raise Tm2nnError("--trace prints the interpreter's steps; a backend's run is checked step by step by "
                          "'tm2nn verify' (and drawn by 'tm2nn viz spacetime')")
@@ -247,7 +256,8 @@ def cmd_run(args) -> int:
     try:
         with interrupt.graceful(), progress(label, quiet=args.json) as bar:
             report = run(args.source, text, args.max_steps, backend=backend, engine=args.engine,
-                         format=args.format, name=args.name, trace=args.trace, progress=bar, **values)
+                         format=args.format, name=args.name, trace=args.trace, progress=bar, device=args.device,
+                         **values)
     except OptionError as e:  # the backend's step bound is --max-steps here
         if backend is not None:
             e.flags = {backends.get(backend).stepping.option: "--max-steps"}
@@ -308,12 +318,13 @@ def cmd_eval(args) -> int:
         texts += SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
     if not texts and not args.inputs:
         texts = [""]
+    Compiled.checked_device(args.device, args.engine or "torch")  # before loading (no engine: torch off the CPU)
     compiled = load_model(args.model)
-    engine = args.engine or ("onnxruntime" if compiled.onnx_bytes is not None else "torch")
+    engine = args.engine or ("onnxruntime" if compiled.onnx_bytes is not None and args.device == "cpu" else "torch")
     if args.engine is None and engine not in compiled.spec.engines:  # e.g. an optimizer runs in torch
         engine = compiled.spec.engines[0]
-    reports = compiled.run(texts, engine=engine)
-    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine), args.json)
+    reports = compiled.run(texts, engine=engine, device=args.device)
+    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine, device=args.device), args.json)
     return EXIT_OK if agree and all(r.ok for r in reports) else EXIT_FAIL
 
 
@@ -353,6 +364,9 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    Compiled.checked_device(args.device)  # before compiling
+    if args.find_beta and args.device != "cpu":
+        raise Tm2nnError("--find-beta runs on the CPU; drop --device")
     if args.find_beta:
         spec, ir = _spec(args)
         res = spec.analysis("find_beta", backends.having)(ir, _backend_values(args, spec, "verify"), inputs=args.input,
@@ -365,7 +379,8 @@ def cmd_verify(args) -> int:
     compiled = _compile(args, "verify")
     with verify_progress(quiet=args.json) as bar:
         rep = compiled.verify(args.input, budget=args.budget or DEFAULT_BUDGET, samples=args.samples,
-                              seed=args.seed, onnx=not args.no_onnx, progress=bar, engines=args.engines)
+                              seed=args.seed, onnx=not args.no_onnx, progress=bar, engines=args.engines,
+                              device=args.device)
     if args.json:
         _dump(rep.to_json())
     else:
@@ -374,9 +389,10 @@ def cmd_verify(args) -> int:
 
 
 def cmd_margin(args) -> int:
+    device = Compiled.checked_device(args.device)
     spec, ir = _spec(args)
     table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
-                        trials=args.trials, seed=args.seed, engines=args.engines)
+                        trials=args.trials, seed=args.seed, engines=args.engines, device=device)
     if args.json:
         _dump(table.json)
     else:
@@ -387,9 +403,10 @@ def cmd_margin(args) -> int:
 def cmd_learn(args) -> int:
     exports = {k: check_model_path(p, f"--export-{k}") for k, p in
                (("before", args.export_before), ("after", args.export_after)) if p}
+    device = Compiled.checked_device(args.device)
     spec, ir = _spec(args, learning=True)
     with progress("training", quiet=args.json) as bar:
-        res = learn(ir, spec.name, source_path=args.source, models=tuple(exports), progress=bar,
+        res = learn(ir, spec.name, source_path=args.source, models=tuple(exports), progress=bar, device=device,
                     **_backend_values(args, spec, "learn"))
     for k, path in exports.items():
         res.models[k].save(path)

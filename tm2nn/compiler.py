@@ -14,6 +14,7 @@ from pathlib import Path
 from tm2nn import backends
 from tm2nn.backends.protocol import Learned
 from tm2nn.datasets import load_csv
+from tm2nn.devices import check_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input
 from tm2nn.handle import Compiled
@@ -71,13 +72,15 @@ def compile(source, backend: str | None = None, *, format: str | None = None, na
 
 
 def learn(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
-          source_path: str | None = None, models=(), progress=None, **options) -> Learned:
+          source_path: str | None = None, models=(), progress=None, device=None, **options) -> Learned:
     """Train the construction of ``backend`` (default: the first that trains ``source``).
     ``options`` are the backend's ``LearnOptions``; a training-set option (a CSV path) is
     read here and handed over as arrays.  ``source_path`` names the file an IR object
     came from (a backend may read its header comments).  ``models`` names the snapshots to
     return (``"before"`` / ``"after"`` training), each a :class:`Compiled` that can be
-    saved; ``progress(done, total, description=None)`` follows the training."""
+    saved; ``progress(done, total, description=None)`` follows the training.  ``device``
+    (default: the CPU; :mod:`tm2nn.devices`) is where a backend that trains in torch
+    trains; one that trains in numpy refuses another device."""
     spec = backends.get(backend) if backend is not None else None
     if spec is not None and spec.trainer is None:
         raise does_not_train(spec)
@@ -96,7 +99,8 @@ def learn(source, backend: str | None = None, *, format: str | None = None, name
     data = {f.name: load_csv(getattr(opts, f.name), reals=f.data == "csv-reals") for f in fields_of(trainer.Options)
             if f.data in ("csv", "csv-reals") and getattr(opts, f.name) is not None}
     path = str(source) if isinstance(source, (str, Path)) else source_path
-    learned = trainer.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models))
+    learned = trainer.learn(ir, opts, data=data, source_path=path, progress=progress, models=tuple(models),
+                            device=check_device(device))
     learned.models = {k: Compiled.of(m) for k, m in learned.models.items()}
     return learned
 

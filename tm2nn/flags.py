@@ -12,6 +12,7 @@ import argparse
 import re
 
 from tm2nn import backends
+from tm2nn.devices import check_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_size
 from tm2nn.options import fields_of
@@ -165,3 +166,19 @@ def engine_list(known: list[str]):
                                              f"{', '.join(known)})")
         return names
     return parse
+
+
+def device_flag(text: str) -> str:
+    """An argparse type: ``--device``'s name, canonical (:func:`tm2nn.devices.check_device`;
+    whether this machine has it is checked when the verb starts)."""
+    try:
+        return check_device(text)
+    except Tm2nnError as e:
+        raise argparse.ArgumentTypeError(e.message.replace("device: ", "", 1)) from None
+
+
+def add_device(p, what: str) -> None:
+    """``--device`` (default cpu): where ``what`` runs (docs/guide.md, "Devices")."""
+    p.add_argument("--device", type=device_flag, default="cpu", metavar="DEVICE",
+                   help=f"where {what} runs: cpu (default), cuda, cuda:N or mps; only the torch engine runs "
+                   "off the CPU (onnxruntime, the fused and the index engines run on the CPU only)")

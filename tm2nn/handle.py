@@ -19,6 +19,7 @@ import numpy as np
 
 from tm2nn import backends
 from tm2nn.backends.protocol import DENSE, Backend, Model, model_fields
+from tm2nn.devices import CPU, check_device, check_engine_device, is_cpu, torch_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.options import OptionError
 from tm2nn.syntax import native_text
@@ -35,6 +36,8 @@ class Compiled(Model):
     ``build`` what rebuilds the model from its source (the validated compile options)."""
 
     _cache: dict = field(default_factory=dict, init=False, repr=False)
+    #: the torch engine's device inside :meth:`on_device` (None: the CPU)
+    _device: str | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, model: Model) -> "Compiled":
@@ -58,18 +61,21 @@ class Compiled(Model):
         return self._cache["source_text"]
 
     # -- views -----------------------------------------------------------------------------
-    def torch(self, dtype=None):
-        """The network as a ``torch.nn.Module`` (a new one per call).  Construction weights
-        are ``nn.Parameter``\\ s with ``requires_grad=False`` (the trained ones of a backend
-        that trains have ``True``), named after the IR's ops (docs/api.md, "The torch
-        module")."""
+    def torch(self, device=None, dtype=None):
+        """The network as a ``torch.nn.Module`` (a new one per call), built on ``device``
+        (default: the CPU; :mod:`tm2nn.devices`) with weights computed in ``dtype`` (default:
+        the model's, float32 unless compiled with float64): exact in that dtype, not
+        rounded to float32 and cast.  Construction weights are ``nn.Parameter``\\ s with
+        ``requires_grad=False`` (the trained ones of a backend that trains have ``True``),
+        named after the IR's ops (docs/api.md, "The torch module")."""
         from tm2nn.modelfile.metadata import torch_module
 
         if self.edited is not None and self.onnx_bytes is not None:
             how = "run it in onnxruntime, or " if "onnxruntime" in self.spec.engines else ""
             raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the torch module is "
                              f"built from the construction: {how}save the edited weights as .pt", file=self.path)
-        return torch_module(self, dtype or self.dtype)
+        where = None if device is None or is_cpu(device) else torch_device(device)
+        return torch_module(self, dtype or self.dtype, where)
 
     @property
     def dtype(self):
@@ -117,64 +123,107 @@ class Compiled(Model):
             raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the {engine} engine "
                              f"runs the construction's network: run it in {where}", file=self.path)
 
-    def runner(self, engine: str):
+    def runner(self, engine: str, device=None):
         """``run(*arrays) -> outputs`` for an engine (``torch``, ``onnxruntime`` or a fused
-        engine that takes the network's own arrays), built once per model."""
+        engine that takes the network's own arrays), built once per model and device.  The
+        torch engine runs on ``device`` (default: the one :meth:`on_device` set, else the
+        CPU; numpy arrays in and out); every other engine runs on the CPU only and refuses
+        another ``device``."""
         self.check_engine(engine)
-        if engine not in self._cache:
+        if device is None:
+            device = self._device if engine == "torch" else None
+        dev = check_device(device)
+        check_engine_device(engine, dev)
+        key = ("runner", engine, dev)
+        if key not in self._cache:
             if engine not in DENSE:  # a fused engine of the backend's own
                 factory = self.spec.fused.get(engine)
                 if factory is None:
                     raise OptionError(f"the {engine} engine has no array runner: run inputs with compiled.run(texts, "
                                       f"engine={engine!r})", "engine")
-                self._cache[engine] = factory(self)
+                self._cache[key] = factory(self)
             elif engine == "torch":
                 from tm2nn.emit.torch_emit import run_torch
 
-                module = self.module()
-                self._cache[engine] = lambda *x, batch_size=4096: run_torch(module, *x, batch_size=batch_size)
+                module = self.module(dev)
+                self._cache[key] = lambda *x, batch_size=4096: run_torch(module, *x, batch_size=batch_size)
             else:
                 from tm2nn.emit.onnx_runtime import onnx_session, run_onnx
 
                 sess = onnx_session(self.onnx_bytes if self.onnx_bytes is not None else self.onnx())
-                self._cache[engine] = lambda *x, batch_size=4096: run_onnx(sess, *x, batch_size=batch_size)
-        return self._cache[engine]
+                self._cache[key] = lambda *x, batch_size=4096: run_onnx(sess, *x, batch_size=batch_size)
+        return self._cache[key]
 
-    def module(self):
-        """The torch module the ``torch`` engine runs (built once, shared; :meth:`torch`
-        gives a fresh one)."""
-        if "module" not in self._cache:
-            self._cache["module"] = self.torch()
-        return self._cache["module"]
+    def module(self, device=None):
+        """The torch module the ``torch`` engine runs on ``device`` (default: the one
+        :meth:`on_device` set, else the CPU): built once per device, shared; :meth:`torch`
+        gives a fresh one."""
+        dev = check_device(self._device if device is None else device)
+        key = ("module", dev)
+        if key not in self._cache:
+            self._cache[key] = self.torch(device=dev)
+        return self._cache[key]
+
+    @contextmanager
+    def on_device(self, device):
+        """Within the block, :meth:`module` and the torch engine's :meth:`runner` called
+        without a device (as the backends' codecs and reference checks call them) build
+        and run on ``device``; the other engines stay on the CPU.  :meth:`run`,
+        :meth:`check` and :meth:`verify` set it from their ``device`` argument.  A device
+        this machine does not have is an :class:`~tm2nn.errors.OptionError`."""
+        dev = self.checked_device(device)
+        previous, self._device = self._device, None if dev == CPU else dev
+        try:
+            yield
+        finally:
+            self._device = previous
+
+    @staticmethod
+    def checked_device(device, engine: str = "torch") -> str:
+        """``device``'s canonical name (None: the CPU), refused in one line when this
+        machine does not have it or ``engine`` does not run there (only torch runs off the
+        CPU: :func:`tm2nn.devices.check_engine_device`), and ``meta``, which holds shapes
+        only (:meth:`torch` builds a module there; nothing runs on it)."""
+        dev = check_device(device)
+        check_engine_device(engine, dev)
+        if dev == "meta":
+            raise OptionError("{device} 'meta' holds shapes, not values: a module moves there "
+                              "(compiled.torch(device='meta')) but nothing runs on it; use cpu", "device")
+        if dev != CPU:
+            torch_device(dev)
+        return dev
 
     def encode(self, inputs):
         """The input array the network takes for ``inputs`` (strings, as ``run`` takes
         them): ``torch.from_numpy(compiled.encode(texts))`` feeds ``compiled.torch()``."""
         return self.spec.codec.encode(self, [inputs] if isinstance(inputs, str) else list(inputs))
 
-    def run(self, inputs, engine: str = "torch", progress=None):
+    def run(self, inputs, engine: str = "torch", progress=None, device=None):
         """Run one input (a string: returns a :class:`~tm2nn.report.Report`) or a batch (a
-        list of strings: a list of reports) through ``engine``.  The reports are the
-        CLI's ``--json`` reports."""
+        list of strings: a list of reports) through ``engine``, the torch engine on
+        ``device`` (default: the CPU; the other engines run on the CPU only).  The reports
+        are the CLI's ``--json`` reports."""
         single = isinstance(inputs, str)
         texts = [inputs] if single else [str(t) for t in inputs]
         self.check_engine(engine)
-        with self.failures(engine):
+        dev = self.checked_device(device, engine)
+        with self.failures(engine), self.on_device(dev):
             reports = self.spec.codec.run(self, texts, engine, progress) if texts else []
         return reports[0] if single else reports
 
-    def check(self, inputs, engine: str = "torch"):
+    def check(self, inputs, engine: str = "torch", device=None):
         """Each input's first divergence from the reference when the model runs on
-        ``engine`` (:func:`tm2nn.verify.check.divergences`): ``(what the reference is,
-        [None or a Mismatch per input])``, or None when the backend has no reference for
-        this model (a trained net, checked while it trains).  ``tm2nn eval`` checks its
-        reports with it."""
+        ``engine`` (the torch engine on ``device``; :func:`tm2nn.verify.check.divergences`):
+        ``(what the reference is, [None or a Mismatch per input])``, or None when the
+        backend has no reference for this model (a trained net, checked while it trains).
+        ``tm2nn eval`` checks its reports with it."""
         self.check_engine(engine)
+        dev = self.checked_device(device, engine)
         try:
             checker = self.spec.reference(self)
         except Tm2nnError:
             return None
-        with self.failures(engine):
+        with self.failures(engine), self.on_device(dev):
             return divergences(checker, [inputs] if isinstance(inputs, str) else list(inputs), engine)
 
     @contextmanager
@@ -203,14 +252,24 @@ class Compiled(Model):
             raise Tm2nnError(f"{doing} failed: {_one_line(e)}", file=self.path) from None
 
     def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
-               seed: int | None = None, onnx: bool = True, progress=None, engines=None):
+               seed: int | None = None, onnx: bool = True, progress=None, engines=None, device=None):
         """Check the network against the reference interpreter (:func:`tm2nn.verify.verify_compiled`):
         the given ``inputs``, else every input when few enough, else random inputs for
         ``budget`` seconds (at most ``samples``), on ``engines`` (default: torch and,
-        unless ``onnx=False``, onnxruntime).  Returns a :class:`~tm2nn.verify.VerifyReport`."""
-        with self.failures(None):
-            return verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
-                                   samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
+        unless ``onnx=False``, onnxruntime).  The torch engine runs on ``device`` (default:
+        the CPU); with the default engines onnxruntime still runs on the CPU (the report's
+        ``how`` says so), and an explicit engine other than torch refuses another device.
+        Returns a :class:`~tm2nn.verify.VerifyReport`."""
+        for engine in engines or ():
+            check_engine_device(engine, device)
+        dev = self.checked_device(device)
+        with self.failures(None), self.on_device(dev):
+            rep = verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
+                                  samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
+        if dev != CPU:
+            others = [e for e in rep.engines if e != "torch"]
+            rep.how += f"; torch on {dev}" + (f", {' and '.join(others)} on the CPU" if others else "")
+        return rep
 
     def info(self) -> dict:
         """``{"backend", "info", "bounds"}``: the network's sizes (:meth:`tm2nn.nets.Net.info`)

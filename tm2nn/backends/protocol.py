@@ -35,8 +35,8 @@ DENSE = ("torch", "onnxruntime")
 
 #: the analyses a backend may declare, and what each computes (signatures in docs/backends.md)
 ANALYSES: dict[str, str] = {
-    "margin": "margin(ir, opts, *, samples, trials, seed, engines) -> Table: the all-layer margin, "
-              "certified and attacked",
+    "margin": "margin(ir, opts, *, samples, trials, seed, engines, device) -> Table: the all-layer margin, "
+              "certified and attacked (the torch attacks on device, a name of tm2nn.devices: 'cpu' the default)",
     "certified_margin": "certified_margin(compiled) -> {'radius': gamma, ...}: a certified lower bound on "
                         "the all-layer margin at every input (Lemma 2.3's gamma)",
     "function_class": "function_class(compiled) -> {'w', 'd', 'alpha', 'p', ...}: the class the sample "
@@ -171,7 +171,9 @@ class Trainer:
     """A backend that trains (``tm2nn learn``): ``Options`` (its learn options; a
     ``data="csv"`` field is read by the API and handed over as arrays), ``takes`` (the IR
     it trains), ``exports`` (the snapshots it can return: ``"before"`` / ``"after"``),
-    ``learn(ir, opts, *, data, source_path, progress, models) -> Learned`` and, where the
+    ``learn(ir, opts, *, data, source_path, progress, models, device) -> Learned`` (``device``:
+    a name of :mod:`tm2nn.devices`, ``"cpu"`` by default, where a torch trainer trains; a
+    trainer that cannot run there refuses it with an OptionError naming ``{device}``) and, where the
     demo shows a training example of it with the reference, ``example(ir, header, folder) ->
     (text, ok)`` (``header``: the example's documented header lines)."""
 

@@ -106,14 +106,15 @@ def with_trained(net, trained: dict):
     return Net(net.name, net.inputs, tuple(nodes), net.outputs, dict(net.metadata))
 
 
-def torch_module(model, dtype=None):
+def torch_module(model, dtype=None, device=None):
     """The model's network as a torch module: the construction's weights, or a loaded
-    ``.pt``'s state dict in their place (a new module per call, in eval mode)."""
+    ``.pt``'s state dict in their place (a new module per call, in eval mode), on
+    ``device`` (a ``torch.device``; default: the CPU)."""
     import torch
 
     if dtype is None:
         dtype = torch.float64 if model.options.get("dtype") == "float64" else torch.float32
-    module = to_torch(model.net, dtype)
+    module = to_torch(model.net, dtype, device)
     if model.state_dict is not None:
         try:
             module.load_state_dict(model.state_dict, strict=True)

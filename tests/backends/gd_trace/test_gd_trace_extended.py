@@ -267,3 +267,12 @@ def test_cli_learn_errors(tmp_path, capsys, case):
     err = capsys.readouterr().err
     assert want in err and "Traceback" not in err
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_learn_on_the_cpu_device_equals_the_default():
+    """``tm2nn learn --device cpu`` (issue 35): the same iterates, checks and summary."""
+    from tm2nn import learn as learn_api
+
+    a = learn_api(EXAMPLE, "gd-trace", train=str(CSV), test=3, device="cpu")
+    b = learn_api(EXAMPLE, "gd-trace", train=str(CSV), test=3)
+    assert a.summary == b.summary and a.ok

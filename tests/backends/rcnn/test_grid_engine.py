@@ -116,7 +116,7 @@ def test_float64_states_are_the_float64_modules():
     c = compile_rcnn(m, steps=8, max_input=2)
     gm = GridModel(c)
     x = gm.grids(["", "11"]).astype(np.float64)
-    want = run_torch(c.torch(torch.float64), x, batch_size=2)
+    want = run_torch(c.torch(dtype=torch.float64), x, batch_size=2)
     got = GridEngine(c.net, np.float64).run(x)
     assert got.dtype == want.dtype == np.float64
     assert np.abs(got - want).max() <= 1e-14

@@ -499,3 +499,13 @@ def test_cli_info_on_a_learner(run_cli):
     assert info["learner (B.1.2 form, XOR input)"].startswith("84 states, 11 base-3 digits")
     assert info["d_rc (Def. 5 width)"] == "6,850" and info["filter steps L"].startswith("1367 ")
     assert info["every weight and bias in U_s (Lemma 6, Cor. 3)"].startswith("all in U_s: yes")
+
+
+def test_learn_on_the_cpu_device_equals_the_default():
+    """``tm2nn learn --device cpu`` (issue 35): Algorithm 1 and its checks are the same."""
+    from tm2nn import learn as learn_api
+
+    kw = {"train": str(EXAMPLES / "learner_match.csv"), "test": 4}
+    a = learn_api(EXAMPLES / "learner_match.tm", "rcnn", device="cpu", **kw)
+    b = learn_api(EXAMPLES / "learner_match.tm", "rcnn", **kw)
+    assert a.summary == b.summary and a.ok

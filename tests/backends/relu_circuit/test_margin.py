@@ -323,3 +323,20 @@ def test_attack_labels():
     assert att["per_input"][2] == 0 and att["eps"] == 0 and np.all(np.delete(att["per_input"], 2) > 0)
     with pytest.raises(Tm2nnError, match="shape"):
         empirical_margin(comp, x, labels=y[:, 0])
+
+
+def test_margin_on_the_cpu_device_equals_the_default():
+    """``tm2nn margin --device cpu`` (issue 35): the attacks draw the same directions and
+    find the same radii; fused-float runs on the CPU only."""
+    from tm2nn import backends
+    from tm2nn.compiler import load_ir
+    from tm2nn.options import OptionError
+
+    spec, ir = backends.get("relu-circuit"), load_ir(EXAMPLES / "full_adder.circ")
+    kw = {"samples": 4, "trials": 2, "seed": 0}
+    a = spec.analyses["margin"](ir, spec.options(), device="cpu", **kw).json
+    b = spec.analyses["margin"](ir, spec.options(), **kw).json
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in a]
+    assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in b]
+    with pytest.raises(OptionError, match="fused-float engine runs on the CPU only"):
+        spec.analyses["margin"](ir, spec.options(), engines=["fused-float"], device="meta", **kw)

@@ -251,7 +251,7 @@ def test_evaluator_is_the_emitted_module_at_zero_perturbation(name, corrections)
     c = compile_tf(m, steps=12, corrections=corrections)
     tok = c.encode(texts)
     with torch.no_grad():
-        want = c.torch(torch.float64)(torch.from_numpy(tok)).numpy()
+        want = c.torch(dtype=torch.float64)(torch.from_numpy(tok)).numpy()
         got = PerturbedTransformer(c).run(tok).numpy()
         zero = PerturbedTransformer(c)
         d = zero.scaled(zero.random_directions(len(texts), torch.Generator().manual_seed(0)),
@@ -373,9 +373,19 @@ def test_the_construction_variants(options):
     texts = ["", "()", "(()"]
     c = compile_tf(m, steps=10, **options)
     with torch.no_grad():
-        want = c.torch(torch.float64)(torch.from_numpy(c.encode(texts))).numpy()
+        want = c.torch(dtype=torch.float64)(torch.from_numpy(c.encode(texts))).numpy()
         assert np.array_equal(want, PerturbedTransformer(c).run(c.encode(texts)).numpy())
     cert = certified_radius(c, budgets=False)["radius"]
     assert 1e-4 < cert <= attack(c, texts, 1.0, "random", trials=2, seed=0)["eps"]
     rows = margin_report(m, texts[:2], steps=3, trials=1, attack_steps=2, **options)
     assert [r["corrections"] for r in rows] == [True, False] and rows[0]["certified"] > rows[1]["certified"]
+
+
+def test_attacks_on_the_cpu_device_equal_the_default():
+    """The attacks with ``device="cpu"`` (``tm2nn margin --device cpu``, issue 35): the same
+    directions (drawn on the CPU and moved) and the same radii."""
+    c = compile_tf(EXAMPLES / "bb3.tm", steps=4)
+    for method in ("random", "gradient"):
+        a = attack(c, ["", "1"], 1.0, method, 2, steps=3, seed=1, device="cpu")
+        b = attack(c, ["", "1"], 1.0, method, 2, steps=3, seed=1)
+        assert a["eps"] == b["eps"] and np.array_equal(a["per_input"], b["per_input"])

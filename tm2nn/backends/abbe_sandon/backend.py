@@ -19,6 +19,7 @@ import mpmath
 import numpy as np
 
 from tm2nn.backends.protocol import Backend, Codec, Example, Learned, Model, Table, Trainer
+from tm2nn.devices import check_device, is_cpu
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Learner
 from tm2nn.ir.noisy_learner import NoisyLearner
@@ -153,10 +154,18 @@ def size_estimate(ir, opts: Options):
 
 
 # -- the trainer -------------------------------------------------------------------------------
-def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None, models=()) -> Learned:
+def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None, models=(), device=None) -> Learned:
     """Plain SGD on G_n over the sample stream, checked against the learner at every step
-    (§4.1: :func:`.train.learn` in exact arithmetic, :func:`.train_torch.learn` in float64);
-    a noisy learner (§4.2): Lemma 6's G_n under perturbed SGD (:func:`_learn_noisy`)."""
+    (§4.1: :func:`.train.learn` in exact arithmetic, :func:`.train_torch.learn` in float64,
+    the module on ``device``); a noisy learner (§4.2): Lemma 6's G_n under perturbed SGD
+    (:func:`_learn_noisy`).  Only the float64 engine runs off the CPU: the exact and the
+    noisy trainers run in Python on the CPU and refuse another device."""
+    if not is_cpu(device) and isinstance(ir, NoisyLearner):
+        raise OptionError(f"a noisy learner trains in mpmath, on the CPU only, not on {{device}} "
+                          f"{check_device(device)!r}", "device")
+    if not is_cpu(device) and opts.engine != "float64":
+        raise OptionError(f"{{engine}} exact trains in exact arithmetic, on the CPU only; {{device}} "
+                          f"{check_device(device)!r} takes {{engine}} float64 (torch)", "engine", "device")
     if isinstance(ir, NoisyLearner):
         return _learn_noisy(ir, opts, data, progress, models)
     if opts.noise is not None:
@@ -170,7 +179,7 @@ def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None
     cb = (lambda n, desc=None: progress(n, total, desc)) if progress else None
     out = {}
     if opts.engine == "float64":
-        rep = learn_f64(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb,
+        rep = learn_f64(ir, xs, ys, rs, r2s, txs, tys, trs, tr2s, progress=cb, device=device,
                         snapshots=lambda ir_net, net, steps, memory: out.__setitem__(
                             "before" if steps == 0 else "after", model(ir_net, net, steps, memory)))
     else:

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from tm2nn import emit
+from tm2nn.devices import torch_device
 
 from .gadgets import MS_PATH_PLUS
 from .ir_net import IRNet, build_ir_net
@@ -50,15 +51,17 @@ ENGINES = ("exact", "float64")
 
 
 class TorchEngine:
-    """The emitted module, its SGD optimiser and the index maps for decoding (module doc)."""
+    """The emitted module, its SGD optimiser and the index maps for decoding (module doc),
+    on ``device`` (default: the CPU)."""
 
-    def __init__(self, ir: IRNet, threads: int | None = 1) -> None:
+    def __init__(self, ir: IRNet, threads: int | None = 1, device=None) -> None:
         import torch
 
         self.ir = ir
         self.torch = torch
         self.threads = threads
-        self.module = emit.to_torch(ir.net, torch.float64)
+        self.device = torch_device(device)
+        self.module = emit.to_torch(ir.net, torch.float64, self.device)
         #: the M_s edges' parameters (one per ``.train`` op)
         self.params = {name: self.module.op(name).weight for name in ir.gadget_ops()}
         #: the frozen-by-construction parameters: (op, "weight" | "bias" | "value") -> Parameter
@@ -109,7 +112,7 @@ class TorchEngine:
     def step(self, z, label: float) -> float:
         torch = self.torch
         self.opt.zero_grad(set_to_none=False)
-        y = self.module(torch.as_tensor(np.asarray(z, dtype=np.float64)[None, :]))
+        y = self.module(torch.as_tensor(np.asarray(z, dtype=np.float64)[None, :], device=self.device))
         loss = (y[0, 0] - float(label)) ** 2
         loss.backward()
         self.opt.step()
@@ -118,7 +121,7 @@ class TorchEngine:
     def predict_rows(self, Z) -> list[int]:
         torch = self.torch
         with torch.no_grad(), self.pinned_threads():
-            y = self.module(torch.as_tensor(np.asarray(Z, dtype=np.float64)))
+            y = self.module(torch.as_tensor(np.asarray(Z, dtype=np.float64), device=self.device))
         return [1 if v > 0 else 0 for v in y[:, 0].tolist()]
 
     @contextmanager
@@ -210,12 +213,13 @@ def train(ir: IRNet, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
 
 def learn(lr, xs, ys, rs, r2s, test_xs, test_ys, test_rs=None, test_r2s=None, *,
           progress: Callable[[int, str], None] | None = None, snapshots=None,
-          k: int | None = None) -> dict:
-    """:func:`.train.learn` with the float64 engine (same dict).  ``snapshots(ir, net,
-    steps, memory)`` receives the net (with the module's weights,
-    :meth:`~tm2nn.emit.torch_net.NetModule.to_net`) before and after training."""
+          k: int | None = None, device=None) -> dict:
+    """:func:`.train.learn` with the float64 engine (same dict), the module on ``device``
+    (default: the CPU).  ``snapshots(ir, net, steps, memory)`` receives the net (with the
+    module's weights, :meth:`~tm2nn.emit.torch_net.NetModule.to_net`) before and after
+    training."""
     ir = build_ir_net(lr, k)
-    eng = TorchEngine(ir)
+    eng = TorchEngine(ir, device=device)
     T = len(xs)
     if snapshots:
         snapshots(ir, eng.module.to_net(), 0, eng.memory())

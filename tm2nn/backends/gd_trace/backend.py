@@ -148,10 +148,10 @@ def configurations(compiled, text: str, engine: str = "torch") -> list:
 
 
 # -- the trainer (§5) --------------------------------------------------------------------------
-def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None, models=()) -> Learned:
+def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None, models=(), device=None) -> Learned:
     """Welper §5: the extended network of a machine whose file declares its data layout
     (a ``# gd-trace:`` header), trained on ``train``; Prop. 2.1 checked against the
-    interpreters (:func:`.check.learn_report`)."""
+    interpreters (:func:`.check.learn_report`), on ``device`` (default: the CPU)."""
     header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path),
                              validate=Layout.from_header)
     X, Y = data["train"]
@@ -166,7 +166,7 @@ def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None
     ext = Extended(ir, layout)
     before = extended_model(ir, header, ext=ext)
     total = ext.low.lowered_steps(layout.steps, ext.text_len) + 1
-    rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed,
+    rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed, device=device,
                        progress=(lambda k, n=total, what=None: progress(k, n, what)) if progress else None)
     r = rep.pop("result")
     after = extended_model(ir, header, r.net, ext) if r is not None else None

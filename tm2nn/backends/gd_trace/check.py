@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn import emit
+from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.interp.multitape import run_multitape
@@ -118,7 +119,8 @@ def lowered_run(ext, x, y, max_steps: int = 100_000):
     return run_multitape(ext.low.machine, ext.low.lower_input(ext.layout.text(x, y)), max_steps)
 
 
-def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx: bool = False) -> dict:
+def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx: bool = False,
+                 device=None) -> dict:
     """Train on ``(X, Y)`` and check Prop. 2.1 against the interpreters: the stopping
     criterion after ``k_t + 1`` steps (``k_t`` = the §4.1 machine's steps), every iterate
     ``k >= 1`` equal to the machine's configuration ``k - 1``, (23), (29) and (33) at every
@@ -126,14 +128,15 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
     the source machine writes (App. B's de-quantisation of its output cells), and ``F =
     f_theta`` (the layout's primary network, in numpy) exactly on the training data and on
     ``tests`` fresh random datasets of the same formats; with ``onnx``, the trained net is
-    also emitted to ONNX (float64) and run in onnxruntime on the same datasets."""
+    also emitted to ONNX (float64) and run in onnxruntime on the same datasets.  The net
+    trains and is checked on ``device`` (default: the CPU; onnxruntime on the CPU)."""
     import torch
 
     lay = ext.layout
     X, Y = lay.check_data(X, Y)
     bound = ext.low.lowered_steps(lay.steps, ext.text_len) + 1   # the layout's step bound, lowered, + 1
     try:
-        r = train(ext, X, Y, max_steps=bound, progress=progress)
+        r = train(ext, X, Y, max_steps=bound, progress=progress, device=device)
         violation = None
     except BoundViolation as e:
         r, violation = None, str(e)
@@ -158,7 +161,7 @@ def learn_report(ext, X, Y, tests: int = 20, seed: int = 0, progress=None, onnx:
     got = np.empty_like(want)
     with torch.no_grad():
         for i in range(0, len(sets), 256):  # batched: every row is one dataset
-            got[i:i + 256] = r.module(torch.from_numpy(sets[i:i + 256])).numpy()
+            got[i:i + 256] = r.module(torch.from_numpy(sets[i:i + 256]).to(torch_device(device))).cpu().numpy()
             if progress is not None and tests >= 256:
                 progress(min(i + 256, len(sets)) - 1, tests, "checking F = f_theta on fresh datasets")
     agree = [bool(np.array_equal(a, b)) for a, b in zip(got, want)]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tm2nn import emit
+from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import Machine
 from tm2nn.ir.multitape import MConfig
@@ -364,33 +365,38 @@ class TrainResult:
     net: Net | None = None   # the trained net (the Params' final values)
 
 
-def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000, progress=None) -> TrainResult:
+def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000, progress=None,
+          device=None) -> TrainResult:
     """Least squares (2), update (3) (``s``: Frank–Wolfe; ``T``, ``H``: rate ``1/gamma``;
     ``z``: rate 1), stopping criterion (4) checked from the first step on (at iterate 0
     the loss is ``|y|^2 / 2``, which may already be below ``B_stop``: the paper's count
     ``k_t + 1`` starts with the step that reads the labels).  (23), (29) and (33) are
     checked at every iterate (:func:`check_step`; a violation raises
-    :class:`BoundViolation` at once)."""
+    :class:`BoundViolation` at once).  The module trains on ``device`` (default: the CPU;
+    the checks read its values back); the trained module is returned there too."""
     import torch
+
+    device = torch_device(device)
 
     x, y = ext.layout.check_data(x, y)
     if float(y @ y) < ext.k.eps:
         raise Tm2nnError(f"(5): |y|^2 = {float(y @ y):g} is below eps = {ext.k.eps:g}")
     # the training module reads the values the checks need as extra outputs (one pass)
     watched = ("init_out", "tm/loss", "f_TM", "ro", "theta")
-    mod = emit.to_torch(Net(ext.net.name, ext.net.inputs, ext.net.nodes, watched, dict(ext.net.metadata)), torch.float64)
+    mod = emit.to_torch(Net(ext.net.name, ext.net.inputs, ext.net.nodes, watched, dict(ext.net.metadata)), torch.float64,
+                        device)
     st = ext.ts.start(ext.low.lower_input(ext.layout.text(x, y)))
     with torch.no_grad():
         for name in ("s", "T", "H"):
-            mod.op(name).value.copy_(torch.from_numpy(st[name]))
+            mod.op(name).value.copy_(torch.from_numpy(st[name]).to(device))
     g = ext.k.gamma
     opt = conditional_gradient([
         {"params": [mod.op("s").value], "kind": "simplex"},
         {"params": [mod.op("T").value, mod.op("H").value], "kind": "gd", "lr": 1.0 / g},
         {"params": [mod.op("z").value], "kind": "gd", "lr": 1.0},
     ])
-    X = torch.from_numpy(x.reshape(1, -1))
-    Y = torch.from_numpy(y)
+    X = torch.from_numpy(x.reshape(1, -1)).to(device)
+    Y = torch.from_numpy(y).to(device)
     losses, configs, halted, ells, f2s = [], [], [], [], []
     steps = 0
     for k in range(max_steps + 1):
@@ -404,9 +410,9 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
         f2s.append(f2)
         h = False
         if k >= 1:
-            v = {name: mod.op(name).value.detach().numpy() for name in ("s", "T", "H")}
+            v = {name: mod.op(name).value.detach().cpu().numpy() for name in ("s", "T", "H")}
             try:
-                cfg, h = ext.ts.decode(v["s"], v["T"], v["H"], ro[0].detach().numpy())
+                cfg, h = ext.ts.decode(v["s"], v["T"], v["H"], ro[0].detach().cpu().numpy())
             except ValueError as e:   # Prop. 4.3: every iterate is a vertex with ±1 tapes
                 raise BoundViolation(k, "Prop. 4.3 (the iterate is a configuration)", "a vertex", str(e)) from None
             configs.append(cfg)
@@ -422,11 +428,11 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
         steps = k + 1
         if progress:
             progress(steps)
-    theta = theta_t[0].detach().numpy() + 0.0   # App. B's sigma = 1 on 0 gives -0: report 0
+    theta = theta_t[0].detach().cpu().numpy() + 0.0   # App. B's sigma = 1 on 0 gives -0: report 0
     t = mod.to_net()
     net = Net(t.name, t.inputs, t.nodes, ext.net.outputs, dict(t.metadata))
-    return TrainResult(steps, losses, configs, halted, theta, emit.to_torch(net, torch.float64),
-                       mod.op("z").value.detach().numpy().copy(), ells, f2s, net)
+    return TrainResult(steps, losses, configs, halted, theta, emit.to_torch(net, torch.float64, device),
+                       mod.op("z").value.detach().cpu().numpy().copy(), ells, f2s, net)
 
 
 def sign_sum_layout(n: int, M: int) -> Layout:

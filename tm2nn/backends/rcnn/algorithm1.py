@@ -144,17 +144,18 @@ def zero_one_error(y_hat: np.ndarray, y: np.ndarray) -> float:
 
 
 def train_and_score(g, X, Y, Xv, Yv, candidates: list[Candidate], *, depth: int, work: int,
-                    dtype=torch.float64, progress=None) -> list[dict]:
+                    dtype=torch.float64, progress=None, device=None) -> list[dict]:
     """Goel et al., Algorithm 1 then B.5's validation: train each candidate's memory layer
     (:func:`.learner.learn` with its filter and head) and score it on ``(Xv, Yv)``
     (:func:`zero_one_error`).  One dict per candidate: label, validation error, memorized
-    (Lemma 4's check), finite predictions, seconds; ``_trained`` holds the model."""
+    (Lemma 4's check), finite predictions, seconds; ``_trained`` holds the model.  Each
+    trains on ``device`` (default: the CPU)."""
     out = []
     with learner_mod.one_thread(), np.errstate(all="ignore"):
         for k, c in enumerate(candidates):
             t0 = time.perf_counter()
             tr = learner_mod.learn(g, X, Y, depth=depth, work=work, dtype=dtype, filter_body=c.body,
-                                   head_body=c.head)
+                                   head_body=c.head, device=device)
             y_hat = tr.predict(Xv)  # inf/nan kept; a random draw's grid falls back to the module
             out.append({"label": c.label, "validation_error": zero_one_error(y_hat, Yv),
                         "memorized": bool(tr.memorized), "finite_predictions": float(np.isfinite(y_hat).mean())
@@ -237,7 +238,7 @@ def corollary2_numbers(s: int, log10_p: float, eps: float, delta: float) -> dict
 
 # -- the pipeline ------------------------------------------------------------------------------
 def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: bool = False,
-               steps: int | None = None, work: int = 1, dtype=torch.float64, eps: float = 0.1,
+               steps: int | None = None, work: int = 1, dtype=torch.float64, eps: float = 0.1, device=None,
                delta: float = 0.1, progress=None) -> dict:
     """Goel et al., Corollary 2 around Algorithm 1: for ``r = 0 … restarts−1`` draw
     ``Θ_rc, Θ_head`` uniformly from ``U_s`` at the planted support (:func:`draw_candidate`),
@@ -270,7 +271,7 @@ def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: 
     cands = [draw_candidate(sup, U, seed, r) for r in range(restarts)]
     if offer_planted:
         cands.append(Candidate("planted", body_of(planted), None))  # the net built above, not a second build
-    results = train_and_score(g, X, Y, Xv, Yv, cands, depth=depth, work=work, dtype=dtype,
+    results = train_and_score(g, X, Y, Xv, Yv, cands, depth=depth, work=work, dtype=dtype, device=device,
                               progress=progress)
     best = select(results) if results else None
 

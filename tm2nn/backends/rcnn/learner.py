@@ -34,7 +34,9 @@ from tm2nn.backends.rcnn.learner_form import (
 )
 from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
 from tm2nn.datasets import load_csv
+from tm2nn.devices import torch_device
 from tm2nn.emit import to_torch
+from tm2nn.emit.torch_emit import module_device
 from tm2nn.emit.torch_loop_grad import segment_length
 from tm2nn.limits import check_memory
 from tm2nn.nets import (
@@ -134,22 +136,24 @@ class Trained:
         B.1.1 code; ``"module"`` runs the emitted module.  ``progress(i, trips)``."""
         if engine not in ("lookup", "module"):
             raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
-        z = torch.tensor(np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1), dtype=self.dtype)
         mod = self.module
+        device = module_device(mod)
+        z = torch.tensor(np.concatenate([np.asarray(xs, float), np.ones((len(xs), 1))], 1), dtype=self.dtype,
+                         device=device)
         with torch.no_grad():
             if engine == "lookup" and len(xs):
                 try:
-                    first = mod.op("memory")(z).to(torch.float64).numpy()
+                    first = mod.op("memory")(z).to(torch.float64).cpu().numpy()
                     eng = LookupEngine(mod.op("grid").body.op("filter"), self.depth, self.dtype)
                     last, _trips = eng.run(first, progress)
-                    y = mod.op("prediction")(torch.as_tensor(last, dtype=self.dtype))
-                    return y[:, 0].to(torch.float64).numpy()
+                    y = mod.op("prediction")(torch.as_tensor(last, dtype=self.dtype, device=device))
+                    return y[:, 0].to(torch.float64).cpu().numpy()
                 except Degenerate:
                     pass
             out = []
             for s in range(0, len(xs), PREDICT_BATCH):
                 y, _grid = mod(z[s:s + PREDICT_BATCH])
-                out.append(y[:, 0].to(torch.float64).numpy())
+                out.append(y[:, 0].to(torch.float64).cpu().numpy())
                 if progress is not None:
                     progress(min(s + PREDICT_BATCH, len(xs)), len(xs))
             return np.concatenate(out) if out else np.zeros(0)
@@ -168,7 +172,7 @@ def output_tolerance(dtype, cells: int) -> float:
 
 
 def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch.float32,
-          progress=None, filter_body: Net | None = None, head_body: Net | None = None) -> Trained:
+          progress=None, filter_body: Net | None = None, head_body: Net | None = None, device=None) -> Trained:
     """Goel et al., Algorithm 1 with the construction's Θ_rc and Θ_head (B.2, B.3): SGD on
     W only (``torch.optim.SGD``, lr = 1/54, one example per step, loss ``½(y − ŷ)²``) over
     the ``m`` examples then the dummy ``(1_d, 1)``, from ``W = 0``.  After each step it
@@ -179,7 +183,8 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     and W is the nearest float to Lemma 4's, bit for bit; in float32 ``ŷ`` is within
     :func:`output_tolerance` of 0 and W within ``|ŷ|/3`` (docs/rcnn.md decision 9).
     ``progress(i, m + 1)`` after each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
-    (Algorithm 1's random draws, :mod:`.algorithm1`)."""
+    (Algorithm 1's random draws, :mod:`.algorithm1`).  ``device``: where the module trains
+    (default: the CPU; the exact checks compare on that device)."""
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
@@ -198,7 +203,8 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
                           f"about {floats:,} floats for the backward pass (checkpointed in segments of {seg} "
                           f"steps; limit {MAX_TRAIN_FLOATS:,}); lower {{steps}} or {{work}}, or use fewer "
                           "examples", "steps", "work")
-    module = to_torch(learner_net(body, shape, depth, g.name, head=head_body), dtype=dtype)
+    module = to_torch(learner_net(body, shape, depth, g.name, head=head_body), dtype=dtype,
+                      device=torch_device(device))
     module.op("grid").checkpoint = True
     params = [p for p in module.parameters() if p.requires_grad]  # the rest is frozen
     assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
@@ -209,7 +215,7 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     out_tol = output_tolerance(dtype, shape.rows * (d + 1))
     res = Trained(module, shape, depth, dtype, memorized=True, width=width)
     for i in range(m + 1):
-        z = torch.tensor(np.append(Xd[i], 1)[None, :], dtype=dtype)
+        z = torch.tensor(np.append(Xd[i], 1)[None, :], dtype=dtype, device=W.device)
         opt.zero_grad()
         y_hat, _grid = module(z)
         loss = 0.5 * (float(Yd[i]) - y_hat[0, 0]) ** 2
@@ -221,7 +227,7 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
         before = W.detach().clone()
         opt.step()
         res.step_exact.append(bool(torch.equal(W.detach(), before.add_(grad, alpha=-ETA))))
-        want = torch.tensor(lemma4_target(X, Y, i + 1)).to(dtype)
+        want = torch.tensor(lemma4_target(X, Y, i + 1)).to(W.device, dtype)
         err = float((W.detach() - want).abs().max())
         res.w_error.append(err)
         res.outputs.append(float(y_hat.detach()[0, 0]))
@@ -267,7 +273,7 @@ def step_bound(g, X: np.ndarray, Y: np.ndarray, shape: Shape) -> int:
 
 
 def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, steps: int | None = None,
-        work: int | None = None, dtype=torch.float64, progress=None, target=None) -> dict:
+        work: int | None = None, dtype=torch.float64, progress=None, target=None, device=None) -> dict:
     """Learner mode end to end (docs/rcnn.md "Learner mode"): check the learner's form,
     choose ``L = t + 1`` filter steps (the head is placed by B.2's case 3 one step after
     memorization ends, then the machine runs ``t`` steps) and ``work`` working columns
@@ -279,7 +285,8 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     ``progress(phase, done, total)`` reports ``"train"`` (SGD steps), ``"test"`` (the
     net's filter steps on the test points) and ``"reference"`` (the interpreter's runs).
     The report's keys starting with ``_`` hold objects for callers (the :class:`Trained`
-    model, the test points, the interpreter's and the net's answers), not for JSON."""
+    model, the test points, the interpreter's and the net's answers), not for JSON.
+    ``device``: where the net trains and predicts (default: the CPU)."""
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
@@ -301,7 +308,7 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
     t0 = time.perf_counter()
     with one_thread():
-        trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype,
+        trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype, device=device,
                         progress=(lambda i, n: progress("train", i, n)) if progress else None)
         t1 = time.perf_counter()
         got = trained.predict(xs, progress=(lambda i, n: progress("test", i, n)) if progress else None)

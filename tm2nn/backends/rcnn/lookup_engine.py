@@ -104,9 +104,11 @@ class LookupEngine:
         for k in self.read:
             patch[k] = vals[(new_keys >> shift) & (MAX_VALUES - 1)]
             shift -= _BITS
+        device = next((t.device for t in (*self.pm.parameters(), *self.pm.buffers())), None)  # the filter's
         with torch.no_grad():
-            y = _net_fm(self.pm.body, (torch.as_tensor(patch, dtype=self.dtype),))[0]
-        outs = np.array([self._id_of(float(v)) for v in y.reshape(-1).to(torch.float64).numpy()], dtype=np.int64)
+            y = _net_fm(self.pm.body, (torch.as_tensor(patch, dtype=self.dtype, device=device),))[0]
+        outs = np.array([self._id_of(float(v)) for v in y.reshape(-1).to(torch.float64).cpu().numpy()],
+                        dtype=np.int64)
         keys = np.concatenate([self.keys, new_keys])
         order = np.argsort(keys, kind="stable")
         self.keys, self.out = keys[order], np.concatenate([self.out, outs])[order]

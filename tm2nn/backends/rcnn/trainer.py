@@ -22,14 +22,15 @@ def sign_target(spec: str, d: int):
     return lambda xs: 1 - 2 * t((1 - np.asarray(xs, dtype=np.int64)) // 2).astype(np.int64)
 
 
-def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=()) -> Learned:
+def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=(), device=None) -> Learned:
     """Algorithm 1 on a learner machine (:func:`tm2nn.backends.rcnn.learner.run`):
     SGD on the memory layer, Lemma 4 checked exactly after every example, then the
     trained net against the interpreter on fresh points.  ``opts`` are the validated
-    :class:`~.backend.LearnOptions`; ``data`` holds the training (and validation) sets."""
+    :class:`~.backend.LearnOptions`; ``data`` holds the training (and validation) sets;
+    the net trains on ``device`` (default: the CPU)."""
     X, Y = data["train"]
     if opts.restarts:
-        return _restarts(ir, opts, X, Y, data["validation"], progress)
+        return _restarts(ir, opts, X, Y, data["validation"], progress, device)
     target, target_spec = _target(opts, X, Y)
     m1, unit = X.shape[0] + 1, 100  # one bar: the m + 1 SGD steps, the net's steps, the interpreter
 
@@ -37,7 +38,7 @@ def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=()) -
         base, frac = {"train": (0, done / n), "test": (m1, done / n), "reference": (m1 + unit, done / n)}[phase]
         progress(base + (int(frac * m1) if phase == "train" else int(frac * unit)), m1 + 2 * unit)
     rep = learn_run(ir, X, Y, test=opts.test, seed=opts.seed, steps=opts.steps, work=opts.work,
-                    progress=cb if progress else None, target=target)
+                    progress=cb if progress else None, target=target, device=device)
     ok = rep["memorized"] and rep["test_agreement"] == 1.0
     yes = "[green]yes[/]" if rep["memorized"] else "[red]no[/]"
     lines = [f"{rep['examples']} examples of {rep['features']} features, memorized: {yes}"]
@@ -75,7 +76,7 @@ def _target(opts, X, Y):
     return fn, spec
 
 
-def _restarts(ir, opts, X, Y, val, progress) -> Learned:
+def _restarts(ir, opts, X, Y, val, progress, device=None) -> Learned:
     """Corollary 2 around Algorithm 1 (:func:`tm2nn.backends.rcnn.algorithm1.algorithm1`):
     ``opts.restarts`` draws from U_s, each trained and scored on the validation set."""
     Xv, Yv = val
@@ -83,7 +84,7 @@ def _restarts(ir, opts, X, Y, val, progress) -> Learned:
         raise Tm2nnError(f"the validation set has {Xv.shape[1]} features, the training set {X.shape[1]}",
                          file=opts.validation)
     rep = algorithm1(ir, X, Y, Xv, Yv, restarts=opts.restarts, seed=opts.seed,
-                     offer_planted=opts.offer_planted, steps=opts.steps, work=opts.work,
+                     offer_planted=opts.offer_planted, steps=opts.steps, work=opts.work, device=device,
                      progress=(lambda i, n: progress(i, n)) if progress else None)
     ch = rep["chosen"]
     ok = ch is not None and ch["memorized"] and ch["validation_error"] == 0.0

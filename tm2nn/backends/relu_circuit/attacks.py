@@ -14,9 +14,11 @@ Wei, Chen & Ma's all-layer margin (eq. 2.1) and its per-layer version are define
   on a dataset, between the certified margin and the joint attacks.
 
 The attacks run the emitted torch module (``to_torch(net, torch.float64)``) and never
-touch the compiled net: they wrap each affine submodule's ``fm`` on a fresh module.  The
-random attack may run its forward passes on the fused engine instead (``fused-float``,
-the same perturbation added in its kernel).
+touch the compiled net: they wrap each affine submodule's ``fm`` on a fresh module, on
+a ``device`` (default: the CPU; the random directions are drawn on the CPU and moved, so
+a seed gives the same directions everywhere).  The random attack may run its forward
+passes on the fused engine instead (``fused-float``, the same perturbation added in its
+kernel; CPU only).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
 from tm2nn.backends.relu_circuit.layers import blocks
 from tm2nn.backends.relu_circuit.margin import certified_margin, certified_radius, theorem_d6_bound
 from tm2nn.backends.relu_circuit.options import Options
+from tm2nn.devices import check_engine_device, torch_device
 from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs
@@ -57,9 +60,10 @@ class _Perturbed:
     applies one explicit dense (ΔW, Δb) to every input.
     """
 
-    def __init__(self, compiled: Model, joint: bool = False):
+    def __init__(self, compiled: Model, joint: bool = False, device=None):
         self.torch = torch
-        self.module = to_torch(compiled.net, torch.float64)
+        self.device = torch_device(device)
+        self.module = to_torch(compiled.net, torch.float64, self.device)
         self.blocks = blocks(compiled.net)
         self.names = [op.name for b in self.blocks for op in b.affines]
         self.block_of = [0 if joint else bi for bi, b in enumerate(self.blocks) for _ in b.affines]
@@ -80,6 +84,7 @@ class _Perturbed:
         perturbation added in its kernel).  Gradients need torch: a gradient step always
         runs the module."""
         if engine == "fused-float":
+            check_engine_device(engine, self.device.type)
             self.fused = LayeredEngine.for_net(net, "float", np.float64)
         elif engine != "torch":
             raise Tm2nnError(f"the margin attacks run on torch or fused-float, not {engine!r}")
@@ -107,7 +112,7 @@ class _Perturbed:
     def random_directions(self, rows: int, gen) -> dict:
         """Uniformly random unit vectors over each block's stacked a's, one per row."""
         torch = self.torch
-        a = {n: torch.randn((self.shapes[n][0], rows), generator=gen, dtype=torch.float64)
+        a = {n: torch.randn((self.shapes[n][0], rows), generator=gen, dtype=torch.float64).to(self.device)
              for n in self.names}
         return self.normalise(a, project=False)
 
@@ -172,7 +177,7 @@ def perturbed_outputs(compiled: Model, inputs: np.ndarray, eps: float, *, seed: 
 def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                      method: str = "random", steps: int = 150, max_eps: float = 8.0,
                      eps0: float | None = None, joint: bool = False,
-                     labels: np.ndarray | None = None, engine: str = "torch") -> dict:
+                     labels: np.ndarray | None = None, engine: str = "torch", device=None) -> dict:
     """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
     the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
     some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
@@ -193,18 +198,19 @@ def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, tria
       ``max_eps/8``); the smallest flipping ε is kept.
 
     ``engine``: where the random attack's forward passes run, ``torch`` or ``fused-float``
-    (the same directions and bisection; the gradient attack runs in torch).
+    (the same directions and bisection; the gradient attack runs in torch).  ``device``:
+    where the torch module and the attack's tensors live (default: the CPU).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
     try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine)
+        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine, device)
     finally:
         torch.set_num_threads(threads)
 
 
 def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None,
-            engine="torch") -> dict:
+            engine="torch", device=None) -> dict:
     t0 = time.perf_counter()
     x_np = np.asarray(inputs)
     if labels is None:
@@ -212,9 +218,10 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     labels = np.asarray(labels)
     if labels.ndim != 2 or labels.shape[0] != x_np.shape[0]:
         raise Tm2nnError(f"labels must have shape [n_inputs, n_outputs] = [{x_np.shape[0]}, ...], got {labels.shape}")
-    want = torch.as_tensor(labels.astype(bool))
     thr = float(compiled.output_encoding.get("threshold", 0.5))
-    P = _Perturbed(compiled, joint=joint)
+    P = _Perturbed(compiled, joint=joint, device=device)
+    dev = P.device
+    want = torch.as_tensor(labels.astype(bool)).to(dev)
     P.use(engine, compiled.net)
     if not P.names or want.shape[1] == 0:
         return {"method": method, "joint": joint, "eps": math.inf, "input": None,
@@ -225,7 +232,7 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     width = sum(P.shapes[n][0] for n in P.names) + x_np.shape[1]
     check_memory(rows * width * 8 * 8, f"the {method} attack on {x_np.shape[0]:,} inputs x {trials:,} trials "
                  f"({width:,} units each)", ("samples", "trials"))
-    x = torch.as_tensor(np.repeat(x_np.astype(np.float64), trials, axis=0))
+    x = torch.as_tensor(np.repeat(x_np.astype(np.float64), trials, axis=0)).to(dev)
     w = want.repeat_interleave(trials, 0)
     sign = w.to(torch.float64) * 2 - 1
     gen = torch.Generator().manual_seed(seed)
@@ -233,14 +240,14 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     def flipped(y):
         return ((y > thr) != w).any(1)
 
-    best = torch.full((rows,), math.inf, dtype=torch.float64)
+    best = torch.full((rows,), math.inf, dtype=torch.float64, device=dev)
     if method == "random":
         P.a = P.random_directions(rows, gen)
         with torch.no_grad():
-            P.eps = torch.zeros(rows, dtype=torch.float64)
+            P.eps = torch.zeros(rows, dtype=torch.float64, device=dev)
             unperturbed_wrong = flipped(P.run(x))
             best[unperturbed_wrong] = 0.0
-            hi = torch.full((rows,), float(max_eps), dtype=torch.float64)
+            hi = torch.full((rows,), float(max_eps), dtype=torch.float64, device=dev)
             P.eps = hi
             ok_hi = flipped(P.run(x)) & ~unperturbed_wrong
             lo = hi * 1e-6
@@ -254,9 +261,9 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     elif method == "gradient":
         a = P.random_directions(rows, gen)
         start = float(eps0) if eps0 and math.isfinite(eps0) else float(max_eps) / 8
-        eps = torch.full((rows,), min(start, max_eps), dtype=torch.float64)
+        eps = torch.full((rows,), min(start, max_eps), dtype=torch.float64, device=dev)
         with torch.no_grad():
-            P.a, P.eps = a, torch.zeros(rows, dtype=torch.float64)
+            P.a, P.eps = a, torch.zeros(rows, dtype=torch.float64, device=dev)
             best[flipped(P.run(x))] = 0.0
         for step in range(steps):
             gamma = 0.02 + 0.18 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
@@ -289,19 +296,20 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
         "joint": joint,
         "eps": e,
         "input": "".join("1" if v else "0" for v in x_np[i].astype(bool)) if math.isfinite(e) else None,
-        "per_input": per_input.numpy(),
+        "per_input": per_input.cpu().numpy(),
         "trials": trials,
         "seconds": time.perf_counter() - t0,
     }
 
 
 def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
-                  steps: int = 150, pm_one_output: bool = False, engines=("torch",)) -> list[dict]:
+                  steps: int = 150, pm_one_output: bool = False, engines=("torch",), device=None) -> list[dict]:
     """With and without corrections: (D.5) (:func:`theorem_d6_bound`), the certified radius,
     and the per-layer and joint (ℓ2 over all parameters, eq. 2.1) attacks, random and
     gradient.  ``(D.5), certified ≤ ρ_layer ≤ eps_random, eps_gradient`` and ``certified ≤ ρ
     ≤ eps_joint_random, eps_joint_gradient``.  A row per engine the random attacks run on
-    (``engines``: torch, fused-float); the gradient attacks run in torch, once."""
+    (``engines``: torch, fused-float); the gradient attacks run in torch, once.  The torch
+    attacks run on ``device`` (default: the CPU); the bounds are computed on the CPU."""
     out = []
     for corr in (True, False):
         comp = compile_circuit(circuit, Options(corrections=corr, pm_one_output=pm_one_output))
@@ -309,9 +317,10 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
         cert = certified_radius(comp)
         d5 = theorem_d6_bound(comp)
         rnd = {(e, j): empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=j,
-                                        engine=e)["eps"] for e in engines for j in (False, True)}
+                                        engine=e, device=device)["eps"] for e in engines for j in (False, True)}
         grd = {j: empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
-                                   steps=steps, eps0=rnd[engines[0], j], joint=j)["eps"] for j in (False, True)}
+                                   steps=steps, eps0=rnd[engines[0], j], joint=j, device=device)["eps"]
+               for j in (False, True)}
         for e in engines:
             att = {"eps_random": rnd[e, False], "eps_gradient": grd[False],
                    "eps_joint_random": rnd[e, True], "eps_joint_gradient": grd[True]}
@@ -325,11 +334,12 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
     return out
 
 
-def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None) -> Table:
+def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None) -> Table:
     """The ``margin`` analysis (``tm2nn margin``): Wei-Chen-Ma's all-layer margin, per layer
     (:mod:`.margin`, :func:`margin_report`): the certified lower bound and two attacks, with
     and without corrections, on the circuit or the unrolled machine's circuit; the random
-    attacks on each of ``engines`` (torch, fused-float; default torch)."""
+    attacks on each of ``engines`` (torch, fused-float; default torch), the torch ones on
+    ``device`` (default: the CPU; fused-float runs on the CPU only)."""
     samples, trials = check_int("samples", samples, 1), check_int("trials", trials, 1)
     seed = check_seed("seed", seed)
     engines = tuple(dict.fromkeys(engines or ("torch",)))
@@ -337,6 +347,9 @@ def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, eng
     if bad:
         raise OptionError(f"the margin attacks run on torch or fused-float (real-valued perturbations), "
                           f"not {{engines}} {bad[0]!r}", "engines")
+    for e in engines:
+        check_engine_device(e, device)
+    torch_device(device)
     if isinstance(ir, Circuit):
         circuit = ir
         n = len(circuit.inputs)
@@ -347,7 +360,8 @@ def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, eng
         circuit, layout = unroll_machine(ir, opts)
         tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
         x = encode_tapes(encoding(layout), tapes[:samples]) > 0.5
-    rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output, engines=engines)
+    rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output, engines=engines,
+                         device=device)
     which = ["engine"] if len(engines) > 1 else []
     return Table(f"all-layer margin, {len(x)} inputs: (D.5), certified <= per-layer margin <= per-layer "
                  "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks"

@@ -26,9 +26,10 @@ def _attacks():
     return attacks
 
 
-def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None):
-    """The ``margin`` analysis (:func:`.attacks.margin_table`)."""
-    return _attacks().margin_table(ir, opts, samples=samples, trials=trials, seed=seed, engines=engines)
+def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None):
+    """The ``margin`` analysis (:func:`.attacks.margin_table`; the torch attacks on ``device``)."""
+    return _attacks().margin_table(ir, opts, samples=samples, trials=trials, seed=seed, engines=engines,
+                                   device=device)
 
 
 def statistics_bracket(compiled, dataset, gamma: float, **kw) -> dict:

@@ -632,7 +632,7 @@ def certified_radius(compiled, *, per_step: bool = True, budgets: bool | None = 
 # ---------------------------------------------------------------------------------------------
 def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, False), seed: int = 0,
                   trials: int = 8, attack_steps: int = 30, attention: str = "hardmax",
-                  eps_max: float = 1.0, **compile_options) -> list[dict]:
+                  eps_max: float = 1.0, device=None, **compile_options) -> list[dict]:
     """One row per corrections setting: ``machine`` (a line Machine, or a compiled
     transformer whose source is recompiled) compiled with ``steps``, ``corrections``,
     ``attention`` and ``compile_options`` (other options of
@@ -642,7 +642,8 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     gradient attack (``max(1, trials // 4)`` starts per input, ``attack_steps`` steps,
     from the random attack's ε); the smallest flipping ε and where it flipped (input,
     decoder step, field, tap coordinate).  The attacks refuse, before allocating, what
-    would not fit in memory (:func:`tm2nn.limits.check_memory`)."""
+    would not fit in memory (:func:`tm2nn.limits.check_memory`).  The attacks run on
+    ``device`` (default: the CPU); the certified radius is computed on the CPU."""
     trials = check_int("trials", trials, 1)
     attack_steps = check_int("attack_steps", attack_steps, 0)
     seed = check_seed("seed", seed)
@@ -657,9 +658,9 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
         opts = {k: v for k, v in compile_options.items() if corr or k != "correction_placement"}
         comp = compile_model(source, options(steps=steps, corrections=bool(corr), attention=attention, **opts))
         cert = certified_radius(comp) if attention == "hardmax" else None
-        rnd = attack(comp, texts, eps_max, "random", trials, seed=seed)
+        rnd = attack(comp, texts, eps_max, "random", trials, seed=seed, device=device)
         grd = attack(comp, texts, eps_max, "gradient", max(1, trials // 4), steps=attack_steps, seed=seed,
-                     eps0=rnd["eps"])
+                     eps0=rnd["eps"], device=device)
         best = min((rnd, grd), key=lambda r: r["eps"])
         rows.append({
             "machine": source.name, "steps": int(steps), "decoder_steps": comp.options["decoder_steps"],
@@ -724,10 +725,11 @@ def certified_margin(compiled) -> dict:
                          "a lower bound on rho (docs/transformer_margin.md)"}
 
 
-def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None) -> Table:
+def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None) -> Table:
     """Wei-Chen-Ma's all-layer margin of the transformer: the certified lower bound and two
     attacks (:func:`margin_report`), on ``samples`` tapes of the verifier's input space; with
-    and without corrections (only without, for ``--no-corrections``)."""
+    and without corrections (only without, for ``--no-corrections``); the attacks on
+    ``device`` (default: the CPU)."""
     if engines and set(engines) != {"torch"}:
         raise OptionError("the transformer's margin attacks run in torch (they need its gradients): "
                           "{engines} takes only torch", "engines")
@@ -740,5 +742,5 @@ def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=N
         texts = random.Random(seed).sample(texts, samples)
     rows = margin_report(ir, texts, steps=opts.steps, corrections=(True, False) if opts.corrections else (False,),
                          seed=seed, trials=trials, attention=opts.attention,
-                         correction_placement=opts.correction_placement)
+                         correction_placement=opts.correction_placement, device=device)
     return margin_table(rows)

@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from tm2nn.backends.transformer.runtime import encode
+from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
@@ -102,35 +103,40 @@ class PerturbedTransformer:
 
     ``run(tokens, delta)``: ``tokens`` int64 ``[R, L]`` (:func:`.runtime.encode`), ``delta``
     ``{block: {tensor: [R, *shape]}}`` (missing blocks or tensors: unperturbed) ->
-    taps ``[R, T+1, tap_w]``."""
+    taps ``[R, T+1, tap_w]``.  Every tensor lives on ``device`` (default: the CPU); the
+    tokens are moved there, and random directions are drawn on the CPU and moved (a seed
+    gives the same directions on every device)."""
 
-    def __init__(self, compiled_or_net, dtype=None):
+    def __init__(self, compiled_or_net, dtype=None, device=None):
         import torch
 
         self.torch = torch
         self.dtype = dtype or torch.float64
+        self.device = torch_device(device)
         net = net_of(compiled_or_net)
         self.net = net
         self.embed, self.dec = transformer_parts(net)
         self.np_blocks = blocks_of(net)
-        self.params = {b: {k: torch.as_tensor(v, dtype=self.dtype) for k, v in ts.items()}
+        self.params = {b: {k: torch.as_tensor(v, dtype=self.dtype, device=self.device) for k, v in ts.items()}
                        for b, ts in self.np_blocks.items()}
         self.shapes = {b: {k: tuple(v.shape) for k, v in ts.items()} for b, ts in self.np_blocks.items()}
         self.steps = int(self.dec.steps)
-        self.enc_pos = torch.as_tensor(np.asarray(self.embed.positions, dtype=np.float64), dtype=self.dtype)
-        self.dec_pos = torch.as_tensor(np.asarray(self.dec.positions, dtype=np.float64), dtype=self.dtype)
+        self.enc_pos = torch.as_tensor(np.asarray(self.embed.positions, dtype=np.float64), dtype=self.dtype,
+                                       device=self.device)
+        self.dec_pos = torch.as_tensor(np.asarray(self.dec.positions, dtype=np.float64), dtype=self.dtype,
+                                       device=self.device)
         body = self.dec.body
         self.tap_space = body.spaces[body.outputs[1]]
         # The unperturbed affine maps are the emitted module's own (same arithmetic, to the
         # last bit); the perturbation terms are added to them.
         from tm2nn.emit.torch_emit import to_torch  # loads torch (as this method does)
 
-        emitted = to_torch(net, self.dtype).op(self.dec.name)
+        emitted = to_torch(net, self.dtype, self.device).op(self.dec.name)
         self.index, self.affine = {}, {}
         for part, sub, mod in (("prologue", self.dec.prologue, emitted.prologue), ("body", body, emitted.body)):
             for op in sub.nodes:
                 if isinstance(op, Slice):
-                    self.index[(part, op.name)] = torch.as_tensor(op.indices, dtype=torch.int64)
+                    self.index[(part, op.name)] = torch.as_tensor(op.indices, dtype=torch.int64, device=self.device)
                 elif isinstance(op, Affine):
                     self.affine[(part, op.name)] = mod.op(op.name).fm
 
@@ -147,7 +153,8 @@ class PerturbedTransformer:
         the attention weights.  ``record``: filled with every value,
         ``{(step, part, name): [R, n]}``."""
         torch = self.torch
-        tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.int64)
+        tokens = (tokens.to(self.device, torch.int64) if isinstance(tokens, torch.Tensor) else
+                  torch.as_tensor(np.asarray(tokens), dtype=torch.int64, device=self.device))
         delta = delta or {}
         ctx = {"delta": delta, "beta": surrogate_beta, "record": record}
         mem = self._encode(tokens, delta.get("encoder"))
@@ -286,9 +293,9 @@ class PerturbedTransformer:
 
         def draw(k, s):
             if rank_one and k in MATRICES:
-                return (torch.randn((rows, s[0]), generator=gen, dtype=self.dtype),
-                        torch.randn((rows, s[1]), generator=gen, dtype=self.dtype))
-            return torch.randn((rows, *s), generator=gen, dtype=self.dtype)
+                return (torch.randn((rows, s[0]), generator=gen, dtype=self.dtype).to(self.device),
+                        torch.randn((rows, s[1]), generator=gen, dtype=self.dtype).to(self.device))
+            return torch.randn((rows, *s), generator=gen, dtype=self.dtype).to(self.device)
         return self.normalise({b: {k: draw(k, s) for k, s in ts.items()} for b, ts in self.shapes.items()},
                               project=False)
 
@@ -316,7 +323,7 @@ class PerturbedTransformer:
         """``[T+1, tap_w]`` bool: the tap coordinates that are decoded.  Everything but
         the written symbol at step 0 (the prologue writes nothing; the decoder ignores it)."""
         torch = self.torch
-        mask = torch.ones((self.steps + 1, len(self.tap_space)), dtype=torch.bool)
+        mask = torch.ones((self.steps + 1, len(self.tap_space)), dtype=torch.bool, device=self.device)
         for c in self.tap_space.groups.get("sym2", []):
             mask[0, c] = False
         return mask
@@ -325,7 +332,7 @@ class PerturbedTransformer:
         """``[tap_w]`` bool: the columns read by "> 1/2" (the others: nearest integer)."""
         torch = self.torch
         return torch.tensor([lab.split(":", 1)[0] in THRESHOLD_GROUPS for lab in self.tap_space.labels],
-                            dtype=torch.bool)
+                            dtype=torch.bool, device=self.device)
 
     def describe(self, step: int, coord: int) -> dict:
         lab = self.tap_space.labels[coord]
@@ -391,7 +398,7 @@ def _first_wrong(wrong) -> tuple[int, int]:
 
 def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "random", trials: int = 8,
            steps: int = 60, seed: int = 0, eps0: float | None = None, surrogate_beta: float = 4.0,
-           target: str = "fields") -> dict:
+           target: str = "fields", device=None) -> dict:
     """The smallest ε found such that moving every parameter block by ≤ ε (ℓ2, dense, one
     θ + δ shared by all decoder steps) changes a decoded field (state, head, symbol read,
     symbol written) of some step of some input in ``texts``.  An upper bound on the
@@ -415,6 +422,8 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     a flip is the last step's ``θ_clsᵀ o_T'`` changing sign, ``(y − 1/2)·F(x, θ + δ) ≤ 0`` of
     eq. (2.1) with F = θ_clsᵀ o_T' ∈ {−1, +1}: an upper bound on ρ of the binary classifier.
 
+    ``device``: where the evaluator's tensors live (default: the CPU).
+
     Returns ``eps``, the ``input``, the decoder ``step``, the ``field`` and tap
     ``coordinate`` that flipped, ``per_input`` and ``seconds``."""
     import torch
@@ -424,7 +433,7 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     try:
         with torch.no_grad() if method == "random" else torch.enable_grad():
             return _attack(compiled, list(texts), float(eps_max), method, int(trials), int(steps), int(seed),
-                           eps0, float(surrogate_beta), target)
+                           eps0, float(surrogate_beta), target, device)
     finally:
         torch.set_num_threads(threads)
 
@@ -441,7 +450,7 @@ def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
     return rows * 8 * (6 * factors + 4 * (P.steps + 1) * values * max(1, P.steps // 4))
 
 
-def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields") -> dict:
+def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields", device=None) -> dict:
     import torch
 
     if method not in ("random", "gradient"):
@@ -452,12 +461,12 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     if target == "cls" and cls is None:
         raise UnsupportedNet("target='cls' attacks the θ_cls readout: compile with cls_readout=True")
     t0 = time.perf_counter()
-    P = PerturbedTransformer(compiled)
+    P = PerturbedTransformer(compiled, device=device)
     rows = len(texts) * trials
     check_memory(attack_memory(P, rows, method),
                  f"the {method} attack on {len(texts):,} inputs x {trials:,} trials ({P.n_params():,} "
                  "parameters per perturbation)", ("samples", "trials"))
-    tokens = torch.as_tensor(encode(compiled, texts)).repeat_interleave(trials, 0)
+    tokens = torch.as_tensor(encode(compiled, texts)).repeat_interleave(trials, 0).to(P.device)
     with torch.no_grad():
         ref = P.run(tokens[::trials]).repeat_interleave(trials, 0)        # [R, T+1, w]
     thr = P.threshold_columns()
@@ -482,10 +491,10 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
         return torch.where(thr, sign * (taps - 0.5), 0.5 - (taps - ref).abs())
 
     gen = torch.Generator().manual_seed(seed)
-    best = torch.full((rows,), math.inf, dtype=P.dtype)
+    best = torch.full((rows,), math.inf, dtype=P.dtype, device=P.device)
     if method == "random":
         dirs = best_dirs = P.random_directions(rows, gen)
-        hi = torch.full((rows,), eps_max, dtype=P.dtype)
+        hi = torch.full((rows,), eps_max, dtype=P.dtype, device=P.device)
         ok_hi = wrong(P.run(tokens, P.scaled(dirs, hi))).flatten(1).any(1)
         lo = hi * 1e-30
         for _ in range(RANDOM_BISECTIONS):
@@ -497,7 +506,7 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     else:
         dirs = P.random_directions(rows, gen, rank_one=True)
         start = float(eps0) if eps0 and math.isfinite(eps0) else eps_max / 8
-        eps = torch.full((rows,), min(start, eps_max), dtype=P.dtype)
+        eps = torch.full((rows,), min(start, eps_max), dtype=P.dtype, device=P.device)
         best_dirs = _map(lambda t: t.clone(), dirs)
 
         def keep_best(f):
@@ -534,10 +543,10 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
         best = torch.where(seen, best, torch.full_like(best, math.inf))
     per_input = best.view(len(texts), trials).min(1).values
     out = {"method": method, "eps": math.inf, "input": None, "step": None, "field": None, "coordinate": None,
-           "per_input": per_input.numpy(), "trials": trials, "rows": rows}
+           "per_input": per_input.cpu().numpy(), "trials": trials, "rows": rows}
     if torch.isfinite(best).any():
         r = int(torch.argmin(best))
-        step, coord = _first_wrong(w[r].numpy())
+        step, coord = _first_wrong(w[r].cpu().numpy())
         out.update(eps=float(best[r]), input=texts[r // trials], **P.describe(step, coord))
     out["seconds"] = time.perf_counter() - t0
     return out

@@ -44,14 +44,16 @@ def encode(compiled, texts: list[str]) -> np.ndarray:
 
 
 def torch_runner(net_or_module, progress=None):
-    """``tokens [n, L] -> taps [n, T+1, tap_w]`` with the torch module (float32, no_grad)."""
+    """``tokens [n, L] -> taps [n, T+1, tap_w]`` with the torch module (float32, no_grad),
+    on the module's device (the tokens moved there, the taps back)."""
     import torch
 
     # tm2nn.emit.torch_emit loads torch: imported here for start-up time
-    from tm2nn.emit.torch_emit import loop_progress, to_torch
+    from tm2nn.emit.torch_emit import loop_progress, module_device, to_torch
     from tm2nn.emit.torch_net import NetModule
 
     mod = net_or_module if isinstance(net_or_module, NetModule) else to_torch(net_or_module)
+    device = module_device(mod)
 
     def run(tokens: np.ndarray) -> np.ndarray:
         outs = []
@@ -62,7 +64,7 @@ def torch_runner(net_or_module, progress=None):
         try:
             with torch.no_grad(), loop_progress(mod, progress):
                 for s in range(0, tokens.shape[0], BATCH):
-                    outs.append(mod(torch.from_numpy(tokens[s:s + BATCH])).numpy())
+                    outs.append(mod(torch.from_numpy(tokens[s:s + BATCH]).to(device)).cpu().numpy())
         finally:
             torch.set_num_threads(threads)
         return np.concatenate(outs)
