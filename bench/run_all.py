@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_abbe_sandon  # noqa: E402
 import bench_api  # noqa: E402
 import bench_gd_trace  # noqa: E402
+import bench_gpu  # noqa: E402
 import bench_interp  # noqa: E402
 import bench_layout  # noqa: E402
 import bench_long_run  # noqa: E402
@@ -37,6 +38,7 @@ def main() -> int:
             + bench_gd_trace.main(sys.argv[1:])
             + bench_api.main(sys.argv[1:]) + bench_layout.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
             + bench_margin_study.main(sys.argv[1:])
+            + bench_gpu.main(sys.argv[1:])  # skipped, with a line saying why, without CUDA
             + bench_sweep.main(["--quick"]))  # the whole bb corpus: bench/bench_sweep.py alone
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
