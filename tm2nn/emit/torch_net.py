@@ -393,6 +393,22 @@ def hidden_tensors(module: nn.Module) -> list[str]:
     return found
 
 
+def saved_bytes(fn) -> tuple:
+    """``(fn(), bytes of the tensors autograd saved for backward while it ran)``: how a
+    loop or a decoder measures its first trips before refusing a backward pass that would
+    not fit (views of one storage count once each: an upper bound)."""
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = fn()
+    return y, total
+
+
 # -- the table: op type -> module class ----------------------------------------------------
 #: The torch emitter's table: each op type's :class:`OpModule` subclass, filled by
 #: :func:`torch_emitter` beside the class (:mod:`tm2nn.emit.torch_ops`,

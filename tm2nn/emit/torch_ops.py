@@ -12,7 +12,15 @@ import torch
 from tm2nn import interrupt
 from tm2nn.emit import BULK_BATCH, affine_form
 from tm2nn.emit.torch_loop_grad import FixedPointTail, run_checkpointed, tail_allowed
-from tm2nn.emit.torch_net import NetModule, OpModule, _batch_major, _net_fm, torch_emitter
+from tm2nn.emit.torch_net import (
+    NetModule,
+    OpModule,
+    _batch_major,
+    _net_fm,
+    saved_bytes,
+    torch_emitter,
+)
+from tm2nn.limits import check_memory
 from tm2nn.nets import (
     Activation,
     Affine,
@@ -288,8 +296,18 @@ class LoopModule(OpModule):
         if grad and self.checkpoint and states is None:
             return run_checkpointed(lambda t: _net_fm(body, (t,))[0], x, self.trips, self.until_fixed,
                                     self.progress, tail=tail)
+        # every trip is kept for backward (no fixed-point tail can end it early): measure what
+        # autograd saves in the first, and refuse up front what all of them would need
+        measure = grad and self.trips > 1 and not (self.until_fixed and tail and states is None)
         for i in range(1, self.trips + 1):
-            y = _net_fm(body, (x,))[0]
+            if measure and i == 1:
+                y, per_trip = saved_bytes(lambda x=x: _net_fm(body, (x,))[0])
+                check_memory(per_trip * self.trips, f"a backward pass through {self.trips:,} trips of loop "
+                             f"{self.op_name!r} ({per_trip:,} bytes kept a trip" + (
+                                 "; set its .checkpoint = True to keep about 2√trips of them)" if states is None
+                                 else ", every state returned)"))
+            else:
+                y = _net_fm(body, (x,))[0]
             fixed = self.until_fixed and not y.is_meta and torch.equal(y, x)  # meta: shapes only
             if fixed and grad and i < self.trips:  # the later trips' backward, exactly
                 if states is not None or not tail:

@@ -14,7 +14,15 @@ from torch.utils.checkpoint import checkpoint
 
 from tm2nn import interrupt
 from tm2nn.emit import BULK_BATCH, STEP_BATCH
-from tm2nn.emit.torch_net import NetModule, OpModule, _batch_major, _fm, _net_fm, torch_emitter
+from tm2nn.emit.torch_net import (
+    NetModule,
+    OpModule,
+    _batch_major,
+    _fm,
+    _net_fm,
+    saved_bytes,
+    torch_emitter,
+)
 from tm2nn.limits import check_memory
 from tm2nn.nets import Attention, BinaryPositions, Decode, Embed
 from tm2nn.options import OptionError
@@ -319,11 +327,13 @@ class DecodeModule(OpModule):
     Without gradients the histories are written in place (:class:`_History`).  When grad
     is enabled and a weight or the memory requires grad, the decode is functional
     (:class:`_GradHistory`): ``loss.backward()`` reaches every weight through all T steps.
-    Autograd then keeps every step's values and each step's stacked history, about
-    :meth:`backward_bytes`; the decode is refused up front when that is over the memory
-    limit (:func:`tm2nn.limits.check_memory`).  With :attr:`checkpoint` set each step is
+    Autograd then keeps every step's values and each step's stacked history, O(T²): the
+    decode measures what its first two steps keep, extrapolates to T steps and refuses
+    before the third when that is over the memory limit (:meth:`_refuse_backward`,
+    :func:`tm2nn.limits.check_memory`).  With :attr:`checkpoint` set each step is
     recomputed in backward (``torch.utils.checkpoint``, the same operations on the same
-    values, so the same gradient) and only the steps' inputs and history columns are kept."""
+    values, so the same gradient) and only the steps' inputs and history columns are kept
+    (:meth:`checkpointed_bytes`, checked up front)."""
 
     def __init__(self, op: Decode, dtype: torch.dtype = torch.float32, batch: int = BULK_BATCH) -> None:
         super().__init__(op)
@@ -385,23 +395,29 @@ class DecodeModule(OpModule):
         """Whether this decode must be one autograd can differentiate."""
         return torch.is_grad_enabled() and (mem.requires_grad or any(p.requires_grad for p in self.parameters()))
 
-    def backward_bytes(self, batch: int, checkpoint: bool | None = None) -> int:
-        """Estimated bytes autograd keeps for a backward pass through the decode of
-        ``batch`` inputs: every step's body values (or, checkpointed, its input and
-        output), the histories' columns, and each step's stacked history and attention
-        weights (the O(T²) part; once per step, recomputed one step at a time when
-        checkpointed)."""
-        checkpoint = self.checkpoint if checkpoint is None else checkpoint
+    def checkpointed_bytes(self, batch: int) -> int:
+        """Estimated bytes a checkpointed backward pass (:attr:`checkpoint`) through the
+        decode of ``batch`` inputs keeps: each step's input, output and tap and the
+        histories' columns (O(T)), and one step recomputed at a time with its stacked
+        history and attention weights."""
         t = self.steps
         item = self._parameters["init"].element_size()
         values = sum(len(self.body.net.spaces[v]) for v in self.body.net.spaces)
         cols = sum(int(c.numel()) for c in self.histories.values())
         n_att = sum(isinstance(a, Attention) and a.is_self for a in self.body.net.nodes)
-        if checkpoint:
-            kept = t * (2 * self.width + self.tap_width + cols) + values + t * (cols + n_att)
-        else:
-            kept = t * (values + cols) + t * (t + 1) // 2 * (cols + n_att)
-        return int(kept) * batch * item
+        return int(t * (2 * self.width + self.tap_width + cols) + 4 * values + t * (cols + n_att)) * batch * item
+
+    def _refuse_backward(self, first: int, second: int, batch: int) -> None:
+        """Refuse, after two steps, a decode whose backward would not fit: step ``i``
+        keeps about ``a + b·i`` bytes (its values, and its stacked history and attention
+        weights, which grow with ``i``), measured from the first two steps
+        (``first`` = a + b, ``second`` = a + 2b), so T steps keep ``T·a + b·T(T+1)/2``."""
+        b = max(second - first, 0)
+        a = max(first - b, 0)
+        t = self.steps
+        check_memory(t * a + b * t * (t + 1) // 2, f"a backward pass through {t:,} decoder steps of {batch:,} "
+                     "input(s) (set the decoder's .checkpoint = True to recompute each step in backward, about "
+                     f"{self.checkpointed_bytes(batch):,} bytes)", ("steps",))
 
     def fm(self, mem: torch.Tensor, progress=None) -> torch.Tensor:
         progress = progress or self.progress
@@ -434,19 +450,23 @@ class DecodeModule(OpModule):
         """The decode autograd differentiates (class doc), refused up front when its
         backward would not fit."""
         batch = mem.shape[2]
-        need = self.backward_bytes(batch)
-        check_memory(need, f"a backward pass through {self.steps:,} decoder steps of {batch:,} input(s)"
-                     + ("" if self.checkpoint else " (set the decoder's .checkpoint = True to recompute each "
-                        "step in backward instead of keeping it)"), ("steps",))
+        if self.checkpoint:
+            check_memory(self.checkpointed_bytes(batch), f"a checkpointed backward pass through {self.steps:,} "
+                         f"decoder steps of {batch:,} input(s)", ("steps",))
         o, tap0 = self.start(mem, {})
         taps = [tap0]
         prior: dict = {src: () for src in self.history_sources}
+        kept = [0, 0]
         every = max(1, self.steps // 100)
         for i in range(1, self.steps + 1):
             if self.checkpoint:
                 snapshot = dict(prior)
                 out = checkpoint(lambda o_, m_, i=i, p=snapshot: self._grad_step(i, o_, m_, p), o, mem,
                                  use_reentrant=False)
+            elif i <= 2 < self.steps:  # measure what the first two steps keep (_refuse_backward)
+                out, kept[i - 1] = saved_bytes(lambda i=i, o=o: self._grad_step(i, o, mem, prior))
+                if i == 2:
+                    self._refuse_backward(kept[0], kept[1], batch)
             else:
                 out = self._grad_step(i, o, mem, prior)
             o, tap, *new = out

@@ -20,6 +20,8 @@ from tests.core.emit.gradcheck import check_gradients
 from tests.core.test_onnx_pins import EXAMPLES
 from tm2nn import limits
 from tm2nn.emit.torch_emit import to_torch
+from tm2nn.emit.torch_net import saved_bytes
+from tm2nn.emit.torch_ops import LoopModule
 from tm2nn.emit.torch_seq import AttentionModule, DecodeModule
 from tm2nn.errors import OptionError
 from tm2nn.nets import Loop, Net
@@ -103,21 +105,37 @@ def test_a_checkpointed_decode_gives_the_same_gradients():
     assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
 
 
-def test_a_backward_pass_that_does_not_fit_is_refused_up_front():
+def test_a_backward_pass_that_does_not_fit_is_refused_after_two_steps():
+    """The decode measures its first two steps' saved tensors, extrapolates to T = 64
+    (O(T²)) and refuses before the third; the estimate is within 2x of what autograd
+    keeps; checkpointed, the same limit is enough."""
     c = _bb3(steps=64, attention="softmax")
     module = c.torch()
     dec = next(m for m in module.modules() if isinstance(m, DecodeModule))
-    need, light = dec.backward_bytes(1024), dec.backward_bytes(1024, checkpoint=True)
-    assert light < need / 4  # checkpointing keeps O(T) instead of O(T²)
     for p in module.parameters():
         p.requires_grad_(True)
-    xs = sample_inputs(c)
-    limits.set_memory_limit(need // 2)
+    x = sample_inputs(c)[0].expand(8, -1)
+    _, kept = saved_bytes(lambda: module(x))
+    asked = []
+    dec._refuse_backward = lambda a, b, batch, f=dec._refuse_backward: (asked.append((a, b)), f(a, b, batch))
+    limits.set_memory_limit(kept * 2)
     try:
-        with pytest.raises(OptionError, match="backward pass through 64 decoder steps"):
-            module(xs[0].expand(1024, -1))
+        module(x)
+        a1, a2 = asked[0]
+        b = a2 - a1
+        estimate = 64 * (a1 - b) + b * 64 * 65 // 2
+        assert kept / 2 < estimate < kept * 2
+        limits.set_memory_limit(kept // 4)
+        steps = []
+        dec.progress = lambda i, n: steps.append(i)
+        with pytest.raises(OptionError, match="backward pass through 64 decoder steps of 8 input"):
+            module(x)
+        assert steps == [1]  # refused within the second of 64 steps
+        assert dec.checkpointed_bytes(8) < kept // 4
+        dec.checkpoint = True
+        module(x).sum().backward()
         with torch.no_grad():  # no gradient: no refusal
-            module(xs[0])
+            module(x)
     finally:
         limits.set_memory_limit(None)
 
@@ -164,3 +182,24 @@ def test_a_wrong_gradient_fails_the_check():
     p.register_hook(lambda g: 2 * g)
     with pytest.raises(AssertionError, match="finite difference"):
         check_gradients(module, sample_inputs(c))
+
+
+def test_a_loop_backward_that_does_not_fit_is_refused_after_one_trip():
+    """A loop whose every trip autograd keeps measures the first trip's saved tensors and
+    refuses the whole before the second; within the limit, it runs."""
+    c = tm2nn.compile(EXAMPLES / "bb3.tm", "rcnn", steps=4)
+    module = c.torch(dtype=torch.float64)
+    for p in module.parameters():
+        p.requires_grad_(True)
+    loop = next(m for m in module.modules() if isinstance(m, LoopModule))
+    seen = []
+    loop.progress = lambda i, n: seen.append(i)
+    limits.set_memory_limit(64 << 10)
+    try:
+        with pytest.raises(OptionError, match=f"backward pass through {loop.trips} trips of loop 'states'"):
+            module(*sample_inputs(c))
+        assert seen == []  # refused within the first trip
+    finally:
+        limits.set_memory_limit(None)
+    module(*sample_inputs(c)).sum().backward()
+    assert seen[-1] == loop.trips
