@@ -4,10 +4,9 @@ included), so the script CI cannot run on a GPU is still exercised."""
 
 from __future__ import annotations
 
+import bench_gpu  # bench/ is on the path (tests/conftest.py)
 import pytest
 import torch
-
-import bench_gpu  # bench/ is on the path (tests/conftest.py)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the bench measures it")
