@@ -4,7 +4,9 @@
   on the GPU (inputs already there, outputs left there; synchronised), against the
   bit-parallel numpy evaluator and the torch module on the CPU (2 threads), on the same
   inputs.  Every run's thresholded outputs are asserted equal to the evaluator's.  Goal:
-  >= 5·10⁶ inputs/s at batch 65,536 on one H100/H200.
+  >= 5·10⁶ inputs/s at batch 65,536 on one H100/H200.  The GPU module is also timed with
+  each ELL gather strategy forced (``AffineModule.gather``: ``loop`` and ``batched``; the
+  default on a GPU is ``batched``, chosen without a GPU to measure it: this row decides).
 * **transformer, binary_counter**: a decode of 1,024 random inputs at T steps on the GPU
   against 2 CPU threads, at ``--cpu-steps`` (the CPU decode is O(T²): 52 s at T = 200 on
   this project's 2-core machine) and on the GPU alone at T = 1,000.  The GPU's decoded
@@ -88,9 +90,21 @@ def bench_circuit(batches: tuple[int, ...], min_time: float, device: str = "cuda
             torch.set_num_threads(2)
             r_gpu = _rate(lambda xg=xg: gpu(xg), batch, min_time, sync)
             r_cpu = _rate(lambda xc=xc: cpu(xc), batch, min_time)
+            by_gather = {}
+            for gather in ("loop", "batched"):  # the ELL gathers' two strategies, side by side
+                for m in gpu.modules():
+                    if hasattr(m, "gather"):
+                        m.gather = gather
+                assert np.array_equal((gpu(xg) > thr).cpu().numpy(), want), gather
+                by_gather[gather] = round(_rate(lambda xg=xg: gpu(xg), batch, min_time, sync))
+            for m in gpu.modules():
+                if hasattr(m, "gather"):
+                    m.gather = None
         r_np = _rate(lambda x=x: eval_circuit(c, x), batch, min_time)
         rows.append({"bench": f"gpu relu-circuit c6288 batch {batch:,}", "gpu": name,
-                     "gpu_torch_inputs_per_s": round(r_gpu), "cpu_torch_2t_inputs_per_s": round(r_cpu),
+                     "gpu_torch_inputs_per_s": round(r_gpu),
+                     "gpu_gather_loop_inputs_per_s": by_gather["loop"],
+                     "gpu_gather_batched_inputs_per_s": by_gather["batched"], "cpu_torch_2t_inputs_per_s": round(r_cpu),
                      "numpy_bitparallel_inputs_per_s": round(r_np), "ratio_gpu_to_bitparallel": round(r_gpu / r_np, 3),
                      "goal_inputs_per_s": 5_000_000 if batch == 65_536 else None,
                      "load": round(os.getloadavg()[0], 2)})
