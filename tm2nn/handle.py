@@ -74,6 +74,8 @@ class Compiled(Model):
             how = "run it in onnxruntime, or " if "onnxruntime" in self.spec.engines else ""
             raise Tm2nnError(f"its weights are not the construction's ({self.edited}), and the torch module is "
                              f"built from the construction: {how}save the edited weights as .pt", file=self.path)
+        if hasattr(device, "is_floating_point") and not hasattr(device, "type"):  # a torch.dtype, given first
+            raise TypeError(f"Compiled.torch(device=None, dtype=None) takes the device first: pass dtype={device}")
         where = None if device is None or is_cpu(device) else torch_device(device)
         return torch_module(self, dtype or self.dtype, where)
 

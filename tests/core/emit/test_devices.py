@@ -139,3 +139,9 @@ def test_the_batched_ell_gather_computes_the_same_function(grad):
     assert torch.equal(outs[0] > thr, outs[1] > thr)
     for g, h in zip(*grads):
         assert (g is None) == (h is None) and (g is None or torch.allclose(g, h, atol=1e-12))
+
+
+def test_a_dtype_in_the_device_place_is_a_clear_error():
+    compiled = _compiled(*example_pairs()[0])
+    with pytest.raises(TypeError, match="pass dtype=torch.float64"):
+        compiled.torch(torch.float64)
