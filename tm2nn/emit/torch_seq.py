@@ -328,8 +328,8 @@ class DecodeModule(OpModule):
     is enabled and a weight or the memory requires grad, the decode is functional
     (:class:`_GradHistory`): ``loss.backward()`` reaches every weight through all T steps.
     Autograd then keeps every step's values and each step's stacked history, O(T²): the
-    decode measures what its first two steps keep, extrapolates to T steps and refuses
-    before the third when that is over the memory limit (:meth:`_refuse_backward`,
+    decode measures what steps 2 and 3 keep, extrapolates to T steps and refuses before
+    the fourth when that is over the memory limit (:meth:`_refuse_backward`,
     :func:`tm2nn.limits.check_memory`).  With :attr:`checkpoint` set each step is
     recomputed in backward (``torch.utils.checkpoint``, the same operations on the same
     values, so the same gradient) and only the steps' inputs and history columns are kept
@@ -407,13 +407,14 @@ class DecodeModule(OpModule):
         n_att = sum(isinstance(a, Attention) and a.is_self for a in self.body.net.nodes)
         return int(t * (2 * self.width + self.tap_width + cols) + 4 * values + t * (cols + n_att)) * batch * item
 
-    def _refuse_backward(self, first: int, second: int, batch: int) -> None:
-        """Refuse, after two steps, a decode whose backward would not fit: step ``i``
-        keeps about ``a + b·i`` bytes (its values, and its stacked history and attention
-        weights, which grow with ``i``), measured from the first two steps
-        (``first`` = a + b, ``second`` = a + 2b), so T steps keep ``T·a + b·T(T+1)/2``."""
-        b = max(second - first, 0)
-        a = max(first - b, 0)
+    def _refuse_backward(self, i: int, kept_i: int, kept_next: int, batch: int) -> None:
+        """Refuse a decode whose backward would not fit, from what steps ``i`` and ``i + 1``
+        kept: step ``j`` keeps about ``a + b·j`` bytes (its values, and its stacked history
+        and attention weights, which grow with ``j``), so T steps keep ``T·a + b·T(T+1)/2``.
+        (Step 1 also computes the memory's keys and values, once for all steps: the
+        decoder measures steps 2 and 3.)"""
+        b = max(kept_next - kept_i, 0)
+        a = max(kept_i - b * i, 0)
         t = self.steps
         check_memory(t * a + b * t * (t + 1) // 2, f"a backward pass through {t:,} decoder steps of {batch:,} "
                      "input(s) (set the decoder's .checkpoint = True to recompute each step in backward, about "
@@ -438,12 +439,14 @@ class DecodeModule(OpModule):
                                             partial=_batch_major(taps[:i + 1], "sequence"))
         return taps
 
-    def _grad_step(self, i: int, o: torch.Tensor, mem: torch.Tensor, prior: dict):
+    def _grad_step(self, i: int, o: torch.Tensor, mem: torch.Tensor, prior: dict, cross: dict | None = None):
         """One differentiable step: a pure function of ``o``, ``mem`` and the earlier
         columns ``prior`` (so checkpointing may recompute it); returns ``(o_i, tap_i)``
-        and each history's new column, in :attr:`history_sources` order."""
+        and each history's new column, in :attr:`history_sources` order.  ``cross``: the
+        memory's keys and values, shared by the steps (None: computed in this step, as a
+        recomputed step must)."""
         hist = {src: _GradHistory(cols, prior[src]) for src, cols in self.histories.items()}
-        o, tap = self.step(i, o, mem, {"step": i, "cross": {}, "history": hist})
+        o, tap = self.step(i, o, mem, {"step": i, "cross": {} if cross is None else cross, "history": hist})
         return (o, tap, *(hist[src].new for src in self.history_sources))
 
     def _fm_grad(self, mem: torch.Tensor, progress) -> torch.Tensor:
@@ -457,18 +460,19 @@ class DecodeModule(OpModule):
         taps = [tap0]
         prior: dict = {src: () for src in self.history_sources}
         kept = [0, 0]
+        cross: dict = {}
         every = max(1, self.steps // 100)
         for i in range(1, self.steps + 1):
             if self.checkpoint:
                 snapshot = dict(prior)
                 out = checkpoint(lambda o_, m_, i=i, p=snapshot: self._grad_step(i, o_, m_, p), o, mem,
                                  use_reentrant=False)
-            elif i <= 2 < self.steps:  # measure what the first two steps keep (_refuse_backward)
-                out, kept[i - 1] = saved_bytes(lambda i=i, o=o: self._grad_step(i, o, mem, prior))
-                if i == 2:
-                    self._refuse_backward(kept[0], kept[1], batch)
+            elif i in (2, 3) and self.steps > 3:  # measure what steps 2 and 3 keep (_refuse_backward)
+                out, kept[i - 2] = saved_bytes(lambda i=i, o=o: self._grad_step(i, o, mem, prior, cross))
+                if i == 3:
+                    self._refuse_backward(2, kept[0], kept[1], batch)
             else:
-                out = self._grad_step(i, o, mem, prior)
+                out = self._grad_step(i, o, mem, prior, cross)
             o, tap, *new = out
             taps.append(tap)
             for src, col in zip(self.history_sources, new):
