@@ -49,6 +49,16 @@ storage are checked, so ``load_state_dict``, ``with torch.no_grad(): p.mul_(2)``
 (after ``requires_grad_(True)``), the form is materialised differentiably on every call,
 so gradients reach the packed values.  Trainable tensors are used as they are.
 
+Moving
+------
+Every tensor a module reads is a Parameter or a buffer (:func:`hidden_tensors` lists any
+other), so ``.to(device)``, ``.to(dtype)``, ``.double()`` and ``.half()`` move it all; a move
+drops the caches (:meth:`OpModule._apply`), and a change of dtype rounds the construction's
+float64 values once into the new dtype (edited entries keep theirs).  Inputs are moved to
+the module's device and dtype.  A loop or decoder run under grad measures what autograd
+keeps in its first trips (:func:`saved_bytes`) and refuses a backward pass that would not
+fit before going on.
+
 Layout and hooks
 ----------------
 The net runs feature-major (``[width, batch]``) inside; :meth:`NetModule.forward` takes
