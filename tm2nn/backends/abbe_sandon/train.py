@@ -293,6 +293,14 @@ class StepChecker:
             return False
         return True
 
+    def not_exact(self, t: int, e: ArithmeticError) -> None:
+        """Step ``t`` (0-based) could not be computed exactly (``e``): the weights are not
+        Lemma 3's (a perturbed gadget weight puts a value where the activation has no
+        exact form), reported as that step's mismatch."""
+        self.report.steps = t + 1
+        self.report.mismatch = Mismatch(t + 1, "value", f"the exact engine cannot compute this step ({str(e)[:120]}...); "
+                                        "the weights are not the construction's")
+
     def tick(self, t: int) -> None:
         if self.progress is not None:
             self.progress(t + 1, sum(self.recent) / len(self.recent))
@@ -314,15 +322,23 @@ def train(net: Net, xs, ys, rs=None, r2s=None, *, check_weights: bool = True,
     ref, Z, ys = prepare_stream(net.learner, xs, ys, rs, r2s)
     eng = engine or LevelEngine(net)
     chk = StepChecker(net.learner, ref, ys, eng.memory_bits(), progress)
+    steps = eng.stream(Z, [1 if y else -1 for y in ys])
+    t = 0
     try:
-        for t, out in enumerate(eng.stream(Z, [1 if y else -1 for y in ys])):
-            if not chk.step(t, out, eng.memory_bits):
+        while True:
+            try:  # a number the exact engine cannot compute is a broken net: a mismatch at step t
+                out = next(steps, None)
+                if out is None or not chk.step(t, out, eng.memory_bits):
+                    break
+            except ArithmeticError as e:
+                chk.not_exact(t, e)
                 break
             if check_weights:
                 bad = eng.changed_outside_gadgets()
                 if not chk.weights(t, [f"{net.names[net.src[e]]} -> {net.names[net.dst[e]]}" for e in bad]):
                     break
             chk.tick(t)
+            t += 1
     finally:
         eng.sync()
     return chk.finish()

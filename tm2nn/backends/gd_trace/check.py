@@ -28,6 +28,7 @@ from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES, compare_runs
 
 from .extended import BoundViolation, train
 from .machine_mode import check_text, run_gd, simplex_of
+from .optimizer import AmbiguousStep
 
 LOSS_RTOL = 1e-5  # onnxruntime runs float32
 
@@ -96,12 +97,17 @@ class GDChecker(Checker):
     def prepare(self, texts: list[str]) -> list:
         """The optimizer runs (torch), checked, with the ONNX loss when onnxruntime is
         among the engines: :func:`check_one` for each input.  An iterate that does not
-        decode (a broken net) is that input's divergence, not an error."""
+        decode, or an update (22) whose Frank–Wolfe vertex is not unique (a broken net:
+        weights (17) without their margins), is that input's divergence at the optimizer
+        step where it happens, not an error."""
         out = []
         for t in texts:
             check_text(self.compiled, t)  # a bad input is the user's error, not a divergence
             try:
                 out.append(check_one(self.compiled, t, use_onnx="onnxruntime" in self.engines))
+            except AmbiguousStep as e:
+                out.append((None, (e.step, f"update (22) (optimizer step {e.step})",
+                                   "a unique conditional-gradient vertex", str(e)), None))
             except (ValueError, Tm2nnError) as e:
                 out.append((None, (None, "decoding an iterate", "a §4.1 configuration", str(e)), None))
         return out

@@ -30,6 +30,7 @@ from tm2nn.passes.lowering import cut_at, result_from_configurations
 from tm2nn.passes.welper_form import WelperLowering, to_welper_form
 from tm2nn.syntax import dump
 
+from .optimizer import AmbiguousStep
 from .options import Options
 from .portable import optimizer_encoding, readback_encoding, start_encoding
 from .tape_simplex import TapeSimplex, Tracer44, choose_b
@@ -164,7 +165,11 @@ def run_gd(compiled, text: str, progress=None) -> GDRun:
         if h or k == total or done > steps or interrupt.requested():
             losses.append(tr.loss_value())
             break
-        losses.append(tr.step())
+        try:
+            losses.append(tr.step())
+        except AmbiguousStep as e:  # a broken (17): verify reports it at this step
+            e.step = k
+            raise
         if progress:
             progress(k + 1)
     run = MultiRun(low.machine, tuple(configs), halted[-1])

@@ -34,7 +34,10 @@ FW_TOL = 1e-9
 
 class AmbiguousStep(RuntimeError):
     """Two vertices minimise the directional derivative: the construction's margins
-    ((10), (18)) were violated."""
+    ((10), (18)) were violated.  ``step``: the optimizer step it happened at, where the
+    caller knows it (:func:`.machine_mode.run_gd` sets it; ``verify`` reports it there)."""
+
+    step: int | None = None
 
 
 @cache
