@@ -9,7 +9,7 @@ import numpy as np
 from tm2nn import backends
 from tm2nn.errors import Tm2nnError
 
-from .render import figure, refuse_large
+from .render import SMALL_FONT, figure, refuse_large
 
 
 def attention_weights(compiled, text: str) -> dict[str, list[np.ndarray]]:
@@ -44,8 +44,8 @@ def draw_attention(compiled, text: str, step: int | None = None):
         ax.plot(j, r, marker="o", ms=5, mfc="none", mec="#d62728")
     labels = ["null"] + [str(i) for i in range(rows.shape[1] - 1)]
     step_t = max(1, len(labels) // 30)
-    ax.set_xticks(range(0, len(labels), step_t), labels[::step_t], fontsize=7)
-    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_xticks(range(0, len(labels), step_t), labels[::step_t], fontsize=SMALL_FONT)
+    ax.set_yticks(range(len(names)), names, fontsize=SMALL_FONT)
     ax.set_xlabel("past decoder step attended to (slot 0: the null key)")
     ax.set_title(f"{compiled.source.name}, input {text!r}: attention at decoder step {k} "
                  "(red: the step each layer attends to)", fontsize=9)

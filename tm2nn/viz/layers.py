@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tm2nn.passes.layering import layer_circuit
 
-from .render import figure
+from .render import SMALL_FONT, figure
 
 MAX_DAG_GATES = 60
 
@@ -31,7 +31,7 @@ def draw_layers(circuit):
     ax.set_ylabel("gates")
     ax.set_title(f"{circuit.name}: {len(circuit.inputs)} inputs, depth {lc.depth}, "
                  f"{sum(real)} gates + {sum(carried)} carried", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=SMALL_FONT)
     if dag:
         _dag(axes[1], lc)
     return fig, [len(layer) for layer in lc.layers]
@@ -53,9 +53,9 @@ def _dag(ax, lc) -> None:
         for name, op in col:
             x, y = pos[name]
             colour = "#a6cee3" if op == "in" else ("#f2b134" if name in outs else "#ffffff")
-            ax.scatter([x], [y], s=260, c=colour, edgecolors="black", zorder=2)
-            ax.text(x, y, op if op != "in" else name, ha="center", va="center", fontsize=6, zorder=3)
-    ax.set_xticks(range(len(columns)), ["in"] + [str(i) for i in range(1, len(columns))], fontsize=7)
+            ax.scatter([x], [y], s=420, c=colour, edgecolors="black", zorder=2)
+            ax.text(x, y, op if op != "in" else name, ha="center", va="center", fontsize=SMALL_FONT, zorder=3)
+    ax.set_xticks(range(len(columns)), ["in"] + [str(i) for i in range(1, len(columns))], fontsize=SMALL_FONT)
     ax.set_yticks([])
     ax.set_xlabel("layer")
     ax.set_title("layered DAG (blue: inputs, orange: outputs)", fontsize=9)

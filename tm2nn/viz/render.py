@@ -11,6 +11,16 @@ from tm2nn.fileio import output_target, write_atomic
 SUFFIXES = (".png", ".svg")
 #: Most rows (steps) or columns (cells, dimensions) a picture draws.
 MAX_EXTENT = 2000
+#: Dots per inch of every picture (a PNG shown at 100 % has this many pixels per inch).
+DPI = 100
+#: The smallest font in any picture, in points: 11 pixels at :data:`DPI`, readable at 100 %
+#: zoom (tick labels, legends, state names; titles are larger).
+SMALL_FONT = 8
+#: The smallest heatmap cell, in pixels at :data:`DPI`: a wider layer is drawn in blocks
+#: (:func:`tm2nn.viz.weights.pool`), so no mark is a sub-pixel line.
+MIN_CELL_PX = 4
+#: A figure's sides are clamped to this range, in inches (at most 4,000 pixels at :data:`DPI`).
+FIGURE_INCHES = ((4.0, 40.0), (3.0, 40.0))
 
 
 def check_out(path: str | Path) -> Path:
@@ -30,7 +40,8 @@ def figure(width: float, height: float, layout: str | None = None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(min(max(width, 4.0), 40.0), min(max(height, 3.0), 40.0)), dpi=100, layout=layout)
+    (wlo, whi), (hlo, hhi) = FIGURE_INCHES
+    fig = Figure(figsize=(min(max(width, wlo), whi), min(max(height, hlo), hhi)), dpi=DPI, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 

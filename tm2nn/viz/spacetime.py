@@ -11,7 +11,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir import GridMachine
 from tm2nn.syntax import load
 
-from .render import check_out, figure, refuse_large, save
+from .render import SMALL_FONT, check_out, figure, refuse_large, save
 from .runs import (
     Config,
     aligned,
@@ -54,7 +54,7 @@ def _panel(ax, m, run: list[Config], lo: int, hi: int, title: str, diff: dict | 
                marker="o", zorder=3)
     for k, (q, _head, _cells) in enumerate(run):
         if n <= 60:
-            ax.text(hi - lo + 0.8, k, q, va="center", fontsize=7, clip_on=False)
+            ax.text(hi - lo + 0.8, k, q, va="center", fontsize=SMALL_FONT, clip_on=False)
     for k, d in (diff or {}).items():
         if k >= n:
             continue
@@ -72,10 +72,14 @@ def _panel(ax, m, run: list[Config], lo: int, hi: int, title: str, diff: dict | 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     step = max(1, (hi - lo + 1) // 20)
     ticks = list(range(0, hi - lo + 1, step))
-    ax.set_xticks(ticks, [str(lo + t) for t in ticks], fontsize=7)
+    ax.set_xticks(ticks, [str(lo + t) for t in ticks], fontsize=SMALL_FONT)
+    from matplotlib.transforms import ScaledTranslation
+
+    # half an inch under the axes whatever their height (an axes fraction drifts on tall runs)
+    below = ax.transAxes + ScaledTranslation(0, -0.5, ax.figure.dpi_scale_trans)
     ax.legend(handles=[Patch(fc=colours[i], ec="black", label=repr(a)) for i, a in enumerate(symbols)],
-              loc="upper left", bbox_to_anchor=(0, -0.14), ncol=min(8, len(symbols)), fontsize=7,
-              title="symbol (black dot: head; right: state)", title_fontsize=7, frameon=False)
+              loc="upper left", bbox_to_anchor=(0, 0), bbox_transform=below, ncol=min(8, len(symbols)), fontsize=SMALL_FONT,
+              title="symbol (black dot: head; right: state)", title_fontsize=SMALL_FONT, frameon=False)
 
 
 def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = None,
@@ -92,9 +96,9 @@ def draw_spacetime(m, text: str, want: list[Config], got: list[Config] | None = 
     refuse_large("tape cells", hi - lo + 1, "lower the step bound (steps)")
     first, diff = (None, {}) if got is None else divergences(want, got)
     rows = max(len(r) for r in runs)
-    fig = figure(width=len(runs) * (3.5 + 0.25 * (hi - lo + 1)), height=2.5 + 0.18 * rows)
+    fig = figure(width=len(runs) * (3.5 + 0.25 * (hi - lo + 1)), height=2.5 + 0.18 * rows, layout="constrained")
+    fig.get_layout_engine().set(wspace=0.1)
     axes = fig.subplots(1, len(runs), squeeze=False)[0]
-    fig.subplots_adjust(wspace=0.45)
     _panel(axes[0], m, want, lo, hi, f"interpreter: {m.name}, input {text!r}", None)
     if got is not None:
         _panel(axes[1], m, got, lo, hi, f"{got_label} (decoded)", diff)

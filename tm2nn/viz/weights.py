@@ -2,7 +2,10 @@
 bodies included), rows labelled with the output dimensions and columns with the input
 dimensions of the network IR, e.g. the transformer's ``st:*``, ``sym1:*``, ``pos2:*``
 groups or the RCNN filter's ``V1``..``V5``.  Label groups (the part before ``:``) are
-separated by thin lines and named once, so wide layers stay readable."""
+separated by thin lines and named once, so wide layers stay readable.  A layer with more
+rows or columns than its panel has room for at :data:`~.render.MIN_CELL_PX` pixels each
+is drawn in blocks (:func:`pool`: each drawn cell is the weight of largest magnitude in
+its block, sign kept), and its title says so: no weight shrinks to a sub-pixel mark."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import numpy as np
 from tm2nn.errors import Tm2nnError
 from tm2nn.limits import check_memory
 
-from .render import declutter_ticks, figure, shorten, thin_ticks
+from .render import MIN_CELL_PX, SMALL_FONT, declutter_ticks, figure, shorten, thin_ticks
 
 MAX_LAYERS = 12
 
@@ -66,7 +69,39 @@ def _groups(labels: list[str]) -> list[tuple[int, int, str]]:
 
 #: Most ticks an axis gets before they are thinned (by group, or evenly).
 MOST_TICKS = 40
-TICK_PROPS = {"x": {"rotation": 90, "fontsize": 6}, "y": {"fontsize": 6}}
+TICK_PROPS = {"x": {"rotation": 90, "fontsize": SMALL_FONT}, "y": {"fontsize": SMALL_FONT}}
+
+
+def pool(w: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``w`` in blocks of ``rows`` x ``cols`` entries (the last ones padded with zeros):
+    each block becomes its entry of largest magnitude, sign kept, so a lone nonzero
+    weight stays visible and keeps its colour."""
+    n, m = w.shape
+    R, C = -(-n // rows), -(-m // cols)
+    p = np.zeros((R * rows, C * cols), dtype=w.dtype)
+    p[:n, :m] = w
+    b = p.reshape(R, rows, C, cols).transpose(0, 2, 1, 3).reshape(R, C, rows * cols)
+    return np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
+
+
+def _blocks(fig, panels) -> None:
+    """Lay ``fig`` out, then redraw each ``(axes, image, weights, title)`` panel in blocks
+    where its cells would be narrower or shorter than :data:`MIN_CELL_PX` pixels."""
+    drawn = {id(ax): (1, 1) for ax, *_ in panels}
+    for _ in range(4):  # a two-line title shrinks the axes: measure again until nothing changes
+        fig.canvas.draw()
+        changed = False
+        for ax, im, w, title in panels:
+            box = ax.get_window_extent()
+            kr = max(1, -(-MIN_CELL_PX * w.shape[0] // max(int(box.height), 1)))
+            kc = max(1, -(-MIN_CELL_PX * w.shape[1] // max(int(box.width), 1)))
+            if (kr, kc) != drawn[id(ax)]:
+                drawn[id(ax)], changed = (kr, kc), True
+                im.set_data(pool(w, kr, kc))  # the extent keeps the ticks on the layer's own indices
+                blocks = f"\n(cells: {kr}x{kc} blocks, largest |w|)" if kr * kc > 1 else ""
+                ax.set_title(title + blocks, fontsize=SMALL_FONT + 1)
+        if not changed:
+            break
 
 
 def _axis(ax, labels: list[str], which: str) -> None:
@@ -112,17 +147,23 @@ def draw_weights(net, layer: str | None = None):
     fig = figure(width=cols * side + 1, height=rows * side + 1, layout="constrained")
     fig.get_layout_engine().set(w_pad=0.05, h_pad=0.05, wspace=0.02, hspace=0.02)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    panels = []
     for ax, (name, w, outs, ins) in zip(axes, shown):
         lim = float(np.abs(w).max()) or 1.0
-        im = ax.imshow(w, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
-        ax.set_title(f"{name}  {w.shape[0]}x{w.shape[1]}", fontsize=8)
+        n, m = w.shape
+        im = ax.imshow(w, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest",
+                       extent=(-0.5, m - 0.5, n - 0.5, -0.5))
+        title = f"{name}  {n}x{m}"
+        ax.set_title(title, fontsize=SMALL_FONT + 1)
         _axis(ax, ins, "x")
         _axis(ax, outs, "y")
         cbar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
-        cbar.ax.tick_params(labelsize=6)
+        cbar.ax.tick_params(labelsize=SMALL_FONT)
+        panels.append((ax, im, w, title))
     for ax in axes[len(shown):]:
         ax.remove()
     more = f" (first {MAX_LAYERS} of {len(layers)}; pick one with --layer)" if len(layers) > MAX_LAYERS else ""
-    fig.suptitle(f"{net.name}: affine weights{more}", fontsize=10)
+    fig.suptitle(f"{net.name}: affine weights{more}", fontsize=11)
+    _blocks(fig, panels)
     declutter_ticks(fig, axes[:len(shown)], **TICK_PROPS)
     return fig, [n for n, *_ in shown]
