@@ -78,6 +78,8 @@ def print_verify(rep) -> None:
     c = console()
     c.print(f"{rep.backend}: {rep.n_inputs:,} inputs against {rep.reference}, {rep.seconds:.1f} s", markup=False)
     cut = "" if rep.complete else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
+    if rep.min_samples and rep.n_inputs >= rep.min_samples and rep.seconds > (rep.budget or 0):
+        cut += f" (past the {rep.budget:g} s budget to reach --min-samples {rep.min_samples:,})"
     c.print(f"  inputs: {rep.how}{cut}", markup=False)
     c.print(f"  compared: {rep.compares}", markup=False)
     for eng, bad in rep.engines.items():
@@ -92,6 +94,13 @@ def print_verify(rep) -> None:
         at = f" step {f.step}," if f.step is not None else ""
         c.print(f"first divergence ({f.engine}): input {f.input!r},{at} {f.field}: expected {f.expected!r}, "
                 f"got {f.got!r}", markup=False)
+
+
+def print_warnings(lines) -> None:
+    """Each line on standard error as ``tm2nn: warning: ...`` (e.g. a verification the
+    budget cut after few inputs: :attr:`~tm2nn.verify.VerifyReport.warnings`)."""
+    for line in lines:
+        print(render_located("warning", line, None, None, None, None), file=sys.stderr)
 
 
 def divergence_text(m) -> str:
