@@ -75,6 +75,8 @@ def print_table(title: str, columns: list[str], rows, right: tuple[int, ...] = (
 def print_verify(rep) -> None:
     """A :class:`~tm2nn.verify.VerifyReport` in words: what was checked, how, and the
     first divergence."""
+    from rich.markup import escape
+
     c = console()
     c.print(f"{rep.backend}: {rep.n_inputs:,} inputs against {rep.reference}, {rep.seconds:.1f} s", markup=False)
     cut = "" if rep.complete else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
@@ -84,6 +86,11 @@ def print_verify(rep) -> None:
     c.print(f"  compared: {rep.compares}", markup=False)
     for eng, bad in rep.engines.items():
         dev = rep.max_deviation.get(eng, 0.0)
+        why = getattr(rep, "not_checked", {}).get(eng)
+        if why is not None:  # this engine cannot check what the torch row checks
+            verdict = "[yellow]not checked[/]" if bad == 0 else "[red]MISMATCH[/]"
+            c.print(f"  {eng:<12} {verdict}: {escape(why)} ({bad} mismatching inputs)")
+            continue
         c.print(f"  {eng:<12} {'[green]ok[/]' if bad == 0 else '[red]MISMATCH[/]'}: {bad} mismatching inputs "
                 f"(max |output - exact value| = {dev:.2g})")
     if rep.out_of_window:

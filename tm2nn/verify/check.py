@@ -81,6 +81,8 @@ class VerifyReport:
     stopped_by: str = ""
     min_samples: int | None = None  # the floor asked for (reached even past the budget)
     few_threshold: int = FEW_SAMPLES
+    # engine -> why its row does not check what the torch row checks (it checks less)
+    not_checked: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -165,6 +167,9 @@ class Checker(abc.ABC):
     reference = "the interpreter"
     compares = "the run report"
     onnx = True  # the model also runs in onnxruntime
+    #: engine -> why that engine cannot check what the torch row checks, and what its row
+    #: checks instead (the report's ``not_checked``; the console does not print it as ok)
+    unchecked: dict[str, str] = {}
     engines: tuple[str, ...] = ("torch",)  # the engines this verification runs (set by the driver)
 
     def __init__(self, compiled) -> None:
@@ -227,7 +232,8 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     rep = VerifyReport(compiled.backend, mode, 0, seed if mode == "random" else None,
                        engines=dict.fromkeys(engines, 0), max_deviation=dict.fromkeys(engines, 0.0),
                        space=space.size if mode == "exhaustive" else None, budget=budget, how=how,
-                       reference=checker.reference, compares=checker.compares, min_samples=min_samples)
+                       reference=checker.reference, compares=checker.compares, min_samples=min_samples,
+                       not_checked={e: why for e, why in checker.unchecked.items() if e in engines})
     floor = 0 if min_samples is None or mode == "given" else min_samples
     if total is not None:
         floor = min(floor, total)
