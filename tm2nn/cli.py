@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="relu-circuit: run the random attacks "
                    "on these, comma-separated: torch (default), fused-float (a row each; gradients: torch)")
     p.add_argument("--json", **js, help="print the rows as JSON")
+    _add_sample_flags(p, "margin")  # --budget
     add_device(p, "the torch attacks (the certified bounds are computed on the CPU)")
     _add_backend_options(p, "margin")
 
@@ -389,7 +390,7 @@ def cmd_margin(args) -> int:
     device = Compiled.checked_device(args.device)
     spec, ir = _spec(args)
     table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
-                        trials=args.trials, seed=args.seed, engines=args.engines, device=device)
+                        trials=args.trials, seed=args.seed, engines=args.engines, device=device, budget=args.budget)
     if args.json:
         _dump(table.json)
     else:
