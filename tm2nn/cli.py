@@ -27,6 +27,7 @@ from tm2nn.console import (
     print_summaries,
     print_table,
     print_verify,
+    print_warnings,
     progress,
     verify_progress,
 )
@@ -34,11 +35,12 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.fileio import read_input, write_atomic
 from tm2nn.flags import Parser, add_device, add_source, engine_list, flag_of, limit_flags
 from tm2nn.flags import add_backend_options as _add_backend_options
+from tm2nn.flags import add_sample_flags as _add_sample_flags
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
 from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
 from tm2nn.handle import Compiled
-from tm2nn.limits import SEED_MAX, flag_float, flag_int
+from tm2nn.limits import SEED_MAX, flag_int
 from tm2nn.lint import check_report
 from tm2nn.modelfile import SUFFIXES, check_model_path
 from tm2nn.options import OptionError
@@ -115,10 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_source(p)
     p.add_argument("--input", action="append", help="verify on this input (repeatable); "
                    "default: every input when few enough, else random inputs")
-    p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=None, metavar="SECONDS",
-                   help="random inputs: check for this long (default: 60 s); an exhaustive check stops there too")
-    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: as many as the "
-                   "budget allows)")
+    _add_sample_flags(p)  # --budget, --samples, --min-samples
     p.add_argument("--seed", type=flag_int(0, SEED_MAX), help="seed for random inputs (printed when chosen)")
     p.add_argument("--no-onnx", action="store_true", help="check only the torch module")
     p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="check on these engines, "
@@ -137,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", type=engine_list(engines), metavar="LIST", help="relu-circuit: run the random attacks "
                    "on these, comma-separated: torch (default), fused-float (a row each; gradients: torch)")
     p.add_argument("--json", **js, help="print the rows as JSON")
+    _add_sample_flags(p, "margin")  # --budget
     add_device(p, "the torch attacks (the certified bounds are computed on the CPU)")
     _add_backend_options(p, "margin")
 
@@ -380,11 +380,9 @@ def cmd_verify(args) -> int:
     with verify_progress(quiet=args.json) as bar:
         rep = compiled.verify(args.input, budget=args.budget or DEFAULT_BUDGET, samples=args.samples,
                               seed=args.seed, onnx=not args.no_onnx, progress=bar, engines=args.engines,
-                              device=args.device)
-    if args.json:
-        _dump(rep.to_json())
-    else:
-        print_verify(rep)
+                              device=args.device, min_samples=args.min_samples)
+    _dump(rep.to_json()) if args.json else print_verify(rep)
+    print_warnings(rep.warnings)
     return EXIT_OK if rep.ok else EXIT_FAIL
 
 
@@ -392,7 +390,7 @@ def cmd_margin(args) -> int:
     device = Compiled.checked_device(args.device)
     spec, ir = _spec(args)
     table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
-                        trials=args.trials, seed=args.seed, engines=args.engines, device=device)
+                        trials=args.trials, seed=args.seed, engines=args.engines, device=device, budget=args.budget)
     if args.json:
         _dump(table.json)
     else:

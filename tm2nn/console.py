@@ -75,13 +75,22 @@ def print_table(title: str, columns: list[str], rows, right: tuple[int, ...] = (
 def print_verify(rep) -> None:
     """A :class:`~tm2nn.verify.VerifyReport` in words: what was checked, how, and the
     first divergence."""
+    from rich.markup import escape
+
     c = console()
     c.print(f"{rep.backend}: {rep.n_inputs:,} inputs against {rep.reference}, {rep.seconds:.1f} s", markup=False)
     cut = "" if rep.complete else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
+    if rep.min_samples and rep.n_inputs >= rep.min_samples and rep.seconds > (rep.budget or 0):
+        cut += f" (past the {rep.budget:g} s budget to reach --min-samples {rep.min_samples:,})"
     c.print(f"  inputs: {rep.how}{cut}", markup=False)
     c.print(f"  compared: {rep.compares}", markup=False)
     for eng, bad in rep.engines.items():
         dev = rep.max_deviation.get(eng, 0.0)
+        why = getattr(rep, "not_checked", {}).get(eng)
+        if why is not None:  # this engine cannot check what the torch row checks
+            verdict = "[yellow]not checked[/]" if bad == 0 else "[red]MISMATCH[/]"
+            c.print(f"  {eng:<12} {verdict}: {escape(why)} ({bad} mismatching inputs)")
+            continue
         c.print(f"  {eng:<12} {'[green]ok[/]' if bad == 0 else '[red]MISMATCH[/]'}: {bad} mismatching inputs "
                 f"(max |output - exact value| = {dev:.2g})")
     if rep.out_of_window:
@@ -92,6 +101,13 @@ def print_verify(rep) -> None:
         at = f" step {f.step}," if f.step is not None else ""
         c.print(f"first divergence ({f.engine}): input {f.input!r},{at} {f.field}: expected {f.expected!r}, "
                 f"got {f.got!r}", markup=False)
+
+
+def print_warnings(lines) -> None:
+    """Each line on standard error as ``tm2nn: warning: ...`` (e.g. a verification the
+    budget cut after few inputs: :attr:`~tm2nn.verify.VerifyReport.warnings`)."""
+    for line in lines:
+        print(render_located("warning", line, None, None, None, None), file=sys.stderr)
 
 
 def divergence_text(m) -> str:

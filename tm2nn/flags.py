@@ -14,8 +14,9 @@ import re
 from tm2nn import backends
 from tm2nn.devices import check_device
 from tm2nn.errors import Tm2nnError
-from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_size
+from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_int, flag_size
 from tm2nn.options import fields_of
+from tm2nn.verify.check import FEW_SAMPLES
 
 
 class Parser(argparse.ArgumentParser):
@@ -182,3 +183,26 @@ def add_device(p, what: str) -> None:
     p.add_argument("--device", type=device_flag, default="cpu", metavar="DEVICE",
                    help=f"where {what} runs: cpu (default), cuda, cuda:N or mps; only the torch engine runs "
                    "off the CPU (onnxruntime, the fused and the index engines run on the CPU only)")
+
+
+#: seconds the margin attacks take by default: the defaults finish in about a minute
+MARGIN_BUDGET = 45.0
+
+
+def add_sample_flags(p, verb: str = "verify") -> None:
+    """``verify``'s ``--budget``, ``--samples`` and ``--min-samples`` (how many inputs a
+    check takes; :func:`tm2nn.verify.verify_compiled`); ``margin``'s ``--budget``, the
+    time its attacks may take (the certified bound is not budgeted)."""
+    if verb == "margin":
+        p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=MARGIN_BUDGET, metavar="SECONDS",
+                       help=f"time for all the attacks, shared by the rows (default: {MARGIN_BUDGET:g} s); the "
+                       "table's 'attacked' column and the JSON's 'attacked' say which inputs and steps it cut")
+        return
+    p.add_argument("--budget", type=flag_float(0.0, open_low=True), default=None, metavar="SECONDS",
+                   help="random inputs: check for this long (default: 60 s); an exhaustive check stops there too")
+    p.add_argument("--samples", type=flag_int(1), help="random inputs: at most this many (default: as many as the "
+                   "budget allows)")
+    p.add_argument("--min-samples", type=flag_int(1), metavar="N",
+                   help="check at least this many inputs (all of a smaller space), even past --budget; a check the "
+                   f"budget stops after fewer than {FEW_SAMPLES} inputs warns (and says \"few\" in --json)")
+

@@ -254,10 +254,12 @@ class Compiled(Model):
             raise Tm2nnError(f"{doing} failed: {_one_line(e)}", file=self.path) from None
 
     def verify(self, inputs=None, *, budget: float | None = None, samples: int | None = None,
-               seed: int | None = None, onnx: bool = True, progress=None, engines=None, device=None):
+               seed: int | None = None, onnx: bool = True, progress=None, engines=None, device=None,
+               min_samples: int | None = None):
         """Check the network against the reference interpreter (:func:`tm2nn.verify.verify_compiled`):
         the given ``inputs``, else every input when few enough, else random inputs for
-        ``budget`` seconds (at most ``samples``), on ``engines`` (default: torch and,
+        ``budget`` seconds (at most ``samples``; at least ``min_samples``, even past the
+        budget: a check the budget cut after few inputs says so in ``warnings``), on ``engines`` (default: torch and,
         unless ``onnx=False``, onnxruntime).  The torch engine runs on ``device`` (default:
         the CPU); with the default engines onnxruntime still runs on the CPU (the report's
         ``how`` says so), and an explicit engine other than torch refuses another device.
@@ -267,7 +269,8 @@ class Compiled(Model):
         dev = self.checked_device(device)
         with self.failures(None), self.on_device(dev):
             rep = verify_compiled(self, inputs=inputs, budget=DEFAULT_BUDGET if budget is None else budget,
-                                  samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines)
+                                  samples=samples, seed=seed, use_onnx=onnx, progress=progress, engines=engines,
+                                  min_samples=min_samples)
         if dev != CPU:
             others = [e for e in rep.engines if e != "torch"]
             rep.how += f"; torch on {dev}" + (f", {' and '.join(others)} on the CPU" if others else "")

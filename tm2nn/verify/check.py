@@ -3,9 +3,12 @@ side by side on the same inputs, in chunks, within a time budget.
 
 The inputs are the given ones, else every input of the model's input space when there
 are few enough (exhaustive, shortest first), else random inputs from a printed seed,
-for as long as the budget lasts (at most ``samples``).  The report says how many
-inputs were checked, how they were chosen, whether the space was covered, and the first
-divergence (input, step, field and both values).
+for as long as the budget lasts (at most ``samples``; at least ``min_samples``, which the
+check reaches even past the budget).  The report says how many inputs were checked, how
+they were chosen, whether the space was covered, what stopped the check, and the first
+divergence (input, step, field and both values).  A check that the budget stopped after
+fewer than :data:`FEW_SAMPLES` inputs says little, and its report says so (``few``,
+``warnings``).
 
 What to compare is the backend's business (its ``reference``):
 a :class:`Checker` names the input space and checks one chunk on one engine.  This file
@@ -26,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from tm2nn.codec import output_bits, parse_bits
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import OptionError, Tm2nnError
 from tm2nn.interp import eval_circuit
 from tm2nn.ir import Circuit
 from tm2nn.limits import check_float, check_int, check_seed
@@ -34,6 +37,8 @@ from tm2nn.limits import check_float, check_int, check_seed
 EXHAUSTIVE_LIMIT = 1 << 16
 #: seconds of random inputs when no budget is given (ARCHITECTURE: "verify at human speed")
 DEFAULT_BUDGET = 60.0
+#: a check the budget stops after fewer inputs than this is flagged as ``few`` (a warning)
+FEW_SAMPLES = 100
 REPORT_FIELDS = ("halted", "steps", "state", "outcome", "tape", "head", "sigma")
 
 
@@ -71,14 +76,39 @@ class VerifyReport:
     how: str = ""  # how the inputs were chosen, in words
     reference: str = ""  # what the net was compared with
     compares: str = ""  # what was compared
+    # what ended the check: "budget" (time ran out first), "samples" (the count asked
+    # for), "space" (every input of an exhaustive space), "inputs" (the given ones)
+    stopped_by: str = ""
+    min_samples: int | None = None  # the floor asked for (reached even past the budget)
+    few_threshold: int = FEW_SAMPLES
+    # engine -> why its row does not check what the torch row checks (it checks less)
+    not_checked: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return all(v == 0 for v in self.engines.values())
 
+    @property
+    def few(self) -> bool:
+        """The budget stopped the check after fewer than ``few_threshold`` inputs."""
+        return self.stopped_by == "budget" and self.n_inputs < self.few_threshold
+
+    @property
+    def warnings(self) -> list[str]:
+        """Lines for a reader: a check that says little because the budget cut it short."""
+        if not self.few:
+            return []
+        of = f" of {self.space:,}" if self.space else ""
+        return [f"the {self.budget:g} s budget stopped the check after {self.n_inputs:,}{of} input"
+                f"{'s' if self.n_inputs != 1 else ''} (fewer than {self.few_threshold}): this says little about "
+                "the net; raise --budget or ask for --min-samples N"]
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["ok"] = self.ok
+        d["samples_checked"] = self.n_inputs
+        d["few"] = self.few
+        d["warnings"] = self.warnings
         return d
 
 
@@ -137,6 +167,9 @@ class Checker(abc.ABC):
     reference = "the interpreter"
     compares = "the run report"
     onnx = True  # the model also runs in onnxruntime
+    #: engine -> why that engine cannot check what the torch row checks, and what its row
+    #: checks instead (the report's ``not_checked``; the console does not print it as ok)
+    unchecked: dict[str, str] = {}
     engines: tuple[str, ...] = ("torch",)  # the engines this verification runs (set by the driver)
 
     def __init__(self, compiled) -> None:
@@ -162,14 +195,20 @@ class Checker(abc.ABC):
 
 def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float = DEFAULT_BUDGET,
                     samples: int | None = None, seed: int | None = None, use_onnx: bool = True,
-                    progress=None, engines=None) -> VerifyReport:
+                    progress=None, engines=None, min_samples: int | None = None) -> VerifyReport:
     """Check ``compiled`` against its reference (see the module doc) on ``engines``
-    (default: torch, and onnxruntime unless ``use_onnx`` is False).  ``progress(done,
-    total, elapsed, budget)`` is called after every chunk (``total`` None for a random
-    run bounded by the budget alone)."""
+    (default: torch, and onnxruntime unless ``use_onnx`` is False).  ``min_samples``:
+    check at least this many inputs (all of a smaller space), even past the budget.
+    ``progress(done, total, elapsed, budget)`` is called after every chunk (``total``
+    None for a random run bounded by the budget alone)."""
 
     if samples is not None:
         check_int("samples", samples, 1)
+    if min_samples is not None:
+        check_int("min_samples", min_samples, 1)
+        if samples is not None and min_samples > samples:
+            raise OptionError(f"{{min_samples}} {min_samples} is above {{samples}} {samples}: the check "
+                              "cannot reach the floor", "min_samples", "samples")
     seed = check_seed("seed", seed)
     budget = check_float("budget", budget, 0.0, open_low=True)
     checker = compiled.spec.reference(compiled)
@@ -193,7 +232,11 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     rep = VerifyReport(compiled.backend, mode, 0, seed if mode == "random" else None,
                        engines=dict.fromkeys(engines, 0), max_deviation=dict.fromkeys(engines, 0.0),
                        space=space.size if mode == "exhaustive" else None, budget=budget, how=how,
-                       reference=checker.reference, compares=checker.compares)
+                       reference=checker.reference, compares=checker.compares, min_samples=min_samples,
+                       not_checked={e: why for e, why in checker.unchecked.items() if e in engines})
+    floor = 0 if min_samples is None or mode == "given" else min_samples
+    if total is not None:
+        floor = min(floor, total)
     t0 = time.perf_counter()
     chunk = 1
     while total is None or rep.n_inputs < total:
@@ -218,18 +261,24 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         now = time.perf_counter()
         if progress is not None:
             progress(rep.n_inputs, total, now - t0, budget)
-        if mode != "given" and now - t0 >= budget:
+        if mode != "given" and now - t0 >= budget and rep.n_inputs >= floor:
             break
-        # aim at chunks of about a second, within the budget and the checker's memory
+        # aim at chunks of about a second, within the budget (or up to the floor, past
+        # it) and the checker's memory
         rate = len(texts) / max(now - t1, 1e-6)
         left = budget - (now - t0) if mode != "given" else math.inf
-        chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
+        if left <= 0:
+            chunk = int(max(1, min(floor - rep.n_inputs, checker.batch())))  # the floor asked for
+        else:
+            chunk = int(max(1, min(chunk * 8, rate * min(1.0, left), checker.batch())))
     rep.seconds = time.perf_counter() - t0
     if rep.n_inputs == 0:  # a pass that compared nothing is not a pass
 
         raise Tm2nnError(f"the verification compared no input ({how}): give at least one input")
     # a random run with no sample count promises nothing beyond the budget
     rep.complete = total is None or rep.n_inputs >= total
+    rep.stopped_by = ("inputs" if mode == "given" else "budget" if not rep.complete or total is None
+                      else "space" if mode == "exhaustive" else "samples")
     return rep
 
 

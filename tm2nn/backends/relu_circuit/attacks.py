@@ -41,7 +41,7 @@ from tm2nn.emit.torch_emit import run_torch, to_torch
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import eval_circuit, exhaustive_inputs, random_inputs
 from tm2nn.ir import Circuit
-from tm2nn.limits import check_int, check_memory, check_seed
+from tm2nn.limits import check_float, check_int, check_memory, check_seed
 from tm2nn.options import OptionError
 from tm2nn.verify.check import EXHAUSTIVE_LIMIT, InputSpace
 from tm2nn.verify.statistics import bracketed, load_dataset
@@ -177,7 +177,8 @@ def perturbed_outputs(compiled: Model, inputs: np.ndarray, eps: float, *, seed: 
 def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
                      method: str = "random", steps: int = 150, max_eps: float = 8.0,
                      eps0: float | None = None, joint: bool = False,
-                     labels: np.ndarray | None = None, engine: str = "torch", device=None) -> dict:
+                     labels: np.ndarray | None = None, engine: str = "torch", device=None,
+                     deadline: float | None = None) -> dict:
     """Upper bounds on the per-layer all-layer margin on ``inputs`` (0/1, [n, n_inputs]):
     the smallest ε found such that perturbing every block by ≤ ε flips some output bit of
     some input.  Every reported ε was seen to flip (``inf`` if nothing flipped up to
@@ -199,19 +200,27 @@ def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, tria
 
     ``engine``: where the random attack's forward passes run, ``torch`` or ``fused-float``
     (the same directions and bisection; the gradient attack runs in torch).  ``device``:
-    where the torch module and the attack's tensors live (default: the CPU).
+    where the torch module and the attack's tensors live (default: the CPU).  ``deadline``
+    (a ``time.perf_counter()`` value): the bisections or gradient steps stop there (every
+    ε reported still flipped); ``iterations_done`` of ``iterations`` say what it cut.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
     try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine, device)
+        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine, device,
+                       deadline)
     finally:
         torch.set_num_threads(threads)
 
 
 def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None,
-            engine="torch", device=None) -> dict:
+            engine="torch", device=None, deadline=None) -> dict:
     t0 = time.perf_counter()
+    iterations, done = (24 if method == "random" else steps), 0
+
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() >= deadline
+
     x_np = np.asarray(inputs)
     if labels is None:
         labels = _labels(compiled, x_np)
@@ -251,7 +260,10 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
             P.eps = hi
             ok_hi = flipped(P.run(x)) & ~unperturbed_wrong
             lo = hi * 1e-6
-            for _ in range(24):
+            for _ in range(iterations):
+                if late():  # hi still flips: a looser upper bound
+                    break
+                done += 1
                 mid = torch.sqrt(lo * hi)
                 P.eps = mid
                 f = flipped(P.run(x))
@@ -266,6 +278,9 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
             P.a, P.eps = a, torch.zeros(rows, dtype=torch.float64, device=dev)
             best[flipped(P.run(x))] = 0.0
         for step in range(steps):
+            if late():
+                break
+            done += 1
             gamma = 0.02 + 0.18 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
             leaves = {n: v.detach().requires_grad_(True) for n, v in a.items()}
             P.a, P.eps = leaves, eps
@@ -298,29 +313,47 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
         "input": "".join("1" if v else "0" for v in x_np[i].astype(bool)) if math.isfinite(e) else None,
         "per_input": per_input.cpu().numpy(),
         "trials": trials,
+        "iterations": iterations,
+        "iterations_done": done,
         "seconds": time.perf_counter() - t0,
     }
 
 
 def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials: int = 8,
-                  steps: int = 150, pm_one_output: bool = False, engines=("torch",), device=None) -> list[dict]:
+                  steps: int = 150, pm_one_output: bool = False, engines=("torch",), device=None,
+                  budget: float | None = None) -> list[dict]:
     """With and without corrections: (D.5) (:func:`theorem_d6_bound`), the certified radius,
     and the per-layer and joint (ℓ2 over all parameters, eq. 2.1) attacks, random and
     gradient.  ``(D.5), certified ≤ ρ_layer ≤ eps_random, eps_gradient`` and ``certified ≤ ρ
     ≤ eps_joint_random, eps_joint_gradient``.  A row per engine the random attacks run on
     (``engines``: torch, fused-float); the gradient attacks run in torch, once.  The torch
-    attacks run on ``device`` (default: the CPU); the bounds are computed on the CPU."""
+    attacks run on ``device`` (default: the CPU); the bounds are computed on the CPU.
+    ``budget``: seconds for all the attacks (None: no limit), an equal share of what is left
+    to each; a row's ``attacked`` says how many bisections or steps each attack did."""
     out = []
+    end = None if budget is None else time.perf_counter() + check_float("budget", budget, 0.0, open_low=True)
+    left = [2 * (2 * len(engines) + 2)]  # attacks still to run
+
+    def deadline():
+        left[0] -= 1
+        return None if end is None else time.perf_counter() + (end - time.perf_counter()) / (left[0] + 1)
+
     for corr in (True, False):
         comp = compile_circuit(circuit, Options(corrections=corr, pm_one_output=pm_one_output))
         t0 = time.perf_counter()
         cert = certified_radius(comp)
         d5 = theorem_d6_bound(comp)
         rnd = {(e, j): empirical_margin(comp, inputs, seed=seed, trials=trials, method="random", joint=j,
-                                        engine=e, device=device)["eps"] for e in engines for j in (False, True)}
+                                        engine=e, device=device, deadline=deadline()) for e in engines for j in (False, True)}
         grd = {j: empirical_margin(comp, inputs, seed=seed, trials=max(1, trials // 4), method="gradient",
-                                   steps=steps, eps0=rnd[engines[0], j], joint=j, device=device)["eps"]
-               for j in (False, True)}
+                                   steps=steps, eps0=rnd[engines[0], j]["eps"], joint=j, device=device,
+                                   deadline=deadline()) for j in (False, True)}
+        done = {f"{'joint ' if j else ''}random ({e})": r for (e, j), r in rnd.items()}
+        done.update({f"{'joint ' if j else ''}gradient": r for j, r in grd.items()})
+        attacked = {k: {"iterations_done": r.get("iterations_done", 0), "iterations": r.get("iterations", 0)}
+                    for k, r in done.items()}
+        rnd = {k: r["eps"] for k, r in rnd.items()}
+        grd = {k: r["eps"] for k, r in grd.items()}
         for e in engines:
             att = {"eps_random": rnd[e, False], "eps_gradient": grd[False],
                    "eps_joint_random": rnd[e, True], "eps_joint_gradient": grd[True]}
@@ -330,11 +363,13 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
                         "certified": cert["radius"], "certified_chain": cert["radius_chain"],
                         "certified_local": cert["radius_local"], **att,
                         "rho_upper": min(att["eps_joint_random"], att["eps_joint_gradient"]),
-                        "seconds": time.perf_counter() - t0})
+                        "seconds": time.perf_counter() - t0, "budget": budget, "attacked": attacked,
+                        "complete": all(a["iterations_done"] == a["iterations"] for a in attacked.values())})
     return out
 
 
-def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None) -> Table:
+def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None,
+                 budget: float | None = None) -> Table:
     """The ``margin`` analysis (``tm2nn margin``): Wei-Chen-Ma's all-layer margin, per layer
     (:mod:`.margin`, :func:`margin_report`): the certified lower bound and two attacks, with
     and without corrections, on the circuit or the unrolled machine's circuit; the random
@@ -361,11 +396,15 @@ def margin_table(ir, opts: Options, *, samples: int, trials: int, seed: int, eng
         tapes, _, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(samples, seed)
         x = encode_tapes(encoding(layout), tapes[:samples]) > 0.5
     rows = margin_report(circuit, x, seed=seed, trials=trials, pm_one_output=opts.pm_one_output, engines=engines,
-                         device=device)
+                         device=device, budget=budget)
     which = ["engine"] if len(engines) > 1 else []
+    cut = [f"{'on' if r['corrections'] else 'off'}: {k} {a['iterations_done']}/{a['iterations']}"
+           for r in rows[::len(engines)] for k, a in r["attacked"].items() if a["iterations_done"] < a["iterations"]]
     return Table(f"all-layer margin, {len(x)} inputs: (D.5), certified <= per-layer margin <= per-layer "
                  "attacks; certified <= rho (eq. 2.1, one l2 ball over all parameters) <= joint attacks"
-                 + ("" if engines == ("torch",) else f"; random attacks on {', '.join(engines)}"),
+                 + ("" if engines == ("torch",) else f"; random attacks on {', '.join(engines)}")
+                 + (f"; the {budget:g} s budget cut the attacks (bisections/steps done: {', '.join(cut)}): raise "
+                    "--budget" if cut else ""),
                  which + ["corrections", "layers", "(D.5) Thm D.6 (lower)", "certified (lower)",
                   "per-layer gradient (upper)", "per-layer random (upper)", "joint gradient (upper)",
                   "joint random (upper)"],

@@ -26,10 +26,12 @@ def _attacks():
     return attacks
 
 
-def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None):
-    """The ``margin`` analysis (:func:`.attacks.margin_table`; the torch attacks on ``device``)."""
+def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None,
+           budget: float | None = None):
+    """The ``margin`` analysis (:func:`.attacks.margin_table`; the torch attacks on ``device``,
+    within ``budget`` seconds)."""
     return _attacks().margin_table(ir, opts, samples=samples, trials=trials, seed=seed, engines=engines,
-                                   device=device)
+                                   device=device, budget=budget)
 
 
 def statistics_bracket(compiled, dataset, gamma: float, **kw) -> dict:

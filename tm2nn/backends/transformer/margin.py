@@ -47,7 +47,7 @@ from tm2nn.backends.transformer.perturbed_decode import (
     transformer_parts,
 )
 from tm2nn.errors import OptionError, Tm2nnError
-from tm2nn.limits import check_int, check_seed
+from tm2nn.limits import check_float, check_int, check_seed
 from tm2nn.nets import Affine, Attention, BinaryPositions, Concat, ReLU, Slice
 from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.nets.round import ROUND_RADIUS as SIGMA  # round is exact within SIGMA of a bit
@@ -632,7 +632,7 @@ def certified_radius(compiled, *, per_step: bool = True, budgets: bool | None = 
 # ---------------------------------------------------------------------------------------------
 def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, False), seed: int = 0,
                   trials: int = 8, attack_steps: int = 30, attention: str = "hardmax",
-                  eps_max: float = 1.0, device=None, **compile_options) -> list[dict]:
+                  eps_max: float = 1.0, device=None, budget: float | None = None, **compile_options) -> list[dict]:
     """One row per corrections setting: ``machine`` (a line Machine, or a compiled
     transformer whose source is recompiled) compiled with ``steps``, ``corrections``,
     ``attention`` and ``compile_options`` (other options of
@@ -643,7 +643,12 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     from the random attack's ε); the smallest flipping ε and where it flipped (input,
     decoder step, field, tap coordinate).  The attacks refuse, before allocating, what
     would not fit in memory (:func:`tm2nn.limits.check_memory`).  The attacks run on
-    ``device`` (default: the CPU); the certified radius is computed on the CPU."""
+    ``device`` (default: the CPU); the certified radius is computed on the CPU.
+
+    ``budget``: seconds for all the attacks (None: no limit), shared equally by the rows,
+    half of a row's to the random attack; an attack past its share stops (the inputs and
+    the bisections or gradient steps it did are in the row's ``attacked``: what the
+    budget cut).  The certified radius is not budgeted (it takes a fraction of a second)."""
     trials = check_int("trials", trials, 1)
     attack_steps = check_int("attack_steps", attack_steps, 0)
     seed = check_seed("seed", seed)
@@ -653,14 +658,22 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
     source = machine.source if hasattr(machine, "net") else machine  # a Compiled: its source machine
     if isinstance(corrections, bool):
         corrections = (corrections,)
+    if budget is not None:
+        budget = check_float("budget", budget, 0.0, open_low=True)
     rows = []
-    for corr in corrections:
+    t_start = time.perf_counter()
+    for i, corr in enumerate(corrections):
         opts = {k: v for k, v in compile_options.items() if corr or k != "correction_placement"}
         comp = compile_model(source, options(steps=steps, corrections=bool(corr), attention=attention, **opts))
         cert = certified_radius(comp) if attention == "hardmax" else None
-        rnd = attack(comp, texts, eps_max, "random", trials, seed=seed, device=device)
+        row_end = row_mid = None
+        if budget is not None:  # this row's share of what is left, half of it to the random attack
+            now = time.perf_counter()
+            row_end = now + (t_start + budget - now) / (len(corrections) - i)
+            row_mid = now + (row_end - now) / 2
+        rnd = attack(comp, texts, eps_max, "random", trials, seed=seed, device=device, deadline=row_mid)
         grd = attack(comp, texts, eps_max, "gradient", max(1, trials // 4), steps=attack_steps, seed=seed,
-                     eps0=rnd["eps"], device=device)
+                     eps0=rnd["eps"], device=device, deadline=row_end)
         best = min((rnd, grd), key=lambda r: r["eps"])
         rows.append({
             "machine": source.name, "steps": int(steps), "decoder_steps": comp.options["decoder_steps"],
@@ -675,6 +688,11 @@ def margin_report(machine, texts: list[str], *, steps: int, corrections=(True, F
             {k: best[k] for k in ("method", "input", "step", "field", "coordinate")},
             "seconds": {"certified": None if cert is None else cert["seconds"], "random": rnd["seconds"],
                         "gradient": grd["seconds"]},
+            "budget": budget,
+            "attacked": {m: {k: r[k] for k in ("inputs_done", "inputs", "trials", "iterations_done", "iterations")}
+                         for m, r in (("random", rnd), ("gradient", grd))},
+            "complete": all(r["inputs_done"] == r["inputs"] and r["iterations_done"] == r["iterations"]
+                            for r in (rnd, grd)),
         })
     return rows
 
@@ -699,19 +717,31 @@ def margin_table(rows: list[dict]):
         b = r.get("layer_budgets") or []
         return "; ".join(f"{x['op']} {_num(x['budget'])}" for x in b[:3]) or "-"
 
+    def attacked(r):
+        a = r.get("attacked")
+        if not a:
+            return "-"
+        return "; ".join(f"{m[:3]} {x['inputs_done']}/{x['inputs']} inputs"
+                         + ("" if x["iterations_done"] == x["iterations"] else
+                            f", {x['iterations_done']}/{x['iterations']} {'bisections' if m == 'random' else 'steps'}")
+                         for m, x in a.items())
+
     n = rows[0]["inputs"] if rows else 0
+    budget = rows[0].get("budget") if rows else None
+    cut = [r for r in rows if not r.get("complete", True)]
     title = (f"per-layer parameter perturbation margin (l2 per block, shared across decoder steps), "
-             f"{n} inputs; the rows '<= i' certify decoder steps 0..i")
+             f"{n} inputs; the rows '<= i' certify decoder steps 0..i"
+             + (f"; the {budget:g} s budget cut the attacks (column 'attacked'): raise --budget" if cut else ""))
     out = []
     for r in rows:
         out.append(["on" if r["corrections"] else "off", str(r["decoder_steps"]), _num(r["certified"]), where(r),
-                    tightest(r), _num(r["eps_gradient"]), _num(r["eps_random"]), flip(r)])
+                    tightest(r), _num(r["eps_gradient"]), _num(r["eps_random"]), flip(r), attacked(r)])
         for s in r.get("certified_per_step") or []:
             if s["step"] < r["decoder_steps"]:
-                out.append(["", f"<= {s['step']}", _num(s["radius"]), "", "", "", "", ""])
+                out.append(["", f"<= {s['step']}", _num(s["radius"]), "", "", "", "", "", ""])
     return Table(title, ["corrections", "decoder steps", "certified (lower bound)", "binds at",
                          "tightest layer budgets", "gradient attack (upper)", "random directions (upper)",
-                         "first flip"], out, json=rows)
+                         "first flip", "attacked"], out, json=rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -725,7 +755,8 @@ def certified_margin(compiled) -> dict:
                          "a lower bound on rho (docs/transformer_margin.md)"}
 
 
-def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None) -> Table:
+def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=None, device=None,
+           budget: float | None = None) -> Table:
     """Wei-Chen-Ma's all-layer margin of the transformer: the certified lower bound and two
     attacks (:func:`margin_report`), on ``samples`` tapes of the verifier's input space; with
     and without corrections (only without, for ``--no-corrections``); the attacks on
@@ -742,5 +773,5 @@ def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=N
         texts = random.Random(seed).sample(texts, samples)
     rows = margin_report(ir, texts, steps=opts.steps, corrections=(True, False) if opts.corrections else (False,),
                          seed=seed, trials=trials, attention=opts.attention,
-                         correction_placement=opts.correction_placement, device=device)
+                         correction_placement=opts.correction_placement, device=device, budget=budget)
     return margin_table(rows)

@@ -34,7 +34,7 @@ import numpy as np
 from tm2nn.backends.transformer.runtime import encode
 from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
-from tm2nn.limits import check_memory
+from tm2nn.limits import check_memory, memory_limit
 from tm2nn.nets import Affine, Attention, Concat, Decode, Embed, ReLU, Slice
 from tm2nn.nets.ops import readout_split
 
@@ -398,7 +398,7 @@ def _first_wrong(wrong) -> tuple[int, int]:
 
 def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "random", trials: int = 8,
            steps: int = 60, seed: int = 0, eps0: float | None = None, surrogate_beta: float = 4.0,
-           target: str = "fields", device=None) -> dict:
+           target: str = "fields", device=None, deadline: float | None = None) -> dict:
     """The smallest ε found such that moving every parameter block by ≤ ε (ℓ2, dense, one
     θ + δ shared by all decoder steps) changes a decoded field (state, head, symbol read,
     symbol written) of some step of some input in ``texts``.  An upper bound on the
@@ -424,18 +424,49 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
 
     ``device``: where the evaluator's tensors live (default: the CPU).
 
+    The inputs are attacked in chunks that fit in memory (a quarter of the limit, at least
+    one input), the first of one input.  With ``deadline`` (a ``time.perf_counter()``
+    value) no chunk starts after it and a running one stops its bisections or gradient
+    steps there (every reported ε is still confirmed); ``inputs_done`` of ``inputs``,
+    ``iterations_done`` of ``iterations`` say what it cut.
+
     Returns ``eps``, the ``input``, the decoder ``step``, the ``field`` and tap
-    ``coordinate`` that flipped, ``per_input`` and ``seconds``."""
+    ``coordinate`` that flipped, ``per_input`` (inf for an input not attacked) and
+    ``seconds``."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small tensors: intra-op threads only contend
+    texts = list(texts)
+    t0 = time.perf_counter()
     try:
         with torch.no_grad() if method == "random" else torch.enable_grad():
-            return _attack(compiled, list(texts), float(eps_max), method, int(trials), int(steps), int(seed),
-                           eps0, float(surrogate_beta), target, device)
+            P = PerturbedTransformer(compiled, device=device)
+            check_memory(attack_memory(P, trials, method),  # one input: the least a chunk holds
+                         f"the {method} attack on one input x {trials:,} trials ({P.n_params():,} "
+                         "parameters per perturbation)", ("trials",))
+            fit = max(1, int(memory_limit() // 4 // max(1, attack_memory(P, trials, method))))
+            parts, done, size = [], 0, 1
+            while done < len(texts):
+                if deadline is not None and parts and time.perf_counter() >= deadline:
+                    break  # the first chunk always runs (it stops its own iterations there)
+                chunk = texts[done:done + min(size, fit)]
+                t1 = time.perf_counter()
+                parts.append(_attack(compiled, chunk, float(eps_max), method, int(trials), int(steps), int(seed) + done,
+                                     eps0, float(surrogate_beta), target, device, P=P, deadline=deadline))
+                done += len(chunk)
+                rate = len(chunk) / max(time.perf_counter() - t1, 1e-6)
+                left = math.inf if deadline is None else deadline - time.perf_counter()
+                size = int(max(1, min(size * 4, rate * min(left, 30.0))))
     finally:
         torch.set_num_threads(threads)
+    out = min(parts, key=lambda r: r["eps"])
+    out = dict(out, per_input=np.concatenate([r["per_input"] for r in parts]
+                                            + [np.full(len(texts) - done, math.inf)]),
+               inputs=len(texts), inputs_done=done, trials=trials,
+               iterations=parts[0]["iterations"], iterations_done=min(r["iterations_done"] for r in parts),
+               rows=sum(r["rows"] for r in parts), seconds=time.perf_counter() - t0)
+    return out
 
 
 def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
@@ -450,7 +481,8 @@ def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
     return rows * 8 * (6 * factors + 4 * (P.steps + 1) * values * max(1, P.steps // 4))
 
 
-def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields", device=None) -> dict:
+def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, target="fields", device=None,
+            P=None, deadline=None) -> dict:
     import torch
 
     if method not in ("random", "gradient"):
@@ -461,8 +493,11 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     if target == "cls" and cls is None:
         raise UnsupportedNet("target='cls' attacks the θ_cls readout: compile with cls_readout=True")
     t0 = time.perf_counter()
-    P = PerturbedTransformer(compiled, device=device)
+    P = P if P is not None else PerturbedTransformer(compiled, device=device)
     rows = len(texts) * trials
+
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() >= deadline
     check_memory(attack_memory(P, rows, method),
                  f"the {method} attack on {len(texts):,} inputs x {trials:,} trials ({P.n_params():,} "
                  "parameters per perturbation)", ("samples", "trials"))
@@ -497,7 +532,11 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
         hi = torch.full((rows,), eps_max, dtype=P.dtype, device=P.device)
         ok_hi = wrong(P.run(tokens, P.scaled(dirs, hi))).flatten(1).any(1)
         lo = hi * 1e-30
+        iterations, done_it = RANDOM_BISECTIONS, 0
         for _ in range(RANDOM_BISECTIONS):
+            if late():  # hi still flips: a looser upper bound
+                break
+            done_it += 1
             mid = torch.sqrt(lo * hi)
             f = wrong(P.run(tokens, P.scaled(dirs, mid))).flatten(1).any(1)
             hi = torch.where(f, mid, hi)
@@ -516,7 +555,11 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
             for dst, src in zip(_flat(best_dirs), _flat(dirs)):
                 dst[better] = src[better]
 
+        iterations, done_it = steps, 0
         for it in range(steps):
+            if late():
+                break
+            done_it += 1
             gamma = 0.02 + 0.18 * 0.5 * (1 + math.cos(math.pi * it / max(steps, 1)))
             leaves = _map(lambda t: t.detach().requires_grad_(True), dirs)
             taps = P.run(tokens, P.scaled(leaves, eps), surrogate_beta=beta)
@@ -543,7 +586,8 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
         best = torch.where(seen, best, torch.full_like(best, math.inf))
     per_input = best.view(len(texts), trials).min(1).values
     out = {"method": method, "eps": math.inf, "input": None, "step": None, "field": None, "coordinate": None,
-           "per_input": per_input.cpu().numpy(), "trials": trials, "rows": rows}
+           "per_input": per_input.cpu().numpy(), "trials": trials, "rows": rows,
+           "iterations": iterations, "iterations_done": done_it}
     if torch.isfinite(best).any():
         r = int(torch.argmin(best))
         step, coord = _first_wrong(w[r].cpu().numpy())
