@@ -306,9 +306,15 @@ def test_store_refuses_bad_rows_and_folders(tmp_path):
         Store(tmp_path / "other")
     with pytest.raises(Tm2nnError, match="does not exist"):
         Store(tmp_path / "nowhere", create=False)
-    (tmp_path / "res" / "rows" / "z.parquet").write_bytes(b"not parquet")
-    with pytest.raises(Tm2nnError, match="z.parquet: not a row"):
-        st.table()
+    st.append(row_of("a"))
+    lines = []
+    st = Store(tmp_path / "res", warn=lines.append)
+    for name, data in (("z", b"not parquet"), ("y", b""), ("x", (st.rows_dir / "a.parquet").read_bytes()[:-9])):
+        (st.rows_dir / f"{name}.parquet").write_bytes(data)
+    assert st.finished() == {"a"} and st.table().column("task_id").to_pylist() == ["a"]  # damaged rows: quarantined
+    assert sorted(p.name for p in (tmp_path / "res" / "quarantine").iterdir()) == ["x.parquet", "y.parquet", "z.parquet"]
+    assert len(lines) == 3 and all(": warning: not a readable row (" in ln and "its task runs again" in ln
+                                   for ln in lines)
 
 
 def test_export_parquet_and_csv(tmp_path):
