@@ -20,6 +20,7 @@ Errors name the file (``Tm2nnError(..., file=path)`` renders ``MODEL: error: ...
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -327,10 +328,55 @@ def onnx_edit(file_model, built_model) -> str | None:
     return None
 
 
-def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
-    """Check a ``.pt``'s state dict against the construction's torch module's
-    (``reference``): the same names and shapes, else an error; returns where the values
-    first differ, or None."""
+# -- the .pt archive ----------------------------------------------------------------------------------
+#: the itemsize of the widest dtype a state dict's tensor may hold (float64, int64)
+MAX_ITEMSIZE = 8
+
+
+def archive_members(blob: bytes, path) -> dict[str, int]:
+    """A ``.pt``'s zip members and the sizes they declare (uncompressed), read from its
+    directory before anything is decompressed.  ``torch.save`` stores every member
+    uncompressed, so no member can declare more bytes than the file holds: one that does
+    is a compressed one (a zip bomb's tensor) and is refused here.  Not a zip archive
+    (a legacy torch file): an empty dict, and ``torch.load`` says what it is."""
+    import zipfile
+
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(blob)).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return {}
+    members: dict[str, int] = {}
+    for i in infos:
+        if i.file_size > len(blob):
+            raise Tm2nnError(f"its archive member {_shown(i.filename, 80)} declares {i.file_size:,} bytes, more than "
+                             f"the whole file's {len(blob):,}: a compressed member (torch.save stores them "
+                             "uncompressed), refused before it is decompressed", file=str(path))
+        members[i.filename] = members.get(i.filename, 0) + i.file_size
+    return members
+
+
+def check_archive_sizes(members: dict[str, int], state: dict, path, backend: str) -> None:
+    """The tensor data a ``.pt`` archive declares (its ``data/KEY`` members) is at most
+    what the construction's state dict (``state``: the file's tensors on the meta device,
+    their names and shapes checked already) holds at :data:`MAX_ITEMSIZE` bytes a value;
+    checked before any tensor is read."""
+    data = {n: size for n, size in members.items() if "/data/" in n and not n.endswith("/data.pkl")}
+    most = sum(t.numel() for t in state.values()) * MAX_ITEMSIZE
+    if len(data) > len(state) or sum(data.values()) > most:
+        big = max(data, key=data.get)
+        raise Tm2nnError(f"its archive holds {len(data)} tensor record(s) of {sum(data.values()):,} bytes (the largest "
+                         f"{_shown(big, 60)}, {data[big]:,}); the {backend} construction's state dict has {len(state)} "
+                         f"tensor(s), at most {most:,} bytes", file=str(path))
+    wide = [n for n, t in state.items() if t.element_size() > MAX_ITEMSIZE]
+    if wide:
+        raise Tm2nnError(f"its state_dict entry {wide[0]!r} is {state[wide[0]].dtype}, not a real number type",
+                         file=str(path))
+
+
+def check_state_dict(state, reference: dict, path, backend: str) -> None:
+    """A ``.pt``'s state dict (its tensors may be on the meta device: no data is read)
+    has the construction's torch module's names and shapes (``reference``), else an
+    error naming the first difference."""
     import torch
 
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
@@ -346,6 +392,15 @@ def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
         if tuple(t.shape) != tuple(ref.shape):
             raise Tm2nnError(f"its state_dict entry {name!r} has shape {list(t.shape)}, the {backend} "
                              f"construction's {list(ref.shape)}", file=str(path))
+
+
+def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
+    """Check a ``.pt``'s state dict against the construction's torch module's
+    (``reference``): the same names and shapes, else an error; returns where the values
+    first differ, or None."""
+    import torch
+
+    check_state_dict(state, reference, path, backend)
     for name, ref in reference.items():
         t = state[name].detach().to(ref.dtype)
         if not torch.equal(t, ref):

@@ -1,0 +1,136 @@
+"""Hostile model files (issue 36, points 17-19): what a file declares is checked against
+the construction its metadata describes before the expensive part runs. A ``.pt`` zip bomb
+is refused from its archive directory, before any tensor is decompressed; a
+``.safetensors`` header's tensors must fit its offsets, the file and the manifest before
+any array is read; an ONNX graph far larger than the construction's is refused before an
+onnxruntime session is built; and an edited Loop trip count is refused with its estimate
+instead of running for hours. Each refusal is one line naming the file, exit 2."""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+import tm2nn
+from tests.conftest import EXAMPLES
+from tm2nn.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def rcnn_pt(tmp_path_factory) -> Path:
+    c = tm2nn.compile(EXAMPLES / "bb3.tm", "rcnn", steps=4, max_input=2)
+    return c.save(tmp_path_factory.mktemp("models") / "rcnn.pt")
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(err: str, path) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: error: "), err
+    return lines[0][len(f"{path}: error: "):]
+
+
+# -- a .pt zip bomb -------------------------------------------------------------------------------------
+def _zip(members: list[tuple[str, bytes, int, int, int]]) -> bytes:
+    """A zip archive of ``(name, stored bytes, method, crc32, uncompressed size)`` members,
+    written by hand (so a member can be deflated zeros of any size)."""
+    out, central = io.BytesIO(), io.BytesIO()
+    for name, data, method, crc, size in members:
+        offset, n = out.tell(), name.encode()
+        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data), size, len(n), 0))
+        out.write(n + data)
+        central.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(data), size,
+                                  len(n), 0, 0, 0, 0, 0, offset) + n)
+    start, cd = out.tell(), central.getvalue()
+    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(cd), start, 0))
+    return out.getvalue()
+
+
+def _deflated_zeros(nbytes: int) -> tuple[bytes, int]:
+    """``(raw deflate stream, crc32)`` of ``nbytes`` zero bytes (a multiple of 4 MiB):
+    one fully flushed 4 MiB block repeated, so building it is quick."""
+    chunk = bytes(4 << 20)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(nbytes // len(chunk)):
+        crc = zlib.crc32(chunk, crc)
+    return block * (nbytes // len(chunk)) + b"\x03\x00", crc
+
+
+def zip_bomb(model: Path, dst: Path, nbytes: int) -> Path:
+    """``model`` (a tm2nn .pt) with one more state-dict tensor, ``bomb``, of ``nbytes``
+    zero bytes stored deflated (about 1000:1)."""
+    saved = torch.load(model, weights_only=True)
+    saved["state_dict"]["bomb"] = torch.empty(nbytes // 4, device="meta")  # saved without data
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    z = zipfile.ZipFile(buf)
+    members = []
+    for info in z.infolist():
+        data = z.read(info)
+        if info.filename.endswith("/data.pkl"):
+            data = data.replace(b"\x8c\x04meta", b"\x8c\x03cpu")  # the bomb's storage is a cpu one
+        members.append((info.filename, data, 0, zlib.crc32(data), len(data)))
+    prefix = members[0][0].split("/")[0]
+    key = len([n for n, *_ in members if "/data/" in n])  # the meta tensor's storage: the last key
+    stream, crc = _deflated_zeros(nbytes)
+    members.append((f"{prefix}/data/{key}", stream, 8, crc, nbytes))
+    dst.write_bytes(_zip(members))
+    return dst
+
+
+def test_a_pt_zip_bomb_is_refused_before_it_is_decompressed(rcnn_pt, tmp_path):
+    """A 512 MiB tensor deflated into a file of about 0.5 MB: refused from the archive's
+    directory, in one line, with peak memory well under the tensor's size (today it is
+    decompressed in full, then refused as a tensor the construction does not have)."""
+    bomb = zip_bomb(rcnn_pt, tmp_path / "bomb.pt", 512 << 20)
+    assert bomb.stat().st_size < 2 << 20
+    assert torch.load(bomb, weights_only=True, map_location="meta")["state_dict"]["bomb"].shape == (128 << 20,)
+    code = ("import resource, sys, torch\nfrom tm2nn.cli import main\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "rc = main(['eval', sys.argv[1], '--input', '1'])\n"
+            "print('RSS', base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    *err, rss = r.stderr.strip().splitlines()
+    base_kb, peak_kb = map(int, rss.split()[1:])
+    assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert err[0].startswith(f"{bomb}: error: its archive member 'archive/data/"), err
+    assert f"declares {512 << 20:,} bytes, more than the whole file's" in err[0]
+    assert (peak_kb - base_kb) * 1024 < 200 << 20, f"peak RSS grew by {(peak_kb - base_kb) // 1024} MiB"
+    assert time.monotonic() - t0 < 120
+
+
+def test_pt_records_beyond_the_construction_are_refused_before_any_tensor_is_read(rcnn_pt, tmp_path, capsys):
+    """A stored (uncompressed) record no tensor of the construction accounts for: the
+    archive declares more tensor data than the construction's state dict holds."""
+    z = zipfile.ZipFile(rcnn_pt)
+    members = [(i.filename, z.read(i), 0, zlib.crc32(z.read(i)), i.file_size) for i in z.infolist()]
+    prefix = members[0][0].split("/")[0]
+    junk = bytes(1 << 20)
+    bad = tmp_path / "junk.pt"
+    bad.write_bytes(_zip([*members, (f"{prefix}/data/999", junk, 0, zlib.crc32(junk), len(junk))]))
+    code, _, err = cli(capsys, "eval", bad, "--input", "1")
+    assert code == 2
+    msg = one_error(err, bad)
+    assert msg.startswith("its archive holds ") and f"'{prefix}/data/999', {1 << 20:,})" in msg, msg
+    assert "the rcnn construction's state dict has" in msg
+    assert cli(capsys, "eval", rcnn_pt, "--input", "1")[0] == 0  # the file as written loads
