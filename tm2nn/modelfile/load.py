@@ -32,9 +32,10 @@ from tm2nn.syntax import parse_text, select
 
 def read_metadata(path) -> tuple[dict, bytes | None, object]:
     """``(metadata, ONNX bytes or None, what else holds the weights)`` of a model file:
-    a ``.pt``'s state dict, for a ``.safetensors`` a function that rebuilds its network
-    from the manifest (called once the metadata is checked, so its errors come first), or
-    None for an ``.onnx``."""
+    a ``.pt``'s archive, read as far as its metadata (:class:`_TorchFile`), for a
+    ``.safetensors`` a function that rebuilds its network from the manifest (called once
+    the metadata is checked, so its errors come first), or an ``.onnx``'s parsed
+    ``ModelProto``."""
     p = Path(path)
     if p.suffix not in SUFFIXES:
         raise Tm2nnError("a model file ends in .onnx, .pt or .safetensors", file=str(path))
@@ -43,11 +44,14 @@ def read_metadata(path) -> tuple[dict, bytes | None, object]:
         manifest, arrays = read_safetensors(path, blob)
         return flat_metadata(manifest), None, lambda: manifest_net(manifest, arrays, path)
     if p.suffix == ".onnx":
+        import onnx
+
         try:
-            meta = onnx_metadata(blob)
+            model = onnx.load_model_from_string(blob)  # parsed once: 10^6 nodes take seconds
+            meta = onnx_metadata(model)
         except Exception as e:  # a corrupt or foreign file
             raise Tm2nnError(f"not a readable ONNX model ({type(e).__name__})", file=str(path)) from None
-        return meta, blob, None
+        return meta, blob, model
     members = schema.archive_members(blob, path)  # declared sizes, before anything is decompressed
     saved = _torch_load(blob, path, "meta")  # the metadata, and the tensors' shapes only: no tensor is read
     if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
@@ -101,7 +105,7 @@ def load_model(path):
         compiled.edited = schema.net_edit(net, compiled.net, path, compiled.backend)
         compiled.net = net
     elif blob is not None:
-        compiled.edited = _edit(compiled, blob, path)
+        compiled.edited = _edit(compiled, weights, path, meta["tm2nn.build"])
     else:  # a .pt: its tensors are read once their names and declared sizes are the construction's
         reference = torch_module(compiled).state_dict()
         state = weights.state_dict(reference, path, compiled.backend)
@@ -158,14 +162,14 @@ def _rebuild(backend, meta: dict, path):
     return compiled
 
 
-def _edit(compiled, blob: bytes, path) -> str | None:
-    """Where the ONNX file's weights first differ from the construction's (None: they
-    do not).  Its graph's inputs and outputs must be the construction's; anything else
-    is an error."""
-    import onnx
-
-    mine = onnx.load_model_from_string(blob)
+def _edit(compiled, mine, path, build: dict) -> str | None:
+    """Where the ONNX file's weights (``mine``, its parsed model) first differ from the construction's (None: they
+    do not).  Its graph's inputs and outputs must be the construction's, its size near
+    the construction's and its loops no longer (what ``build``, the recorded options,
+    makes them); anything else is an error, before onnxruntime sees the graph."""
     built = onnx_model(compiled)
+    schema.check_graph_size(mine, built, path, compiled.backend)
     schema.check_self_contained(mine, path)
     schema.check_signature(mine, built, path, compiled.backend)
+    schema.check_loops(mine, built, path, compiled.backend, build)
     return schema.onnx_edit(mine, built)

@@ -247,6 +247,91 @@ def check_self_contained(model, path) -> None:
                                  "a tm2nn model is one self-contained file", file=str(path))
 
 
+#: an edited graph may be at most this many times its construction's size (nodes, weight
+#: bytes), plus :data:`NODE_SLACK` nodes and :data:`BYTES_SLACK` bytes
+GRAPH_GROWTH, NODE_SLACK, BYTES_SLACK = 2, 64, 1 << 20
+
+
+def graph_size(model) -> tuple[int, int]:
+    """``(nodes, weight bytes)`` of an ONNX model: the nodes of every graph and subgraph,
+    and the bytes of its initializers and Constant nodes' tensors."""
+    from onnx import AttributeProto
+
+    nodes = size = 0
+    for _, g in _graphs(model.graph):
+        nodes += len(g.node)
+        size += sum(t.ByteSize() for t in g.initializer) + sum(t.ByteSize() for t in g.sparse_initializer)
+        size += sum(a.t.ByteSize() for n in g.node for a in n.attribute if a.type == AttributeProto.TENSOR)
+    return nodes, size
+
+
+def check_graph_size(file_model, built_model, path, backend: str) -> None:
+    """The file's graph is not far larger than the construction's (:data:`GRAPH_GROWTH`):
+    an onnxruntime session of a graph of 10^6 nodes takes minutes and gigabytes to build,
+    so such a graph is refused, with both sizes, before one is."""
+    n0, b0 = graph_size(built_model)
+    top = len(file_model.graph.node)  # a lower bound, without walking 10^6 nodes' attributes in Python
+    n, b = ((top, sum(t.ByteSize() for t in file_model.graph.initializer)) if top > GRAPH_GROWTH * n0 + NODE_SLACK
+            else graph_size(file_model))
+    if n > GRAPH_GROWTH * n0 + NODE_SLACK or b > GRAPH_GROWTH * b0 + BYTES_SLACK:
+        raise Tm2nnError(f"its graph has {n:,} nodes and {b:,} bytes of weights; the {backend} construction its "
+                         f"metadata describes has {n0:,} nodes and {b0:,} bytes, and an edited model may have at most "
+                         f"{GRAPH_GROWTH} times as many (plus {NODE_SLACK} nodes and {BYTES_SLACK >> 20} MiB): refused "
+                         "before onnxruntime builds a session", file=str(path))
+
+
+def _loops(model) -> list[tuple[str, object, int | None]]:
+    """``(name, node, trip count)`` of every Loop node of the model, nested ones named
+    ``outer/...``; the trip count is the scalar integer constant (an initializer or a
+    Constant node's value) its first input names, or None (no trip count, or one the
+    graph computes)."""
+    from onnx import AttributeProto, numpy_helper
+
+    graphs = list(_graphs(model.graph))
+    consts = {}
+    for _, g in graphs:
+        tensors = [(t.name, t) for t in g.initializer]
+        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
+                    for a in n.attribute if a.name == "value" and a.type == AttributeProto.TENSOR]
+        for name, t in tensors:
+            if len(t.dims) <= 1 and (not t.dims or t.dims[0] == 1):
+                try:
+                    v = numpy_helper.to_array(t).reshape(-1)
+                except Exception:  # noqa: BLE001 - a corrupt tensor: not a constant trip count
+                    continue
+                if v.size == 1 and v.dtype.kind in "iu":
+                    consts[name] = int(v[0])
+    return [(f"{where}{n.name}", n, consts.get(n.input[0]) if n.input and n.input[0] else None)
+            for where, g in graphs for n in g.node if n.op_type == "Loop"]
+
+
+def check_loops(file_model, built_model, path, backend: str, build: dict) -> None:
+    """Every Loop of the file runs at most as many iterations as the construction its
+    metadata describes runs (``build``: the recorded options, e.g. ``steps``): a Loop
+    of the construction's name at most its trip count, another at most the largest; a
+    Loop with no fixed trip count only where the construction's has none either.  An
+    edited trip count of 10^9 would run for hours: it is refused, with the estimate,
+    before anything runs."""
+    theirs = {name: (node, trip) for name, node, trip in _loops(built_model)}
+    most = max((t for _, t in theirs.values() if t is not None), default=0)
+    opts = build.get("options", build) if isinstance(build, dict) else {}
+    counts = sorted(opts.items(), key=lambda kv: not (isinstance(kv[1], int) and not isinstance(kv[1], bool)))
+    said = f" (tm2nn.build: {_shown(', '.join(f'{k}={v}' for k, v in counts), 120)[1:-1]})" if counts else ""
+    for name, node, trip in _loops(file_model):
+        ref_node, bound = theirs.get(name, (None, most))
+        if trip is None:
+            if ref_node is not None and bound is None and list(node.input[:1]) == list(ref_node.input[:1]):
+                continue  # the construction's own computed count
+            raise Tm2nnError(f"its Loop {name!r} has no fixed trip count, so its run has no bound; the {backend} "
+                             f"construction its metadata describes{said} fixes every loop's: refused before it runs",
+                             file=str(path))
+        if bound is not None and trip > max(bound, 0):
+            ratio = f", {trip / bound:,.0f} times as many" if bound > 0 else ""
+            raise Tm2nnError(f"its Loop {name!r} runs {trip:,} iterations; the {backend} construction its metadata "
+                             f"describes{said} runs {bound:,}{ratio}: an edited model runs at most its construction's "
+                             "iterations, and this one is refused before it runs", file=str(path))
+
+
 def _graphs(graph, where: str = ""):
     """``(where, graph)`` for a graph and every subgraph (loop bodies), in order."""
     from onnx import AttributeProto

@@ -39,6 +39,18 @@ def cli(capsys, *argv):
     return code, out, err
 
 
+def eval_in_subprocess(path, timeout: float = 60) -> tuple[int, str]:
+    """``(exit code, stderr)`` of ``tm2nn eval PATH --input 1`` in a fresh process, failing
+    the test (not hanging it) when the model runs past ``timeout`` seconds."""
+    code = "import sys\nfrom tm2nn.cli import main\nsys.exit(main(['eval', sys.argv[1], '--input', '1']))"
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"tm2nn eval {path} ran past {timeout} s")
+    return r.returncode, r.stderr
+
+
 def one_error(err: str, path) -> str:
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -134,3 +146,85 @@ def test_pt_records_beyond_the_construction_are_refused_before_any_tensor_is_rea
     assert msg.startswith("its archive holds ") and f"'{prefix}/data/999', {1 << 20:,})" in msg, msg
     assert "the rcnn construction's state dict has" in msg
     assert cli(capsys, "eval", rcnn_pt, "--input", "1")[0] == 0  # the file as written loads
+
+
+# -- ONNX graphs that would run too long -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def onnx_models(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("onnx")
+    return {"transformer": tm2nn.compile(EXAMPLES / "bb3.tm", "transformer", steps=4).save(folder / "t.onnx"),
+            "relu-circuit": tm2nn.compile(EXAMPLES / "full_adder.circ", "relu-circuit").save(folder / "a.onnx")}
+
+
+def _with_trip_count(src: Path, dst: Path, trips: int) -> Path:
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(src))
+    loop = next(n for n in m.graph.node if n.op_type == "Loop")
+    t = next(t for t in m.graph.initializer if t.name == loop.input[0])
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).copy() * 0 + trips, t.name))
+    onnx.save(m, str(dst))
+    return dst
+
+
+def test_an_edited_loop_trip_count_is_refused_with_its_estimate(onnx_models, tmp_path):
+    """The transformer's Loop set to 10^9 iterations (today: a warning, then a run killed
+    after minutes): refused before it runs, naming both counts and the recorded steps. A
+    shorter run is an edit like any other: it loads, flagged as edited."""
+    bad = _with_trip_count(onnx_models["transformer"], tmp_path / "long.onnx", 10**9)
+    code, err = eval_in_subprocess(bad)
+    assert code == 2
+    msg = one_error(err, bad)
+    assert msg.startswith("its Loop 'trace' runs 1,000,000,000 iterations; the transformer construction its metadata "
+                          "describes (tm2nn.build: steps=4, "), msg
+    assert ") runs 4, 250,000,000 times as many" in msg and "refused before it runs" in msg
+    short = _with_trip_count(onnx_models["transformer"], tmp_path / "short.onnx", 2)
+    assert tm2nn.load_model(short).edited.startswith("weight 'trace.steps': 1 of 1 values differ")
+
+
+def test_a_loop_without_a_trip_count_is_refused(onnx_models, tmp_path):
+    """No trip count and no condition: today onnxruntime loops for ever."""
+    import onnx
+
+    m = onnx.load(str(onnx_models["transformer"]))
+    next(n for n in m.graph.node if n.op_type == "Loop").input[0] = ""
+    bad = tmp_path / "nocount.onnx"
+    onnx.save(m, str(bad))
+    code, err = eval_in_subprocess(bad)
+    assert code == 2 and one_error(err, bad).startswith("its Loop 'trace' has no fixed trip count, so its run has no "
+                                                        "bound")
+
+
+def test_a_graph_far_larger_than_the_construction_is_refused_before_a_session(onnx_models, tmp_path):
+    """An identity chain of 200,000 nodes before the adder's output (today: tens of
+    seconds and gigabytes building the onnxruntime session): refused in seconds, with
+    both sizes, and peak memory near an ordinary eval's."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(onnx_models["relu-circuit"]))
+    out = m.graph.output[0].name
+    last = next(n for n in m.graph.node if out in n.output)
+    last.output[list(last.output).index(out)] = "chain0"
+    n = 200_000
+    m.graph.node.extend(helper.make_node("Identity", [f"chain{i}"], [f"chain{i + 1}" if i + 1 < n else out])
+                        for i in range(n))
+    bad = tmp_path / "chain.onnx"
+    onnx.save(m, str(bad))
+    code = ("import resource, sys, time\nfrom tm2nn.cli import main\nt = time.monotonic()\n"
+            "rc = main(['eval', sys.argv[1], '--input', '110'])\n"
+            "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic() - t, file=sys.stderr)\n"
+            "sys.exit(rc)")
+    runs = {}
+    for key, path in (("chain", bad), ("plain", onnx_models["relu-circuit"])):
+        r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        *err, rss = r.stderr.strip().splitlines()
+        runs[key] = (r.returncode, err, int(rss.split()[1]) // 1024, float(rss.split()[2]))
+    code, err, peak_mb, seconds = runs["chain"]
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"{bad}: error: its graph has {n + 81:,} nodes"), err
+    assert "the relu-circuit construction its metadata describes has 81 nodes" in err[0]
+    assert "refused before onnxruntime builds a session" in err[0]
+    assert runs["plain"][0] == 0 and peak_mb < runs["plain"][2] + 150, runs
+    assert seconds < runs["plain"][3] + 10, runs
