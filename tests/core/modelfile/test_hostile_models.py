@@ -9,6 +9,7 @@ instead of running for hours. Each refusal is one line naming the file, exit 2."
 from __future__ import annotations
 
 import io
+import json
 import struct
 import subprocess
 import sys
@@ -228,3 +229,58 @@ def test_a_graph_far_larger_than_the_construction_is_refused_before_a_session(on
     assert "refused before onnxruntime builds a session" in err[0]
     assert runs["plain"][0] == 0 and peak_mb < runs["plain"][2] + 150, runs
     assert seconds < runs["plain"][3] + 10, runs
+
+
+# -- .safetensors headers ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def st_model(tmp_path_factory) -> Path:
+    c = tm2nn.compile(EXAMPLES / "full_adder.circ", "relu-circuit")
+    return c.save(tmp_path_factory.mktemp("st") / "a.safetensors")
+
+
+def _header_of(path: Path) -> tuple[dict, bytes]:
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + n]), blob[8 + n:]
+
+
+def _with_header(header: dict, data: bytes, dst: Path) -> Path:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    dst.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return dst
+
+
+def test_a_safetensors_header_that_does_not_fit_its_offsets(st_model, tmp_path, capsys):
+    """A tensor declared 10^9 values wide over 8 bytes, and one whose span runs past the
+    data: refused from the header, before any array is read, in tm2nn's words."""
+    header, data = _header_of(st_model)
+    name = next(k for k in header if k != "__metadata__")
+    wide = json.loads(json.dumps(header))
+    wide[name]["shape"] = [10**9]
+    bad = _with_header(wide, data, tmp_path / "wide.safetensors")
+    code, _, err = cli(capsys, "info", bad)
+    assert code == 2 and one_error(err, bad).startswith(f"its header's tensor {name!r} declares F64 [1000000000] "
+                                                        f"(8,000,000,000 bytes) at bytes ")
+    past = json.loads(json.dumps(header))
+    begin, end = past[name]["data_offsets"]
+    past[name]["data_offsets"] = [begin + len(data), end + len(data)]
+    bad = _with_header(past, data, tmp_path / "past.safetensors")
+    code, _, err = cli(capsys, "info", bad)
+    assert code == 2 and f"of a data section of {len(data):,}" in one_error(err, bad)
+
+
+def test_a_safetensors_array_the_manifest_does_not_read(st_model, tmp_path, capsys):
+    """An extra 8 MiB array no op of the manifest's network reads (today it is read and
+    the model loads): refused from the header, before any array is read."""
+    from safetensors.numpy import load_file, save_file
+
+    header, _ = _header_of(st_model)
+    arrays = load_file(str(st_model))
+    arrays["bomb"] = torch.zeros(1 << 20, dtype=torch.float64).numpy()
+    bad = tmp_path / "extra.safetensors"
+    save_file(arrays, str(bad), metadata=header["__metadata__"])
+    code, _, err = cli(capsys, "info", bad)
+    assert code == 2
+    assert one_error(err, bad) == "its header declares the array 'bomb', which its manifest's network does not read"
+    assert cli(capsys, "info", st_model)[0] == 0
