@@ -316,7 +316,8 @@ def check_loops(file_model, built_model, path, backend: str, build: dict) -> Non
     most = max((t for _, t in theirs.values() if t is not None), default=0)
     opts = build.get("options", build) if isinstance(build, dict) else {}
     counts = sorted(opts.items(), key=lambda kv: not (isinstance(kv[1], int) and not isinstance(kv[1], bool)))
-    said = f" (tm2nn.build: {_shown(', '.join(f'{k}={v}' for k, v in counts), 120)[1:-1]})" if counts else ""
+    text = ", ".join(f"{k}={v}" for k, v in counts)
+    said = f" (tm2nn.build: {text if len(text) <= 100 else text[:97] + '...'})" if counts else ""
     for name, node, trip in _loops(file_model):
         ref_node, bound = theirs.get(name, (None, most))
         if trip is None:
