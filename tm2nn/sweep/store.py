@@ -161,7 +161,7 @@ class Store:
             done = f"moved to {dest}; its task runs again"
         except OSError as e:
             done = f"left in place and skipped (it cannot be moved: {e.strerror or e})"
-        self._warn(render_located("warning", f"not a readable row ({why}): {done}", str(path), None, None, None))
+        self._warn(render_located("warning", f"{why}: {done}", str(path), None, None, None))
 
     def append(self, row: dict) -> bool:
         """Write ``row`` (every column; ``sweep`` is filled in when missing or None)
