@@ -81,6 +81,7 @@ class Store:
         self._warn = warn or (lambda line: print(line, file=sys.stderr))
         #: the rows read so far: file name -> ((size, mtime), table), read again when the file changes
         self._read: dict[str, tuple[tuple, pa.Table]] = {}
+        self._skipped: set[str] = set()  # damaged rows that could not be moved aside
         if self.folder.exists() and not self.folder.is_dir():
             raise Tm2nnError(f"the results folder {str(self.folder)!r} is a file, not a folder")
         if self.folder.is_dir() and not self.rows_dir.is_dir() and not (self.folder / "sweep.json").exists() \
@@ -160,6 +161,9 @@ class Store:
             os.replace(path, dest)
             done = f"moved to {dest}; its task runs again"
         except OSError as e:
+            if path.name in self._skipped:  # said once
+                return
+            self._skipped.add(path.name)
             done = f"left in place and skipped (it cannot be moved: {e.strerror or e})"
         self._warn(render_located("warning", f"{why}: {done}", str(path), None, None, None))
 
