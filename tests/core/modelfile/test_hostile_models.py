@@ -204,9 +204,9 @@ def test_a_loop_without_a_trip_count_is_refused(onnx_models, tmp_path):
 
 
 def test_a_graph_far_larger_than_the_construction_is_refused_before_a_session(onnx_models, tmp_path):
-    """An identity chain of 200,000 nodes before the adder's output (today: tens of
-    seconds and gigabytes building the onnxruntime session): refused in seconds, with
-    both sizes, and peak memory near an ordinary eval's."""
+    """An identity chain of 50,000 nodes before the adder's output: refused in seconds,
+    with both sizes, before an onnxruntime session is built, at the memory of an ordinary
+    eval (today the session is built and the chain runs: 10^6 nodes took 30 s and 2.7 GB)."""
     import onnx
     from onnx import helper
 
@@ -214,7 +214,7 @@ def test_a_graph_far_larger_than_the_construction_is_refused_before_a_session(on
     out = m.graph.output[0].name
     last = next(n for n in m.graph.node if out in n.output)
     last.output[list(last.output).index(out)] = "chain0"
-    n = 200_000
+    n = 50_000
     m.graph.node.extend(helper.make_node("Identity", [f"chain{i}"], [f"chain{i + 1}" if i + 1 < n else out])
                         for i in range(n))
     bad = tmp_path / "chain.onnx"
