@@ -32,9 +32,10 @@ from tm2nn.syntax import parse_text, select
 
 def read_metadata(path) -> tuple[dict, bytes | None, object]:
     """``(metadata, ONNX bytes or None, what else holds the weights)`` of a model file:
-    a ``.pt``'s state dict, for a ``.safetensors`` a function that rebuilds its network
-    from the manifest (called once the metadata is checked, so its errors come first), or
-    None for an ``.onnx``."""
+    a ``.pt``'s archive, read as far as its metadata (:class:`_TorchFile`), for a
+    ``.safetensors`` a function that rebuilds its network from the manifest (called once
+    the metadata is checked, so its errors come first), or an ``.onnx``'s parsed
+    ``ModelProto``."""
     p = Path(path)
     if p.suffix not in SUFFIXES:
         raise Tm2nnError("a model file ends in .onnx, .pt or .safetensors", file=str(path))
@@ -43,23 +44,48 @@ def read_metadata(path) -> tuple[dict, bytes | None, object]:
         manifest, arrays = read_safetensors(path, blob)
         return flat_metadata(manifest), None, lambda: manifest_net(manifest, arrays, path)
     if p.suffix == ".onnx":
+        import onnx
+
         try:
-            meta = onnx_metadata(blob)
+            model = onnx.load_model_from_string(blob)  # parsed once: 10^6 nodes take seconds
+            meta = onnx_metadata(model)
         except Exception as e:  # a corrupt or foreign file
             raise Tm2nnError(f"not a readable ONNX model ({type(e).__name__})", file=str(path)) from None
-        return meta, blob, None
+        return meta, blob, model
+    members = schema.archive_members(blob, path)  # declared sizes, before anything is decompressed
+    saved = _torch_load(blob, path, "meta")  # the metadata, and the tensors' shapes only: no tensor is read
+    if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
+        raise Tm2nnError("not a model saved by tm2nn (a .pt model is {'state_dict': ..., 'metadata': {...}})",
+                         file=str(path))
+    return dict(saved["metadata"]), None, _TorchFile(blob, members, saved["state_dict"])
+
+
+class _TorchFile:
+    """A ``.pt`` read as far as its metadata: the archive's members (their declared
+    sizes) and the state dict's tensors on the meta device (names, dtypes and shapes,
+    no data).  :meth:`state_dict` reads the tensors once both are checked against the
+    construction's."""
+
+    def __init__(self, blob: bytes, members: dict, shapes):
+        self.blob, self.members, self.shapes = blob, members, shapes
+
+    def state_dict(self, reference: dict, path, backend: str) -> dict:
+        schema.check_state_dict(self.shapes, reference, path, backend)
+        schema.check_archive_sizes(self.members, self.shapes, path, backend)
+        return _torch_load(self.blob, path)["state_dict"]
+
+
+def _torch_load(blob: bytes, path, map_location=None):
+    """``torch.load`` of a file's bytes, tensors and strings only (no code runs); on the
+    meta device, no tensor's data is read."""
     import torch
 
     try:
         with warnings.catch_warnings():  # torch warns about a foreign pickle's protocol: it is refused anyway
             warnings.simplefilter("ignore")
-            saved = torch.load(io.BytesIO(blob), weights_only=True)  # tensors and strings only: no code runs
+            return torch.load(io.BytesIO(blob), weights_only=True, map_location=map_location)
     except Exception as e:  # not a torch file, or one holding more than tensors and strings
         raise Tm2nnError(f"not a torch file of tensors and strings ({type(e).__name__})", file=str(path)) from None
-    if not (isinstance(saved, dict) and "state_dict" in saved and isinstance(saved.get("metadata"), dict)):
-        raise Tm2nnError("not a model saved by tm2nn (a .pt model is {'state_dict': ..., 'metadata': {...}})",
-                         file=str(path))
-    return dict(saved["metadata"]), None, saved["state_dict"]
 
 
 def load_model(path):
@@ -73,13 +99,17 @@ def load_model(path):
     meta.update(schema.parse_backend_keys(raw, meta, backend, path))
     compiled = _located(path, lambda: _rebuild(backend, meta, path))
     schema.check_encodings(meta, compiled, path)
-    state = None if net is not None else weights
+    state = None
     if net is not None:  # a .safetensors: its network replaces the construction's
         net = with_readouts_of(net, compiled.net)  # a file from before readouts were ops
         compiled.edited = schema.net_edit(net, compiled.net, path, compiled.backend)
         compiled.net = net
-    else:
-        compiled.edited = _edit(compiled, blob, state, path)
+    elif blob is not None:
+        compiled.edited = _edit(compiled, weights, path, meta["tm2nn.build"])
+    else:  # a .pt: its tensors are read once their names and declared sizes are the construction's
+        reference = torch_module(compiled).state_dict()
+        state = weights.state_dict(reference, path, compiled.backend)
+        compiled.edited = schema.state_dict_edit(state, reference, path, compiled.backend)
     compiled.build = meta["tm2nn.build"]
     compiled.source_sha256 = meta["tm2nn.source_sha256"]
     compiled.onnx_bytes = blob
@@ -132,16 +162,14 @@ def _rebuild(backend, meta: dict, path):
     return compiled
 
 
-def _edit(compiled, blob: bytes | None, state, path) -> str | None:
-    """Where the file's weights first differ from the construction's (None: they do not).
-    An ONNX graph's inputs and outputs must be the construction's, and a state dict's
-    names and shapes; anything else is an error."""
-    if blob is not None:
-        import onnx
-
-        mine = onnx.load_model_from_string(blob)
-        built = onnx_model(compiled)
-        schema.check_self_contained(mine, path)
-        schema.check_signature(mine, built, path, compiled.backend)
-        return schema.onnx_edit(mine, built)
-    return schema.state_dict_edit(state, torch_module(compiled).state_dict(), path, compiled.backend)
+def _edit(compiled, mine, path, build: dict) -> str | None:
+    """Where the ONNX file's weights (``mine``, its parsed model) first differ from the construction's (None: they
+    do not).  Its graph's inputs and outputs must be the construction's, its size near
+    the construction's and its loops no longer (what ``build``, the recorded options,
+    makes them); anything else is an error, before onnxruntime sees the graph."""
+    built = onnx_model(compiled)
+    schema.check_graph_size(mine, built, path, compiled.backend)
+    schema.check_self_contained(mine, path)
+    schema.check_signature(mine, built, path, compiled.backend)
+    schema.check_loops(mine, built, path, compiled.backend, build)
+    return schema.onnx_edit(mine, built)

@@ -166,11 +166,79 @@ def _header(blob: bytes, path) -> dict:
     return header
 
 
+#: bytes a value of each safetensors dtype takes
+ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+            "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+
+
+def check_header_tensors(blob: bytes, header: dict, path) -> None:
+    """Before any array is read: each tensor the header declares has a known dtype, a
+    shape whose size at that dtype is its ``data_offsets`` span, and a span inside the
+    data section, overlapping no other."""
+    (n,) = struct.unpack("<Q", blob[:8])
+    room = len(blob) - 8 - n
+    spans = []
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        shape, offs = (e.get("shape"), e.get("data_offsets")) if isinstance(e, dict) else (None, None)
+        item = ITEMSIZE.get(e.get("dtype")) if isinstance(e, dict) else None
+        ints = lambda v, k: isinstance(v, list) and len(v) in k and all(  # noqa: E731
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        if item is None or not ints(shape, range(64)) or not ints(offs, (2,)) or offs[0] > offs[1]:
+            raise Tm2nnError(f"its header's tensor {_shown(name)} is not a dtype, shape and data_offsets safetensors "
+                             "reads", file=str(path))
+        size = item
+        for d in shape:
+            size *= d
+        if size != offs[1] - offs[0] or offs[1] > room:
+            raise Tm2nnError(f"its header's tensor {_shown(name)} declares {e['dtype']} {shape} ({size:,} bytes) at "
+                             f"bytes {offs[0]:,} to {offs[1]:,} of a data section of {room:,}", file=str(path))
+        spans.append((offs[0], offs[1], name))
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise Tm2nnError(f"its header's tensors {_shown(a)} and {_shown(b)} overlap", file=str(path))
+
+
+def check_header_against_manifest(header: dict, m: dict, path) -> None:
+    """The arrays the header declares are the ones the manifest's network reads, with
+    the shapes it gives them (checked before any array is read; the manifest's network
+    is then checked against the construction)."""
+    want: dict[str, list | None] = {}
+    try:
+        for _, op in walk(m):
+            for t in (op.get("tensors") or {}).values():
+                if t.get("layout") == "dense":
+                    want[t["key"]] = list(t["shape"])
+                elif t.get("layout") == "coo":
+                    want.update({t[k]: [t["nnz"]] for k in ("rows", "cols", "vals")})
+    except (KeyError, TypeError, AttributeError):
+        return  # a malformed network: manifest_net says where
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        if name not in want:
+            raise Tm2nnError(f"its header declares the array {_shown(name)}, which its manifest's network does not "
+                             "read", file=str(path))
+        if want[name] != e["shape"]:
+            raise Tm2nnError(f"its header's array {_shown(name)} has shape {e['shape']}, its manifest's network "
+                             f"{_shown(want[name])}", file=str(path))
+
+
+def _shown(v, width: int = 60) -> str:
+    s = repr(v) if isinstance(v, str) else json.dumps(v, default=str)
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
 def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
-    """``(manifest, arrays)`` of a ``.safetensors`` model (``blob``: the file's bytes)."""
+    """``(manifest, arrays)`` of a ``.safetensors`` model (``blob``: the file's bytes);
+    the header's tensors are checked against its offsets, the file and the manifest
+    before any array is read."""
     from safetensors.numpy import load
 
-    meta = _header(blob, path).get("__metadata__") or {}
+    header = _header(blob, path)
+    meta = header.get("__metadata__") or {}
     if "tm2nn.manifest" in meta:
         text = meta["tm2nn.manifest"]
     elif "tm2nn.manifest_file" in meta:
@@ -182,6 +250,8 @@ def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
     except (ValueError, TypeError, RecursionError) as e:
         raise Tm2nnError(f"its manifest is not JSON ({type(e).__name__})", file=str(path)) from None
     check_manifest(m, path)
+    check_header_tensors(blob, header, path)
+    check_header_against_manifest(header, m, path)
     try:
         arrays = load(blob)
     except Exception as e:  # a damaged data section: the library's own error, in one line

@@ -20,6 +20,7 @@ Errors name the file (``Tm2nnError(..., file=path)`` renders ``MODEL: error: ...
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -246,6 +247,92 @@ def check_self_contained(model, path) -> None:
                                  "a tm2nn model is one self-contained file", file=str(path))
 
 
+#: an edited graph may be at most this many times its construction's size (nodes, weight
+#: bytes), plus :data:`NODE_SLACK` nodes and :data:`BYTES_SLACK` bytes
+GRAPH_GROWTH, NODE_SLACK, BYTES_SLACK = 2, 64, 1 << 20
+
+
+def graph_size(model) -> tuple[int, int]:
+    """``(nodes, weight bytes)`` of an ONNX model: the nodes of every graph and subgraph,
+    and the bytes of its initializers and Constant nodes' tensors."""
+    from onnx import AttributeProto
+
+    nodes = size = 0
+    for _, g in _graphs(model.graph):
+        nodes += len(g.node)
+        size += sum(t.ByteSize() for t in g.initializer) + sum(t.ByteSize() for t in g.sparse_initializer)
+        size += sum(a.t.ByteSize() for n in g.node for a in n.attribute if a.type == AttributeProto.TENSOR)
+    return nodes, size
+
+
+def check_graph_size(file_model, built_model, path, backend: str) -> None:
+    """The file's graph is not far larger than the construction's (:data:`GRAPH_GROWTH`):
+    an onnxruntime session of a graph of 10^6 nodes takes minutes and gigabytes to build,
+    so such a graph is refused, with both sizes, before one is."""
+    n0, b0 = graph_size(built_model)
+    top = len(file_model.graph.node)  # a lower bound, without walking 10^6 nodes' attributes in Python
+    n, b = ((top, sum(t.ByteSize() for t in file_model.graph.initializer)) if top > GRAPH_GROWTH * n0 + NODE_SLACK
+            else graph_size(file_model))
+    if n > GRAPH_GROWTH * n0 + NODE_SLACK or b > GRAPH_GROWTH * b0 + BYTES_SLACK:
+        raise Tm2nnError(f"its graph has {n:,} nodes and {b:,} bytes of weights; the {backend} construction its "
+                         f"metadata describes has {n0:,} nodes and {b0:,} bytes, and an edited model may have at most "
+                         f"{GRAPH_GROWTH} times as many (plus {NODE_SLACK} nodes and {BYTES_SLACK >> 20} MiB): refused "
+                         "before onnxruntime builds a session", file=str(path))
+
+
+def _loops(model) -> list[tuple[str, object, int | None]]:
+    """``(name, node, trip count)`` of every Loop node of the model, nested ones named
+    ``outer/...``; the trip count is the scalar integer constant (an initializer or a
+    Constant node's value) its first input names, or None (no trip count, or one the
+    graph computes)."""
+    from onnx import AttributeProto, numpy_helper
+
+    graphs = list(_graphs(model.graph))
+    consts = {}
+    for _, g in graphs:
+        tensors = [(t.name, t) for t in g.initializer]
+        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
+                    for a in n.attribute if a.name == "value" and a.type == AttributeProto.TENSOR]
+        for name, t in tensors:
+            if len(t.dims) <= 1 and (not t.dims or t.dims[0] == 1):
+                try:
+                    v = numpy_helper.to_array(t).reshape(-1)
+                except Exception:  # noqa: BLE001 - a corrupt tensor: not a constant trip count
+                    continue
+                if v.size == 1 and v.dtype.kind in "iu":
+                    consts[name] = int(v[0])
+    return [(f"{where}{n.name}", n, consts.get(n.input[0]) if n.input and n.input[0] else None)
+            for where, g in graphs for n in g.node if n.op_type == "Loop"]
+
+
+def check_loops(file_model, built_model, path, backend: str, build: dict) -> None:
+    """Every Loop of the file runs at most as many iterations as the construction its
+    metadata describes runs (``build``: the recorded options, e.g. ``steps``): a Loop
+    of the construction's name at most its trip count, another at most the largest; a
+    Loop with no fixed trip count only where the construction's has none either.  An
+    edited trip count of 10^9 would run for hours: it is refused, with the estimate,
+    before anything runs."""
+    theirs = {name: (node, trip) for name, node, trip in _loops(built_model)}
+    most = max((t for _, t in theirs.values() if t is not None), default=0)
+    opts = build.get("options", build) if isinstance(build, dict) else {}
+    counts = sorted(opts.items(), key=lambda kv: not (isinstance(kv[1], int) and not isinstance(kv[1], bool)))
+    text = ", ".join(f"{k}={v}" for k, v in counts)
+    said = f" (tm2nn.build: {text if len(text) <= 100 else text[:97] + '...'})" if counts else ""
+    for name, node, trip in _loops(file_model):
+        ref_node, bound = theirs.get(name, (None, most))
+        if trip is None:
+            if ref_node is not None and bound is None and list(node.input[:1]) == list(ref_node.input[:1]):
+                continue  # the construction's own computed count
+            raise Tm2nnError(f"its Loop {name!r} has no fixed trip count, so its run has no bound; the {backend} "
+                             f"construction its metadata describes{said} fixes every loop's: refused before it runs",
+                             file=str(path))
+        if bound is not None and trip > max(bound, 0):
+            ratio = f", {trip / bound:,.0f} times as many" if bound > 0 else ""
+            raise Tm2nnError(f"its Loop {name!r} runs {trip:,} iterations; the {backend} construction its metadata "
+                             f"describes{said} runs {bound:,}{ratio}: an edited model runs at most its construction's "
+                             "iterations, and this one is refused before it runs", file=str(path))
+
+
 def _graphs(graph, where: str = ""):
     """``(where, graph)`` for a graph and every subgraph (loop bodies), in order."""
     from onnx import AttributeProto
@@ -327,10 +414,55 @@ def onnx_edit(file_model, built_model) -> str | None:
     return None
 
 
-def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
-    """Check a ``.pt``'s state dict against the construction's torch module's
-    (``reference``): the same names and shapes, else an error; returns where the values
-    first differ, or None."""
+# -- the .pt archive ----------------------------------------------------------------------------------
+#: the itemsize of the widest dtype a state dict's tensor may hold (float64, int64)
+MAX_ITEMSIZE = 8
+
+
+def archive_members(blob: bytes, path) -> dict[str, int]:
+    """A ``.pt``'s zip members and the sizes they declare (uncompressed), read from its
+    directory before anything is decompressed.  ``torch.save`` stores every member
+    uncompressed, so no member can declare more bytes than the file holds: one that does
+    is a compressed one (a zip bomb's tensor) and is refused here.  Not a zip archive
+    (a legacy torch file): an empty dict, and ``torch.load`` says what it is."""
+    import zipfile
+
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(blob)).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return {}
+    members: dict[str, int] = {}
+    for i in infos:
+        if i.file_size > len(blob):
+            raise Tm2nnError(f"its archive member {_shown(i.filename, 80)} declares {i.file_size:,} bytes, more than "
+                             f"the whole file's {len(blob):,}: a compressed member (torch.save stores them "
+                             "uncompressed), refused before it is decompressed", file=str(path))
+        members[i.filename] = members.get(i.filename, 0) + i.file_size
+    return members
+
+
+def check_archive_sizes(members: dict[str, int], state: dict, path, backend: str) -> None:
+    """The tensor data a ``.pt`` archive declares (its ``data/KEY`` members) is at most
+    what the construction's state dict (``state``: the file's tensors on the meta device,
+    their names and shapes checked already) holds at :data:`MAX_ITEMSIZE` bytes a value;
+    checked before any tensor is read."""
+    data = {n: size for n, size in members.items() if "/data/" in n and not n.endswith("/data.pkl")}
+    most = sum(t.numel() for t in state.values()) * MAX_ITEMSIZE
+    if len(data) > len(state) or sum(data.values()) > most:
+        big = max(data, key=data.get)
+        raise Tm2nnError(f"its archive holds {len(data)} tensor record(s) of {sum(data.values()):,} bytes (the largest "
+                         f"{_shown(big, 60)}, {data[big]:,}); the {backend} construction's state dict has {len(state)} "
+                         f"tensor(s), at most {most:,} bytes", file=str(path))
+    wide = [n for n, t in state.items() if t.element_size() > MAX_ITEMSIZE]
+    if wide:
+        raise Tm2nnError(f"its state_dict entry {wide[0]!r} is {state[wide[0]].dtype}, not a real number type",
+                         file=str(path))
+
+
+def check_state_dict(state, reference: dict, path, backend: str) -> None:
+    """A ``.pt``'s state dict (its tensors may be on the meta device: no data is read)
+    has the construction's torch module's names and shapes (``reference``), else an
+    error naming the first difference."""
     import torch
 
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
@@ -346,6 +478,15 @@ def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
         if tuple(t.shape) != tuple(ref.shape):
             raise Tm2nnError(f"its state_dict entry {name!r} has shape {list(t.shape)}, the {backend} "
                              f"construction's {list(ref.shape)}", file=str(path))
+
+
+def state_dict_edit(state, reference: dict, path, backend: str) -> str | None:
+    """Check a ``.pt``'s state dict against the construction's torch module's
+    (``reference``): the same names and shapes, else an error; returns where the values
+    first differ, or None."""
+    import torch
+
+    check_state_dict(state, reference, path, backend)
     for name, ref in reference.items():
         t = state[name].detach().to(ref.dtype)
         if not torch.equal(t, ref):

@@ -18,8 +18,10 @@ Faults:
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -58,13 +60,17 @@ def run_ray(tasks, store, *, address: str, progress=None, options: RayOptions | 
     the tasks in flight and re-raises ``KeyboardInterrupt``; the rows written stay."""
 
     opts = options or RayOptions()
-    ray = _import_ray()
     todo = unfinished(tasks, store)
+    loaded = sys.modules.get("ray")
+    target = address
+    if todo and not (loaded is not None and loaded.is_initialized()):
+        target = _reachable(address)  # before Ray is imported: a dead head is an error in seconds
+    ray = _import_ray()
     driver = _Driver(ray, address, store, progress, opts, len(todo))
     driver.report()
     if not todo:
         return
-    connected_here = _connect(ray, address)
+    connected_here = _connect(ray, address, target)
     try:
         with sigterm_as_interrupt():
             driver.run(todo, cancel=not connected_here)
@@ -81,23 +87,60 @@ def _import_ray():
     return ray
 
 
-def _connect(ray, address: str) -> bool:
-    """``ray.init(address=...)``, a connection failure as a :class:`Tm2nnError`; False
-    when this process is connected already."""
+def _reachable(address: str) -> str:
+    """The address ``ray.init`` is to connect to, checked to accept a TCP connection
+    within 5 s (Ray itself retries for minutes, printing each retry): ``address``, or
+    for ``auto`` the one ``RAY_ADDRESS`` names, else the cluster Ray finds on this machine
+    (its address file, which a dead cluster leaves behind).  Addresses Ray resolves some
+    other way are returned as they are."""
+    target, why = address, ""
+    env = os.environ.get("RAY_ADDRESS", "")
+    if address == "auto" and env:
+        target, why = env, f" (RAY_ADDRESS={env})"
+    elif address == "auto":
+        found = _found_by_ray()
+        if found is not None:
+            target, why = found, f" (the cluster Ray found on this machine, at {found})"
+    where = _host_port(target)
+    if where is not None and not _accepts(where, 5.0):
+        raise Tm2nnError(f"cannot connect to the Ray cluster at {address}{why}: nothing accepts connections at "
+                         f"{where[0]}:{where[1]} (start one with 'ray start --head', or give its address)")
+    return target
+
+
+def _found_by_ray() -> str | None:
+    """The address Ray's ``auto`` resolves to (its address file, or a running head), or
+    None when it finds none or Ray is not installed (``ray.init`` then says so)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address  # (Ray's own resolution)
+
+        return canonicalize_bootstrap_address("auto")
+    except Exception:  # noqa: BLE001 - no cluster, no Ray, or a Ray without this function
+        return None
+
+
+def _connect(ray, address: str, target: str) -> bool:
+    """``ray.init`` at ``target`` (:func:`_reachable`'s answer for ``address``), a
+    connection failure as a :class:`Tm2nnError`; False when this process is connected
+    already.  ``RAY_ADDRESS`` names ``target`` during the call: Ray prefers that
+    variable to the address it is given, and the address checked is the one used."""
     if ray.is_initialized():
         return False
-    where = _host_port(address)
-    if where is not None and not _accepts(where, 5.0):  # ray.init would retry for many minutes
-        raise Tm2nnError(f"cannot connect to the Ray cluster at {address}: nothing accepts connections at "
-                         f"{where[0]}:{where[1]} (start one with 'ray start --head', or give its address)")
     main = threading.current_thread() is threading.main_thread()
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    env = os.environ.get("RAY_ADDRESS")
     try:
+        if _host_port(target) is not None:
+            os.environ["RAY_ADDRESS"] = target
         # the rows carry every task's messages: the workers' output stays in Ray's logs
-        ray.init(address=address, logging_level="warning", log_to_driver=False)
+        ray.init(address=target, logging_level="warning", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError, ImportError) as e:  # (ray:// needs ray[client])
         raise Tm2nnError(f"cannot connect to the Ray cluster at {address}: {one_line(e)}") from None
     finally:
+        if env is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = env
         if main and sigterm is not None:  # ray.init makes SIGTERM sys.exit(15): SIGTERM stops a sweep as Ctrl-C
             signal.signal(signal.SIGTERM, sigterm)
     return True

@@ -11,6 +11,11 @@ writes rows (workers return them), so killing a worker cannot leave a partial on
 rerun skips), :meth:`~Store.append` (idempotent: the first row of an id is kept),
 :meth:`~Store.table` / :meth:`~Store.rows` (every row, sorted by task id) and
 :meth:`~Store.export` (the whole table as one ``.parquet`` or ``.csv`` file).
+
+A row file that does not read as a row (truncated, garbage, another schema: a disk or a
+hand that damaged it) is never counted as finished: :meth:`~Store.finished` and
+:meth:`~Store.table` move it into ``RESULTS/quarantine/`` and say so in one line on
+standard error, so its task runs again and every other row is kept.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import Tm2nnError, render_located
 from tm2nn.fileio import replace_atomic, stale_temps, write_atomic
 from tm2nn.sweep.tasks import one_line
 
@@ -55,6 +61,8 @@ COLUMNS = tuple(SCHEMA.names)
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 _MODE = 0o666 & ~_UMASK
+#: where row files that do not read as rows are moved (beside ``rows/``)
+QUARANTINE = "quarantine"
 #: a task id as a file name (the contract's ids are 16 hex digits)
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -65,10 +73,15 @@ class Store:
     writes it), else the folder's name.  ``create`` makes the folder when it is missing;
     an existing folder must be empty or hold results already."""
 
-    def __init__(self, folder, *, sweep: str | None = None, create: bool = True):
+    def __init__(self, folder, *, sweep: str | None = None, create: bool = True, warn=None):
         self.folder = Path(folder)
         self.rows_dir = self.folder / "rows"
         self._sweep = sweep
+        #: ``warn(line)`` for a row moved into quarantine (default: the line on standard error)
+        self._warn = warn or (lambda line: print(line, file=sys.stderr))
+        #: the rows read so far: file name -> ((size, mtime), table), read again when the file changes
+        self._read: dict[str, tuple[tuple, pa.Table]] = {}
+        self._skipped: set[str] = set()  # damaged rows that could not be moved aside
         if self.folder.exists() and not self.folder.is_dir():
             raise Tm2nnError(f"the results folder {str(self.folder)!r} is a file, not a folder")
         if self.folder.is_dir() and not self.rows_dir.is_dir() and not (self.folder / "sweep.json").exists() \
@@ -113,8 +126,46 @@ class Store:
                 stale_temps(self.rows_dir / tmp.name[1:tmp.name.index(".parquet.") + len(".parquet")])
 
     def finished(self) -> set[str]:
-        """The ids of the tasks with a row."""
-        return {p.stem for p in self._row_files()}
+        """The ids of the tasks with a row that reads (one that does not is quarantined)."""
+        return {p.stem for p, _ in self._tables()}
+
+    def _tables(self) -> list[tuple[Path, pa.Table]]:
+        """``(file, table)`` of every row file that reads as a row; the others are moved
+        into :data:`QUARANTINE` (:meth:`quarantine`)."""
+        out = []
+        for p in self._row_files():
+            try:
+                st = p.stat()
+                key = (st.st_size, st.st_mtime_ns)
+                if self._read.get(p.name, (None,))[0] != key:
+                    self._read[p.name] = (key, _read_row(p))
+                out.append((p, self._read[p.name][1]))
+            except FileNotFoundError:  # removed meanwhile (forget)
+                self._read.pop(p.name, None)
+            except Tm2nnError as e:
+                self._read.pop(p.name, None)
+                self.quarantine(p, e.message)
+        return out
+
+    def quarantine(self, path: Path, why: str) -> None:
+        """Move the row file ``path`` into ``RESULTS/quarantine/`` (its task then runs
+        again), saying so in one line; where it cannot be moved (a read-only folder) it is
+        left in place and skipped."""
+        dest_dir = self.folder / QUARANTINE
+        dest = dest_dir / path.name
+        try:
+            dest_dir.mkdir(exist_ok=True)
+            k = 1
+            while dest.exists():  # an earlier one of the same name stays
+                dest, k = dest_dir / f"{path.stem}.{k}{path.suffix}", k + 1
+            os.replace(path, dest)
+            done = f"moved to {dest}; its task runs again"
+        except OSError as e:
+            if path.name in self._skipped:  # said once
+                return
+            self._skipped.add(path.name)
+            done = f"left in place and skipped (it cannot be moved: {e.strerror or e})"
+        self._warn(render_located("warning", f"{why}: {done}", str(path), None, None, None))
 
     def append(self, row: dict) -> bool:
         """Write ``row`` (every column; ``sweep`` is filled in when missing or None)
@@ -156,10 +207,10 @@ class Store:
 
     def table(self) -> pa.Table:
         """Every row (one per task id), sorted by task id, with :data:`SCHEMA`."""
-        files = self._row_files()
-        if not files:
+        tables = [t for _, t in self._tables()]
+        if not tables:
             return SCHEMA.empty_table()
-        return pa.concat_tables([_read_row(p) for p in files]).sort_by("task_id")
+        return pa.concat_tables(tables).sort_by("task_id")
 
     def rows(self) -> list[dict]:
         """:meth:`table` as a list of dicts."""
@@ -191,9 +242,12 @@ def _read_row(path: Path) -> pa.Table:
     from pyarrow import parquet as pq
 
     try:
-        return pq.ParquetFile(path).read(use_threads=False).select(list(COLUMNS)).cast(SCHEMA)
-    except (pa.ArrowException, KeyError, OSError) as e:
-        raise Tm2nnError(f"{path}: not a row of a tm2nn results table ({one_line(e)})") from None
+        table = pq.ParquetFile(path).read(use_threads=False).select(list(COLUMNS)).cast(SCHEMA)
+    except (pa.ArrowException, KeyError, OSError, ValueError) as e:
+        raise Tm2nnError(f"not a row of a tm2nn results table ({one_line(e)})", file=str(path)) from None
+    if table.num_rows != 1:
+        raise Tm2nnError(f"not a row of a tm2nn results table ({table.num_rows} rows, not 1)", file=str(path))
+    return table
 
 
 def _write_row(path: Path, data: bytes) -> None:

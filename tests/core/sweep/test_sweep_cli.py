@@ -40,6 +40,27 @@ def test_a_sweep_runs_resumes_and_reports(tmp_path, run_cli):
     assert info["name"] == "cli" and info["tasks"] == 2
 
 
+def test_a_damaged_row_is_quarantined_and_its_task_runs_again(tmp_path, run_cli):
+    """One corrupt row file: the rerun and the report move it into RESULTS/quarantine/,
+    say so in one line each, rerun its task and keep every other row."""
+    spec, out = _spec(tmp_path), tmp_path / "r"
+    first = run_cli("sweep", spec, "-o", out, "--workers", "1", "--json")
+    rows = sorted((out / "rows").iterdir())
+    kept, bad = rows
+    kept_bytes = kept.read_bytes()
+    bad.write_bytes(bad.read_bytes()[: len(bad.read_bytes()) // 2])  # truncated
+    rep = run_cli("sweep", "report", out, "--json")
+    assert rep.code == 0 and sum(json.loads(rep.out)["outcomes"].values()) == 1
+    assert rep.err.count("warning: not a row of a tm2nn results table (") == 1 and "Traceback" not in rep.err
+    assert (out / "quarantine" / bad.name).exists() and not bad.exists()
+    bad.write_bytes(b"garbage")
+    again = run_cli("sweep", spec, "-o", out, "--workers", "1", "--json")
+    assert again.code == first.code == 1 and json.loads(again.out) == json.loads(first.out)
+    assert "1 already in" in again.err and "running 1" in again.err
+    assert f"{bad}: warning: not a row of a tm2nn results table (" in again.err and "its task runs again" in again.err
+    assert kept.read_bytes() == kept_bytes and bad.exists() and (out / "quarantine" / f"{bad.stem}.1.parquet").exists()
+
+
 def test_dry_run_lists_the_tasks_and_runs_nothing(tmp_path, run_cli):
     r = run_cli("sweep", _spec(tmp_path), "--dry-run")
     assert r.code == 0 and len(r.out.splitlines()) == 2 and "max_steps=21" in r.out and "2 tasks" in r.err

@@ -302,6 +302,46 @@ def test_nobody_at_the_address(tmp_path):
     assert calls == [(0, 0, 0)]
 
 
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_a_dead_head_named_by_ray_address_fails_in_seconds(tmp_path, how):
+    """``--ray auto`` with ``RAY_ADDRESS`` naming a closed port (Ray would retry for
+    minutes, printing each retry), and ``--ray HOST:PORT`` with ``RAY_ADDRESS`` naming
+    another (Ray prefers the variable): one line naming the address, exit 2, in seconds,
+    before Ray is imported (``ray`` is blocked here: the probe needs no Ray)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'task = "info"\nbackends = ["transformer"]\nsources = ["{EX / "bb3.tm"}"]\n[grid]\nsteps = [22]\n')
+    port, other = _free_port(), _free_port()
+    flag = "auto" if how == "env" else f"127.0.0.1:{other}"
+    code = ("import sys\nif sys.argv[1] == 'blocked': sys.modules['ray'] = None\n"
+            "from tm2nn.cli import main; sys.exit(main(sys.argv[2:]))")
+    env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}", PYTHONPATH=str(EX.parent))
+    for ray in ("blocked", "installed") if how == "env" else ("blocked",):
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run([sys.executable, "-c", code, ray, "sweep", str(spec), "-o", str(tmp_path / "out"),
+                                "--ray", flag], env=env, capture_output=True, text=True, timeout=40)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"--ray {flag} with RAY_ADDRESS at a closed port ran past 40 s")
+        assert time.monotonic() - t0 < 30 and r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        want = f"127.0.0.1:{port}" if how == "env" else f"127.0.0.1:{other}"
+        assert last.startswith(f"tm2nn: error: cannot connect to the Ray cluster at {flag}") and want in last, last
+    if how == "flag":  # the address given is the one ray.init gets, whatever RAY_ADDRESS says
+        from tm2nn.sweep import ray_engine
+
+        seen = []
+
+        class FakeRay:
+            def is_initialized(self):
+                return False
+
+            def init(self, address, **kw):
+                seen.append((address, os.environ.get("RAY_ADDRESS")))
+
+        ray_engine._connect(FakeRay(), flag, flag)
+        assert seen == [(flag, flag)]
+
+
 def test_rows_when_ray_gives_up(tmp_path):
     """Ray's failures become crash rows naming the cause (a worker that died on every
     retry, an exception that escaped the task); workers without tm2nn stop the sweep."""

@@ -306,9 +306,15 @@ def test_store_refuses_bad_rows_and_folders(tmp_path):
         Store(tmp_path / "other")
     with pytest.raises(Tm2nnError, match="does not exist"):
         Store(tmp_path / "nowhere", create=False)
-    (tmp_path / "res" / "rows" / "z.parquet").write_bytes(b"not parquet")
-    with pytest.raises(Tm2nnError, match="z.parquet: not a row"):
-        st.table()
+    st.append(row_of("a"))
+    lines = []
+    st = Store(tmp_path / "res", warn=lines.append)
+    for name, data in (("z", b"not parquet"), ("y", b""), ("x", (st.rows_dir / "a.parquet").read_bytes()[:-9])):
+        (st.rows_dir / f"{name}.parquet").write_bytes(data)
+    assert st.finished() == {"a"} and st.table().column("task_id").to_pylist() == ["a"]  # damaged rows: quarantined
+    assert sorted(p.name for p in (tmp_path / "res" / "quarantine").iterdir()) == ["x.parquet", "y.parquet", "z.parquet"]
+    assert len(lines) == 3 and all(": warning: not a row of a tm2nn results table (" in ln and "its task runs again" in ln
+                                   for ln in lines)
 
 
 def test_export_parquet_and_csv(tmp_path):
@@ -432,3 +438,24 @@ def test_sigterm_stops_the_driver_like_ctrl_c():
 def test_workers_must_be_positive(tmp_path):
     with pytest.raises(Tm2nnError, match="workers"):
         local.run_local([], Store(tmp_path / "res"), workers=0)
+
+
+def test_a_damaged_row_on_a_read_only_folder_is_skipped_in_place(tmp_path, monkeypatch):
+    """Where the damaged row cannot be moved, it is left, skipped and named."""
+    import errno
+
+    from tm2nn.sweep import store as store_module
+
+    st = Store(tmp_path / "res")
+    st.append(row_of("a"))
+    (st.rows_dir / "z.parquet").write_bytes(b"garbage")
+
+    def refuse(*_):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(store_module.os, "replace", refuse)
+    lines = []
+    st = Store(tmp_path / "res", warn=lines.append)
+    assert st.rows() and [r["task_id"] for r in st.rows()] == ["a"] and st.finished() == {"a"}
+    assert (st.rows_dir / "z.parquet").exists()
+    assert len(lines) == 1 and lines[0].endswith("left in place and skipped (it cannot be moved: Read-only file system)")
