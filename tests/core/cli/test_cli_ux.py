@@ -1,0 +1,70 @@
+"""What a person reads from the command line (issue 36): option help that says what a flag
+does, help grouped by backend, no abbreviated flags, close flags suggested for a typo."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import tm2nn
+from tests.conftest import EXAMPLES
+from tm2nn.options import fields_of
+
+VERBS = ("run", "compile", "info", "verify", "margin", "learn", "viz")
+
+
+def _option_help(text: str, flag: str, group: str) -> str:
+    """The help of ``flag`` in the help section titled ``group ...`` of ``text``, one line."""
+    section = re.search(rf"^{re.escape(group)} options \(.*?(?=^\S|\Z)", text, re.S | re.M).group(0)
+    m = re.search(rf"^  {re.escape(flag)}\b(.*?)(?=^  -|\Z)", section, re.S | re.M)
+    return " ".join(m.group(1).split())
+
+
+def test_every_negated_flag_says_it_turns_the_option_off(run_cli):
+    negated = [(b.name, f) for b in tm2nn.backends.all() for f in fields_of(b.Options)
+               if f.kind is bool and f.default is True]
+    assert {f.flag for _, f in negated} >= {"--no-corrections", "--no-shared-history"}
+    out = run_cli("verify", "--help").out
+    for backend, f in negated:
+        text = _option_help(out, f.flag, backend)
+        assert text.startswith("turn off (on by default): "), (backend, f.flag, text)
+    assert "one key/value cache shared" in _option_help(out, "--no-shared-history", "transformer")
+    # a flag that turns something on keeps the positive text
+    assert _option_help(out, "--pm-one", "relu-circuit").startswith("the final map z -> 2z-1")
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_backend_options_are_grouped_and_one_backend_can_be_asked_for(run_cli, verb):
+    full = run_cli(verb, "--help")
+    assert full.code == 0 and "backend options (each takes" not in full.out
+    titles = re.findall(r"^(\S+) options \(", full.out, re.M)
+    assert len(titles) >= 2 and set(titles) <= set(tm2nn.backends.names()), titles
+    one = run_cli(verb, "--backend", titles[-1], "--help")
+    assert one.code == 0
+    assert re.findall(r"^(\S+) options \(", one.out, re.M) == [titles[-1]]
+    assert len(one.out.splitlines()) < len(full.out.splitlines())
+    assert "--backend NAME --help" in full.out
+
+
+def test_each_backend_group_shows_that_backends_help(run_cli):
+    out = run_cli("compile", "--help").out
+    assert "unrolling" in _option_help(out, "--steps", "relu-circuit")
+    assert "decoder runs T source steps" in _option_help(out, "--steps", "transformer")
+    assert "unrolling" not in _option_help(out, "--steps", "transformer")
+
+
+def test_an_abbreviated_flag_is_refused_with_the_flag_it_abbreviates(run_cli):
+    r = run_cli("run", EXAMPLES / "bb3.tm", "--max-step", "25")
+    assert r.code == 2 and "did you mean --max-steps?" in r.err and "'tm2nn run --help'" in r.err
+    r = run_cli("verify", EXAMPLES / "bb3.tm", "--backend", "transformer", "--ste", "4")
+    assert r.code == 2 and "--ste" in r.err
+
+
+def test_a_misspelt_flag_gets_the_close_flag_and_the_verbs_help(run_cli):
+    r = run_cli("compile", EXAMPLES / "bb3.tm", "--backend", "transformer", "--stpes", "25", "-o", "x.onnx")
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "unrecognized arguments: --stpes 25; did you mean --steps?" in r.err
+    assert "(see 'tm2nn compile --help')" in r.err
+    r = run_cli("verify", EXAMPLES / "bb3.tm", "--json", "--zzzz")
+    assert r.code == 2 and "did you mean" not in r.err and "'tm2nn verify --help'" in r.err
