@@ -26,6 +26,7 @@ from tm2nn.console import (
     print_statistics,
     print_summaries,
     print_table,
+    print_trace,
     print_verify,
     progress,
     verify_progress,
@@ -42,6 +43,7 @@ from tm2nn.limits import SEED_MAX, flag_float, flag_int
 from tm2nn.lint import check_report
 from tm2nn.modelfile import SUFFIXES, check_model_path
 from tm2nn.options import OptionError
+from tm2nn.report import trace_rows
 from tm2nn.source import SourceText
 from tm2nn.syntax import dump, load_all, select
 from tm2nn.verify import DEFAULT_BUDGET
@@ -77,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "not halting by then exits 1")
     p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: torch (default), "
                    "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
-    p.add_argument("--json", **js, help="print the run report as one JSON line")
+    p.add_argument("--json", **js, help="print the run report as one JSON line (with the whole tape)")
+    p.add_argument("--full-tape", **js, help="print the whole tape (default: a window around the head when it is long)")
     p.add_argument("--trace", **js, help="interp: also print every step")
     add_device(p, "a backend's network (--backend NAME)")
     _add_backend_options(p, "run")
@@ -263,25 +266,15 @@ def cmd_run(args) -> int:
             e.flags = {backends.get(backend).stepping.option: "--max-steps"}
         raise
     except interrupt.Interrupted as e:  # Ctrl-C: the configuration reached, then exit 130
-        print_interrupted(e, as_json=args.json)
+        print_interrupted(e, as_json=args.json, full_tape=args.full_tape)
         return EXIT_INTERRUPTED
-    rows = _trace_rows(report.run) if args.trace and "outputs" not in report else None
+    rows = trace_rows(report.run) if args.trace and "outputs" not in report else None
     if args.json:
         _dump(dict(report, trace=rows) if rows is not None else report)
     else:
-        for row in rows or ():
-            print(f"step {row['step']:>8}  {row['state']:<12} head {row['head']!s:>8}  "
-                  f"read {row['read']!r} write {row['write']!r}")
-        print_report(report)
+        print_trace(rows)
+        print_report(report, full_tape=args.full_tape)
     return EXIT_OK if report.ok else EXIT_FAIL
-
-
-def _trace_rows(result) -> list[dict]:
-    m, tr = result.machine, result.trace
-    grid = bool(len(tr.head_row))
-    return [{"step": k + 1, "state": m.states[tr.state[k]],
-             "head": [tr.head_row[k], tr.head[k]] if grid else tr.head[k],
-             "read": m.alphabet[tr.read[k]], "write": m.alphabet[tr.write[k]]} for k in range(len(tr))]
 
 
 def cmd_convert(args) -> int:

@@ -3,6 +3,7 @@ does, help grouped by backend, no abbreviated flags, close flags suggested for a
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -68,3 +69,43 @@ def test_a_misspelt_flag_gets_the_close_flag_and_the_verbs_help(run_cli):
     assert "(see 'tm2nn compile --help')" in r.err
     r = run_cli("verify", EXAMPLES / "bb3.tm", "--json", "--zzzz")
     assert r.code == 2 and "did you mean" not in r.err and "'tm2nn verify --help'" in r.err
+
+
+FOREVER = """machine forever {
+  alphabet: 0 1
+  blank: 0
+  states: A B H
+  start: A
+  halt: H
+  A 0 -> 1 R B
+  B 0 -> 1 L A
+  A 1 -> 1 R A
+  B 1 -> 1 R B
+}
+"""
+
+
+def test_a_long_tape_is_shown_as_a_window_around_the_head(run_cli, tmp_path):
+    src = tmp_path / "forever.tm"
+    src.write_text(FOREVER)
+    r = run_cli("run", src, "--max-steps", "100000")
+    assert r.code == 1 and "did not halt" in r.out
+    assert max(len(line) for line in r.out.splitlines()) < 300
+    assert "[49,919 cells left out] '" + "1" * 81 + "' (of 50,000; --full-tape prints them all)" in r.out
+    js = run_cli("run", src, "--max-steps", "100000", "--json")
+    assert json.loads(js.out)["tape"] == "1" * 50000  # --json keeps the whole tape
+    full = run_cli("run", src, "--max-steps", "100000", "--full-tape")
+    assert full.code == 1 and f"tape  '{'1' * 50000}'  head 50000" in full.out
+    short = run_cli("run", EXAMPLES / "bb3.tm")
+    assert "tape  '11111'  head 1  sigma 5" in short.out  # a short tape prints whole
+
+
+def test_tape_window_pieces():
+    from tm2nn.console import tape_window
+
+    tape = "".join(str(i % 10) for i in range(1000))
+    assert tape_window(tape[:81], 3, 40) == [tape[:81]]
+    assert tape_window(tape, 500, 40) == [460, tape[460:541], 459]
+    assert tape_window(tape, 0, 40) == [tape[:81], 919]
+    assert tape_window(tape, 5000, 40) == [919, tape[919:]]
+    assert tape_window(tape, None, 40) == [tape[:40], 920, tape[-40:]]
