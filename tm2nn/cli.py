@@ -19,6 +19,7 @@ from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
 from tm2nn.console import (
     console,
+    examples_dir,
     print_beta,
     print_eval,
     print_interrupted,
@@ -53,8 +54,8 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits "
-                 "into exact, verified neural networks.")
+    ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits into exact, verified neural "
+                "networks.", epilog=f"examples: {examples_dir()} (machines and circuits; tm2nn demo runs them)")
     ap.add_argument("--version", action="version", version=f"tm2nn {__version__}")
     sub = ap.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     _add, limits = sub.add_parser, limit_flags(Parser(add_help=False))
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=engines,
                    help="the engine (default: onnxruntime for .onnx, else torch; torch with a --device other "
                    "than cpu; fused engines: see run --engine)")
-    p.add_argument("--json", **js, help="print one JSON report per input, one per line")
+    p.add_argument("--json", **js, help="print one JSON report per input, one per line (with \"input\" when several or --inputs)")
     add_device(p, "the model (the torch engine)")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
@@ -317,7 +318,8 @@ def cmd_eval(args) -> int:
     if args.engine is None and engine not in compiled.spec.engines:  # e.g. an optimizer runs in torch
         engine = compiled.spec.engines[0]
     reports = compiled.run(texts, engine=engine, device=args.device)
-    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine, device=args.device), args.json)
+    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine, device=args.device), args.json,
+                       echo=bool(args.inputs))
     return EXIT_OK if agree and all(r.ok for r in reports) else EXIT_FAIL
 
 

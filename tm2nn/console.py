@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 
 from tm2nn.errors import render_located
 
@@ -21,6 +22,15 @@ from tm2nn.errors import render_located
 PIPE_WIDTH = 1000
 #: cells shown on each side of the head when a tape is too long to print whole
 TAPE_WINDOW = 40
+
+
+def examples_dir() -> Path:
+    """The repository's examples/ beside the package, or, in an installed wheel, the copy
+    it ships as ``tm2nn/examples`` (pyproject.toml's package data); ``tm2nn --help`` and
+    ``tm2nn demo`` say where it is."""
+    here = Path(__file__).resolve().parent
+    repo = here.parent / "examples"
+    return repo if repo.is_dir() else here / "examples"
 
 
 def console(stderr: bool = False):
@@ -142,8 +152,9 @@ def divergence_text(m) -> str:
     return f"input {m.input!r}{at}: {m.field} is {m.got!r}, expected {m.expected!r}"
 
 
-def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> bool:
-    """``tm2nn eval``'s output: each report (JSON lines with ``as_json``), marked where
+def print_eval(compiled, texts: list[str], reports, checked, as_json: bool, echo: bool = False) -> bool:
+    """``tm2nn eval``'s output: each report (JSON lines with ``as_json``, each led by the
+    ``"input"`` it answers with ``echo`` or several inputs), marked where
     it is not the reference's (``checked``: :meth:`~tm2nn.handle.Compiled.check`'s
     answer); on standard error, a warning for edited weights and one line naming the
     first divergence.  Returns whether every report agrees with the reference."""
@@ -161,7 +172,8 @@ def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> b
         if as_json:
             why = {} if d is None else {"diverges": {"step": d.step, "field": d.field, "expected": d.expected,
                                                      "got": d.got}}
-            print(json.dumps({**r, **why}, default=str))
+            said = {"input": text} if echo or len(texts) > 1 else {}  # which input the line answers
+            print(json.dumps({**said, **r, **why}, default=str))
             continue
         if len(texts) > 1:
             print(f"input {text!r}:")

@@ -109,3 +109,46 @@ def test_tape_window_pieces():
     assert tape_window(tape, 0, 40) == [tape[:81], 919]
     assert tape_window(tape, 5000, 40) == [919, tape[919:]]
     assert tape_window(tape, None, 40) == [tape[:40], 920, tape[-40:]]
+
+
+def test_eval_json_lines_echo_the_input_they_answer(run_cli, tmp_path):
+    model = tmp_path / "fa.onnx"
+    assert run_cli("compile", EXAMPLES / "full_adder.circ", "-o", model).code == 0
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("000\n011\n111\n")
+    r = run_cli("eval", model, "--inputs", inputs, "--input", "110", "--json")
+    lines = [json.loads(line) for line in r.out.splitlines()]
+    assert r.code == 0 and [(x["input"], x["outputs"]) for x in lines] == [
+        ("110", "01"), ("000", "00"), ("011", "01"), ("111", "11")]
+    assert list(lines[0]) == ["input", "outputs"]  # the input first, then the run report
+    inputs.write_text("011\n")
+    r = run_cli("eval", model, "--inputs", inputs, "--json")
+    assert json.loads(r.out) == {"input": "011", "outputs": "01"}  # from a file: always echoed
+    r = run_cli("eval", model, "--input", "011", "--json")
+    assert json.loads(r.out) == {"outputs": "01"}  # one input given: the run report, as run prints it
+
+
+def test_run_takes_relu_circuit_like_the_other_backends(run_cli):
+    want = json.loads(run_cli("run", EXAMPLES / "bb3.tm", "--json").out)
+    r = run_cli("run", EXAMPLES / "bb3.tm", "--backend", "relu-circuit", "--json")
+    assert r.code == 0 and json.loads(r.out) == want, r.err
+    r = run_cli("run", EXAMPLES / "bb3.tm", "--backend", "relu-circuit", "--max-steps", "10", "--json")
+    assert r.code == 1 and json.loads(r.out) == json.loads(
+        run_cli("run", EXAMPLES / "bb3.tm", "--max-steps", "10", "--json").out)
+    # a circuit compiles as it is; an input longer than the default window widens it
+    r = run_cli("run", EXAMPLES / "full_adder.circ", "--backend", "relu-circuit", "--input", "101", "--json")
+    assert r.code == 0 and json.loads(r.out) == {"outputs": "01"}
+    tape = "1011011011"
+    r = run_cli("run", EXAMPLES / "binary_increment.tm", "--backend", "relu-circuit", "--input", tape,
+                "--max-steps", "5", "--json")
+    assert r.code == 1 and json.loads(r.out) == json.loads(
+        run_cli("run", EXAMPLES / "binary_increment.tm", "--input", tape, "--max-steps", "5", "--json").out)
+    assert "runs machines: relu-circuit, transformer" in " ".join(run_cli("run", "--help").out.split())
+
+
+def test_help_says_where_the_examples_are(run_cli):
+    from tm2nn.console import examples_dir
+
+    assert (examples_dir() / "bb3.tm").is_file()
+    out = " ".join(run_cli("--help").out.split())
+    assert f"examples: {examples_dir()}" in out

@@ -39,6 +39,8 @@ def test_an_installed_wheel_parses_machines_and_circuits(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)  # what pip puts in site-packages
     code = ("import tm2nn, sys; assert tm2nn.__file__.startswith(sys.argv[1]), tm2nn.__file__; "
+            "from tm2nn.console import examples_dir; assert str(examples_dir()).startswith(sys.argv[1]); "
+            "assert (examples_dir() / 'bb3.tm').is_file(); "
             "print(tm2nn.run(sys.argv[2], '').steps, tm2nn.run(sys.argv[3], '110').outputs)")
     out = subprocess.run([sys.executable, "-c", code, str(site), str(EXAMPLES / "bb3.tm"),
                           str(EXAMPLES / "full_adder.circ")], cwd=tmp_path, capture_output=True, text=True,
