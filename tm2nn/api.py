@@ -48,8 +48,8 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
     runs it (at most ``max_steps`` steps, default 10^7; ``trace=True`` keeps every step in
     ``report.run.trace``).  With ``backend`` the machine is compiled with that backend,
     its step bound set to ``max_steps`` (default: the backend's), and run on ``engine``
-    (the torch engine on ``device``, default the CPU: :mod:`tm2nn.devices`); ``options``
-    are the backend's other compile options."""
+    (the torch engine on ``device``, default the CPU: :mod:`tm2nn.devices`); a circuit is
+    compiled as it is (no step bound); ``options`` are the backend's other compile options."""
     ir = load_ir(source, format, name)
     text = "" if input is None else input
     if backend is None or backend == "interp":
@@ -74,6 +74,8 @@ def run(source, input: str | None = None, max_steps: int | None = None, *, backe
     if spec.stepping is None:
         raise Tm2nnError(f"the {spec.name} backend does not run machines step by step (backends that do: "
                          f"{', '.join(b.name for b in backends.all() if b.stepping)})")
+    if isinstance(ir, Circuit) and Circuit in spec.takes:  # no step bound: evaluated once, as the interpreter does
+        return compile(ir, spec.name, **options).run(text, engine=engine, progress=progress, device=device)
     values = {**options, spec.stepping.option: spec.stepping.default if max_steps is None else max_steps}
     compiled = compile(ir, spec.name, **spec.stepping.options_for(values, [text]))
     return compiled.run(text, engine=engine, progress=progress, device=device)

@@ -19,6 +19,7 @@ from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
 from tm2nn.console import (
     console,
+    examples_dir,
     print_beta,
     print_eval,
     print_interrupted,
@@ -26,6 +27,7 @@ from tm2nn.console import (
     print_statistics,
     print_summaries,
     print_table,
+    print_trace,
     print_verify,
     print_warnings,
     progress,
@@ -44,6 +46,7 @@ from tm2nn.limits import SEED_MAX, flag_int
 from tm2nn.lint import check_report
 from tm2nn.modelfile import SUFFIXES, check_model_path
 from tm2nn.options import OptionError
+from tm2nn.report import trace_rows
 from tm2nn.source import SourceText
 from tm2nn.syntax import dump, load_all, select
 from tm2nn.verify import DEFAULT_BUDGET
@@ -53,8 +56,8 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits "
-                 "into exact, verified neural networks.")
+    ap = Parser(prog="tm2nn", description="Compile Turing machines and boolean circuits into exact, verified neural "
+                "networks.", epilog=f"examples: {examples_dir()} (machines and circuits; tm2nn demo runs them)")
     ap.add_argument("--version", action="version", version=f"tm2nn {__version__}")
     sub = ap.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     _add, limits = sub.add_parser, limit_flags(Parser(add_help=False))
@@ -79,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "not halting by then exits 1")
     p.add_argument("--engine", choices=(engines := backends.engine_names()), default="torch", help="a backend: torch (default), "
                    "onnxruntime, or a fused engine (transformer: index; relu-circuit: fused, fused-float; rcnn: fused)")
-    p.add_argument("--json", **js, help="print the run report as one JSON line")
+    p.add_argument("--json", **js, help="print the run report as one JSON line (with the whole tape)")
+    p.add_argument("--full-tape", **js, help="print the whole tape (default: a window around the head when it is long)")
     p.add_argument("--trace", **js, help="interp: also print every step")
     add_device(p, "a backend's network (--backend NAME)")
     _add_backend_options(p, "run")
@@ -104,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=engines,
                    help="the engine (default: onnxruntime for .onnx, else torch; torch with a --device other "
                    "than cpu; fused engines: see run --engine)")
-    p.add_argument("--json", **js, help="print one JSON report per input, one per line")
+    p.add_argument("--json", **js, help="print one JSON report per input, one per line (with \"input\" when several or --inputs)")
     add_device(p, "the model (the torch engine)")
 
     p = sub.add_parser("info", help="size report of a model or a source, next to the paper's bounds")
@@ -263,25 +267,15 @@ def cmd_run(args) -> int:
             e.flags = {backends.get(backend).stepping.option: "--max-steps"}
         raise
     except interrupt.Interrupted as e:  # Ctrl-C: the configuration reached, then exit 130
-        print_interrupted(e, as_json=args.json)
+        print_interrupted(e, as_json=args.json, full_tape=args.full_tape)
         return EXIT_INTERRUPTED
-    rows = _trace_rows(report.run) if args.trace and "outputs" not in report else None
+    rows = trace_rows(report.run) if args.trace and "outputs" not in report else None
     if args.json:
         _dump(dict(report, trace=rows) if rows is not None else report)
     else:
-        for row in rows or ():
-            print(f"step {row['step']:>8}  {row['state']:<12} head {row['head']!s:>8}  "
-                  f"read {row['read']!r} write {row['write']!r}")
-        print_report(report)
+        print_trace(rows)
+        print_report(report, full_tape=args.full_tape)
     return EXIT_OK if report.ok else EXIT_FAIL
-
-
-def _trace_rows(result) -> list[dict]:
-    m, tr = result.machine, result.trace
-    grid = bool(len(tr.head_row))
-    return [{"step": k + 1, "state": m.states[tr.state[k]],
-             "head": [tr.head_row[k], tr.head[k]] if grid else tr.head[k],
-             "read": m.alphabet[tr.read[k]], "write": m.alphabet[tr.write[k]]} for k in range(len(tr))]
 
 
 def cmd_convert(args) -> int:
@@ -324,7 +318,8 @@ def cmd_eval(args) -> int:
     if args.engine is None and engine not in compiled.spec.engines:  # e.g. an optimizer runs in torch
         engine = compiled.spec.engines[0]
     reports = compiled.run(texts, engine=engine, device=args.device)
-    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine, device=args.device), args.json)
+    agree = print_eval(compiled, texts, reports, compiled.check(texts, engine, device=args.device), args.json,
+                       echo=bool(args.inputs))
     return EXIT_OK if agree and all(r.ok for r in reports) else EXIT_FAIL
 
 

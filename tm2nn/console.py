@@ -3,17 +3,34 @@ progress bars (with an ETA) on a terminal.
 
 Output that is not a terminal (a pipe, a file, a test's capture) is not wrapped at 80
 columns: tables keep their natural width, so no cell is cut.
+
+A run report's tape longer than ``2 * TAPE_WINDOW + 1`` cells is shown as a window around
+the head, with how many cells were left out on each side (a machine that does not halt can
+leave millions): in every human output, terminal or not, since a line of megabytes is read
+by nobody; ``--json`` keeps the whole tape, and ``run --full-tape`` prints it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 
 from tm2nn.errors import render_located
 
 #: the width used when standard output is not a terminal (tables take what they need)
 PIPE_WIDTH = 1000
+#: cells shown on each side of the head when a tape is too long to print whole
+TAPE_WINDOW = 40
+
+
+def examples_dir() -> Path:
+    """The repository's examples/ beside the package, or, in an installed wheel, the copy
+    it ships as ``tm2nn/examples`` (pyproject.toml's package data); ``tm2nn --help`` and
+    ``tm2nn demo`` say where it is."""
+    here = Path(__file__).resolve().parent
+    repo = here.parent / "examples"
+    return repo if repo.is_dir() else here / "examples"
 
 
 def console(stderr: bool = False):
@@ -25,8 +42,35 @@ def console(stderr: bool = False):
     return Console(file=stream, width=width, highlight=False, soft_wrap=not tty)
 
 
-def print_report(report, notes=()) -> None:
-    """A machine's run report in words (``{"outputs": ...}`` reports print the bits)."""
+def tape_window(tape: str, at: int | None, width: int = TAPE_WINDOW) -> list:
+    """``tape`` as pieces to print: strings (cells shown) and ints (cells left out).  Whole
+    when it has at most ``2 * width + 1`` cells; else the ``2 * width + 1`` cells around
+    index ``at`` (the head), or, where the head's cell is not known (``at`` None), the first
+    and the last ``width`` cells."""
+    n = len(tape)
+    if n <= 2 * width + 1:
+        return [tape]
+    if at is None:
+        return [tape[:width], n - 2 * width, tape[-width:]]
+    mid = min(max(at, width), n - width - 1)
+    return [p for p in (mid - width, tape[mid - width:mid + width + 1], n - mid - width - 1) if p != 0]
+
+
+def _tape_text(report, full: bool) -> str:
+    """The tape of a line machine's report: whole, or a window around its head."""
+    tape, run = report["tape"], getattr(report, "run", None)
+    start = getattr(run, "tape_start", None) if run is not None else None
+    at = report["head"] - start if isinstance(start, int) and isinstance(report["head"], int) else None
+    pieces = [tape] if full else tape_window(tape, at)
+    if len(pieces) == 1:
+        return repr(tape)
+    return " ".join(repr(p) if isinstance(p, str) else f"[{p:,} cells left out]" for p in pieces) + \
+        f" (of {len(tape):,}; --full-tape prints them all)"
+
+
+def print_report(report, notes=(), full_tape: bool = False) -> None:
+    """A machine's run report in words (``{"outputs": ...}`` reports print the bits);
+    a long tape as a window around the head unless ``full_tape`` (module doc)."""
     c = console()
     if "outputs" in report:
         out = report["outputs"]
@@ -36,7 +80,7 @@ def print_report(report, notes=()) -> None:
                   else "[red]did not halt[/] within the step bound")
         c.print(f"{status} after {report['steps']:,} steps in state {report['state']!r}"
                 + (f" ({report['outcome']})" if report["outcome"] else ""))
-        c.print(f"tape  {report['tape']!r}  head {report['head']}  sigma {report['sigma']}", markup=False)
+        c.print(f"tape  {_tape_text(report, full_tape)}  head {report['head']}  sigma {report['sigma']}", markup=False)
         if report.get("overflow"):
             c.print("[red]the run left the compiled tape window (overflow)[/]")
     for line in (*notes, *getattr(report, "notes", ())):
@@ -45,7 +89,14 @@ def print_report(report, notes=()) -> None:
         console(stderr=True).print(f"[red]{report.failure}[/]")
 
 
-def print_interrupted(e, as_json: bool = False) -> None:
+def print_trace(rows) -> None:
+    """``run --trace``'s steps (:func:`tm2nn.report.trace_rows`), one line each."""
+    for row in rows or ():
+        print(f"step {row['step']:>8}  {row['state']:<12} head {row['head']!s:>8}  "
+              f"read {row['read']!r} write {row['write']!r}")
+
+
+def print_interrupted(e, as_json: bool = False, full_tape: bool = False) -> None:
     """A run stopped by Ctrl-C (:class:`tm2nn.interrupt.Interrupted`): the partial report
     when one was decoded (marked ``"interrupted": true``), then one line on stderr."""
     import json
@@ -56,7 +107,7 @@ def print_interrupted(e, as_json: bool = False) -> None:
         if as_json:
             print(json.dumps(report, default=str))
         else:
-            print_report(report)
+            print_report(report, full_tape=full_tape)
     why = e.note or ("" if report is not None else "the network's state there does not decode")
     print(f"tm2nn: {e} (Ctrl-C)" + (f"; {why}" if why else ""), file=sys.stderr)
 
@@ -117,8 +168,9 @@ def divergence_text(m) -> str:
     return f"input {m.input!r}{at}: {m.field} is {m.got!r}, expected {m.expected!r}"
 
 
-def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> bool:
-    """``tm2nn eval``'s output: each report (JSON lines with ``as_json``), marked where
+def print_eval(compiled, texts: list[str], reports, checked, as_json: bool, echo: bool = False) -> bool:
+    """``tm2nn eval``'s output: each report (JSON lines with ``as_json``, each led by the
+    ``"input"`` it answers with ``echo`` or several inputs), marked where
     it is not the reference's (``checked``: :meth:`~tm2nn.handle.Compiled.check`'s
     answer); on standard error, a warning for edited weights and one line naming the
     first divergence.  Returns whether every report agrees with the reference."""
@@ -136,7 +188,8 @@ def print_eval(compiled, texts: list[str], reports, checked, as_json: bool) -> b
         if as_json:
             why = {} if d is None else {"diverges": {"step": d.step, "field": d.field, "expected": d.expected,
                                                      "got": d.got}}
-            print(json.dumps({**r, **why}, default=str))
+            said = {"input": text} if echo or len(texts) > 1 else {}  # which input the line answers
+            print(json.dumps({**said, **r, **why}, default=str))
             continue
         if len(texts) > 1:
             print(f"input {text!r}:")

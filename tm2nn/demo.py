@@ -30,6 +30,7 @@ from tm2nn.api import run_circuit
 from tm2nn.backends.protocol import Example
 from tm2nn.compiler import default_backend
 from tm2nn.console import console
+from tm2nn.console import examples_dir as default_examples_dir
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.interp.circuit import exhaustive_inputs
@@ -43,14 +44,6 @@ from tm2nn.syntax import EXTENSIONS, load
 from tm2nn.syntax.headers import circuit_mismatches, example_header, machine_mismatches
 from tm2nn.viz import spacetime_png
 from tm2nn.viz.runs import machine_backend
-
-
-def default_examples_dir() -> Path:
-    """The repository's examples/ beside the package, or, in an installed wheel, the copy
-    it ships as ``tm2nn/examples`` (pyproject.toml's package data)."""
-    here = Path(__file__).resolve().parent
-    repo = here.parent / "examples"
-    return repo if repo.is_dir() else here / "examples"
 
 
 def run_examples(folder: Path) -> list[dict]:
@@ -223,7 +216,7 @@ def run_demo(main, folder: str | None = None, out: str | None = None) -> int:
     except OSError as e:
         raise Tm2nnError(f"--out: cannot create {str(out_p)!r}: {e.strerror}") from None
     rows = run_examples(folder_p)
-    t = Table(title="tm2nn examples (reference interpreter)")
+    t = Table(title=f"tm2nn examples (reference interpreter), from {folder_p.resolve()}")
     for col in ("example", "size", "input", "result", "as documented", "time"):
         t.add_column(col, justify="right" if col == "time" else "left")
     for r in rows:

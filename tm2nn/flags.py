@@ -1,7 +1,10 @@
 """Command-line flags from the backends' option dataclasses (:mod:`tm2nn.options`).
 
-A verb that compiles (or trains) gets one flag per option of any backend; its help
-names the backends that take it.  After parsing, :func:`backend_values` keeps the
+A verb that compiles (or trains) gets one flag per option of any backend; its help lists
+them in one group per backend (titled with the backend and its paper), each with that
+backend's help text, and ``--backend NAME --help`` lists only NAME's.  A boolean option on
+by default is the flag ``--no-NAME``, whose help says that it turns the option off.  After
+parsing, :func:`backend_values` keeps the
 options the user gave, converts them with the chosen backend's field types, and refuses
 an option the chosen backend does not take, naming the ones it does.
 """
@@ -9,6 +12,8 @@ an option the chosen backend does not take, naming the ones it does.
 from __future__ import annotations
 
 import argparse
+import copy
+import difflib
 import re
 
 from tm2nn import backends
@@ -19,14 +24,70 @@ from tm2nn.options import fields_of
 from tm2nn.verify.check import FEW_SAMPLES
 
 
+class _Help(argparse.Action):
+    """``-h``/``--help``: after ``--backend NAME``, only that backend's option group."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "backend", None)  # run's default (interp) is not a choice of options
+        parser.only_backend = None if given == parser.get_default("backend") else given
+        parser.print_help()
+        parser.exit()
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that raises Tm2nnError (exit 2, our format) instead of printing its own."""
+    """argparse that raises Tm2nnError (exit 2, our format) instead of printing its own,
+    takes no abbreviated flag (``--max-step`` is not ``--max-steps``), and names the close
+    flags of an unknown one with the verb's own help."""
+
+    only_backend: str | None = None  # set by --backend NAME --help
+
+    def __init__(self, *args, add_help: bool = True, parents=(), **kw):
+        kw["allow_abbrev"] = False
+        super().__init__(*args, add_help=False, **kw)
+        self.register("action", "help", _Help)
+        if add_help:
+            self.add_argument("-h", "--help", action="help", help="show this help message and exit "
+                              "(after --backend NAME: only NAME's options)")
+        for parent in parents:  # after -h, as argparse orders them
+            self._add_container_actions(parent)
+            self._defaults.update(parent._defaults)
 
     def error(self, message: str):  # noqa: D401
         """One line: ``--samples: expected an integer ≥ 1, got -1``, or the problem and
         where the options are listed."""
         flag, n = re.subn(r"^argument ([^:]+): ", r"\1: ", message)
         raise Tm2nnError(flag if n else f"{message} (see '{self.prog} --help')")
+
+    def parse_args(self, args=None, namespace=None):
+        """Unknown arguments are reported by the verb's parser, with the flags they are close to."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            p = self._chosen(ns)
+            flags = [f for f in p._option_string_actions if f.startswith("--")]
+            close = [m for x in extras if x.startswith("-") for m in
+                     difflib.get_close_matches(x.split("=", 1)[0], flags, n=1, cutoff=0.6)]
+            hint = f"; did you mean {' or '.join(dict.fromkeys(close))}?" if close else ""
+            p.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return ns
+
+    def _chosen(self, ns) -> "Parser":
+        """The (sub)parser of the verb ``ns`` holds (self without one)."""
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction) and getattr(ns, a.dest, None) in a.choices:
+                return a.choices[getattr(ns, a.dest)]._chosen(ns)
+        return self
+
+    def format_help(self) -> str:
+        groups = self._action_groups
+        if self.only_backend is not None:
+            self._action_groups = [g for g in groups if getattr(g, "backend", self.only_backend) == self.only_backend]
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = groups
 
     def _get_values(self, action, arg_strings):
         """argparse drops a value of ``--`` (``--seed=--``) and stores ``[]``, unchecked."""
@@ -70,23 +131,40 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def option_help(f) -> str:
+    """A backend option's help as its flag does it: ``--no-NAME`` turns off what is on."""
+    if f.kind is bool:
+        return f"turn off (on by default): {f.help}" if f.default else f.help
+    return f.help + (f" (default: {f.default})" if f.default is not None else "")
+
+
 def add_backend_options(p, verb: str) -> None:
-    g = p.add_argument_group("backend options (each takes the ones its help names)")
+    """One flag per backend option of ``verb``, listed in a group per backend (a flag that
+    several backends take is parsed once, and shown in each of their groups with that
+    backend's help)."""
+    groups = {}
+    for b in backends.all():
+        groups[b.name] = g = p.add_argument_group(f"{b.name} options ({b.summary})")
+        g.backend = b.name
+    hidden = p.add_argument_group()
     for flag, owners in option_fields(verb).items():
         f = owners[0][1]
-        helps = {(o[1].help, o[1].default) for o in owners}
-        who = ", ".join(o[0] for o in owners)
-        text = (f"{who}: {f.help}" if len(helps) == 1 else
-                "; ".join(f"{b}: {o.help}" for b, o in owners))
-        if f.default is not None and f.kind is not bool and len(helps) == 1:
-            text += f" (default: {f.default})"
         if f.kind is bool:
-            g.add_argument(flag, dest=f.name, action="store_const", const=not f.default,
-                           default=argparse.SUPPRESS, help=text)
+            action = hidden.add_argument(flag, dest=f.name, action="store_const", const=not f.default,
+                                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
-            g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=text,
-                           metavar=f.metavar or (None if f.choices else f.name.upper()),
-                           choices=[str(c) for c in f.choices] if f.choices else None)
+            action = hidden.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                                         metavar=f.metavar or (None if f.choices else f.name.upper()),
+                                         choices=[str(c) for c in f.choices] if f.choices else None)
+        for b, field in owners:  # shown, not parsed: argparse lists a group's _group_actions
+            shown = copy.copy(action)
+            shown.help = option_help(field).replace("%", "%%")
+            groups[b]._group_actions.append(shown)
+    for g in groups.values():
+        if not g._group_actions:
+            p._action_groups.remove(g)
+    if p.epilog is None and len(groups) > 1:
+        p.epilog = "--backend NAME --help lists only NAME's options."
 
 
 def backend_values(args, spec, verb: str) -> dict:

@@ -51,3 +51,13 @@ class Report(dict):
 
     def __repr__(self) -> str:
         return f"Report({dict.__repr__(self)})"
+
+
+def trace_rows(result) -> list[dict]:
+    """``run --trace``'s steps of an interpreter :class:`RunResult` (kept with ``trace=True``):
+    ``{"step", "state", "head", "read", "write"}`` each (a grid head is ``[row, column]``)."""
+    m, tr = result.machine, result.trace
+    grid = bool(len(tr.head_row))
+    return [{"step": k + 1, "state": m.states[tr.state[k]],
+             "head": [tr.head_row[k], tr.head[k]] if grid else tr.head[k],
+             "read": m.alphabet[tr.read[k]], "write": m.alphabet[tr.write[k]]} for k in range(len(tr))]

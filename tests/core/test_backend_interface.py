@@ -82,7 +82,7 @@ def test_toy_backend_on_the_command_line(toy, run_cli, tmp_path):
     r = run_cli("compile", EXAMPLES / "full_adder.circ", "--backend", toy, "--scale", "3", "-o", model)
     assert r.code == 0, r.err
     r = run_cli("eval", model, "--input", "101", "--input", "011", "--json")
-    assert r.code == 0 and [json.loads(x) for x in r.out.splitlines()] == [{"outputs": "01"}, {"outputs": "01"}]
+    assert r.code == 0 and [json.loads(x) for x in r.out.splitlines()] == [{"input": "101", "outputs": "01"}, {"input": "011", "outputs": "01"}]
     r = run_cli("verify", EXAMPLES / "full_adder.circ", "--backend", toy, "--json")
     assert r.code == 0 and json.loads(r.out)["ok"] and json.loads(r.out)["n_inputs"] == 8
     r = run_cli("info", EXAMPLES / "full_adder.circ", "--backend", toy, "--json")

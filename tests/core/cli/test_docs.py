@@ -130,3 +130,84 @@ def test_documented_python_runs(doc, repo_like, capsys, monkeypatch):
             exec(compile(code, where, "exec"), namespace)  # noqa: S102 - our own docs
         except Exception as e:  # noqa: BLE001 - report which block failed, and where
             pytest.fail(f"{doc.name}:{line}: {type(e).__name__}: {e}")
+
+
+# -- one output path, one network across the docs (issue 36) ------------------------------------
+OUTPUT_FLAGS = ("-o", "--output", "--export-before", "--export-after", "--out")
+SAVED = re.compile(r"""\bsave\([^\n]*?["']([^"'\n]+\.(?:onnx|pt|safetensors|png|svg))["']\s*\)""")
+
+
+def _cli_writer(argv: list[str]) -> tuple:
+    """What a command writes to its output path: a compile as (source, backend, options),
+    anything else as its command line without the output and --json."""
+    if argv[0] == "compile":
+        from tm2nn.cli import build_parser
+        from tm2nn.flags import option_fields
+
+        ns = vars(build_parser().parse_args(argv))
+        names = {owners[0][1].name for owners in option_fields("compile").values()}
+        return ("compile", ns["source"], ns["backend"], tuple(sorted((k, str(v)) for k, v in ns.items() if k in names)))
+    i = next(i for i, a in enumerate(argv) if a in OUTPUT_FLAGS)
+    return tuple(a for j, a in enumerate(argv) if j not in (i, i + 1) and a != "--json")
+
+
+def _python_writes(doc: Path):
+    """``(line, path, writer)`` of every file a python block of ``doc`` saves: the
+    ``tm2nn.compile(...)`` call behind ``NAME.save(path)`` as (source, backend, options), else
+    the block's line (unique)."""
+    import ast
+
+    compiled: dict = {}
+    for start, code in python_blocks(doc):
+        for k, line in enumerate(code.splitlines()):
+            m = re.match(r"\s*(\w+) = tm2nn\.compile\((.*)\)\s*(#.*)?$", line)
+            if m:
+                call = ast.parse(f"f({m.group(2)})").body[0].value
+                try:
+                    args = [ast.literal_eval(a) for a in call.args]
+                    kw = tuple(sorted((x.arg, str(ast.literal_eval(x.value))) for x in call.keywords))
+                    compiled[m.group(1)] = ("compile", args[0], args[1] if len(args) > 1 else None, kw)
+                except ValueError:  # not literals: this call is its own writer
+                    compiled[m.group(1)] = (doc.name, start + k)
+            for p in SAVED.findall(line):
+                var = re.match(r"\s*(\w+)\.save\(", line)
+                who = compiled.get(var.group(1)) if var else None
+                yield start + k, p, who or (doc.name, start + k)
+
+
+def test_no_two_docs_write_different_networks_to_one_path():
+    """Following two pages in one folder must not overwrite one's model with another's: a path
+    written by two docs is written by the same command (or the same compile) in both."""
+    writes: dict = {}
+    for doc in DOCS:
+        for line, argv, code, _ in commands(doc):
+            if code == 0 and any(a in OUTPUT_FLAGS for a in argv[:-1]):
+                out = argv[next(i for i, a in enumerate(argv) if a in OUTPUT_FLAGS) + 1]
+                writes.setdefault(out, []).append((doc.name, line, _cli_writer(argv)))
+        for line, out, who in _python_writes(doc):
+            writes.setdefault(out, []).append((doc.name, line, who))
+    assert {"adder.onnx", "bb3.png"} <= set(writes)
+    clashes = {out: ws for out, ws in writes.items()
+               if len({d for d, _, _ in ws}) > 1 and len({w for _, _, w in ws}) > 1}
+    assert clashes == {}
+
+
+def test_what_the_docs_write_is_ignored_by_git():
+    """Following the docs in a checkout leaves nothing for `git status` to show: every file the
+    documented commands write (models, pictures, a sweep's results, `python -m build`'s dist/,
+    install.md's venv) is covered by .gitignore."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    outs = {"dist/tm2nn-0.1.0-py3-none-any.whl", "tm2nn-env/bin/python", "first_results/rows/x.parquet"}
+    for doc in DOCS:
+        for _, argv, code, _ in commands(doc):  # a refused command writes nothing
+            outs.update(argv[i + 1] for i, a in enumerate(argv[:-1]) if a in OUTPUT_FLAGS and code == 0)
+        outs.update(out for _, out, _ in _python_writes(doc))
+    outs.discard("/dev/null")
+    assert {"bb3.png", "bb3.safetensors", "adder_layers.svg", "first_results"} <= outs
+    got = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(sorted(outs)),
+                         cwd=ROOT, capture_output=True, text=True)
+    assert set(got.stdout.split()) == outs, sorted(outs - set(got.stdout.split()))

@@ -22,7 +22,8 @@ from tests.conftest import EXAMPLES, ROOT
 def test_every_package_is_listed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "tm2nn").rglob("__init__.py")}
-    assert listed == found | {"tm2nn.grammars", "tm2nn.examples"}
+    data = {"tm2nn.examples." + p.name for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert listed == found | {"tm2nn.grammars", "tm2nn.examples"} | data
 
 
 def test_an_installed_wheel_parses_machines_and_circuits(tmp_path):
@@ -38,6 +39,8 @@ def test_an_installed_wheel_parses_machines_and_circuits(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)  # what pip puts in site-packages
     code = ("import tm2nn, sys; assert tm2nn.__file__.startswith(sys.argv[1]), tm2nn.__file__; "
+            "from tm2nn.console import examples_dir; assert str(examples_dir()).startswith(sys.argv[1]); "
+            "assert (examples_dir() / 'bb3.tm').is_file(); "
             "print(tm2nn.run(sys.argv[2], '').steps, tm2nn.run(sys.argv[3], '110').outputs)")
     out = subprocess.run([sys.executable, "-c", code, str(site), str(EXAMPLES / "bb3.tm"),
                           str(EXAMPLES / "full_adder.circ")], cwd=tmp_path, capture_output=True, text=True,
@@ -66,8 +69,9 @@ def _build(tmp_path, *, wheel: bool = True, mutate=None):
     if mutate:
         mutate(src)
     what = [] if wheel else ["--sdist"]  # by default: the sdist, then the wheel from the sdist
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", *what, "-o", str(tmp_path / "dist"),
-                    str(src)], check=True, capture_output=True)
+    out = subprocess.run([sys.executable, "-m", "build", "--no-isolation", *what, "-o", str(tmp_path / "dist"),
+                          str(src)], check=True, capture_output=True, text=True)
+    (tmp_path / "build.log").write_text(out.stdout + out.stderr)
     return tmp_path / "dist"
 
 
@@ -100,6 +104,8 @@ def _sdist_problems(dist) -> list[str]:
 def test_the_sdist_and_the_wheel_built_from_it_carry_grammars_licence_metadata(tmp_path):
     dist = _build(tmp_path)
     assert _sdist_problems(dist) == []
+    # issue 36: every folder shipped is declared (no setuptools banner per undeclared one)
+    assert "is absent from the `packages` configuration" not in (tmp_path / "build.log").read_text()
     (wheel,) = dist.glob("tm2nn-*.whl")
     info = wheel.name.split("-py3")[0] + ".dist-info"
     with zipfile.ZipFile(wheel) as z:
@@ -117,7 +123,7 @@ def test_an_sdist_without_the_grammars_is_caught(tmp_path):
     def drop_grammars(src):
         (src / "MANIFEST.in").write_text("include LICENSE\nprune tests\n")
         toml = (src / "pyproject.toml").read_text()
-        assert 'package-data = { "tm2nn.grammars" = ["*.lark"], ' in toml
-        (src / "pyproject.toml").write_text(toml.replace('"tm2nn.grammars" = ["*.lark"], ', ""))
+        assert '"tm2nn.grammars" = ["*.lark"]\n' in toml
+        (src / "pyproject.toml").write_text(toml.replace('"tm2nn.grammars" = ["*.lark"]\n', ""))
     problems = _sdist_problems(_build(tmp_path, wheel=False, mutate=drop_grammars))
     assert problems == ["sdist lacks grammars/tm.lark", "sdist lacks grammars/circuit.lark"]

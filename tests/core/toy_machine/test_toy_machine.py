@@ -286,7 +286,7 @@ def test_the_command_line(toy, run_cli, tmp_path, sources):
     assert r.code == 0, r.err
     r = run_cli("eval", model, "--input", "", "--input", "11", "--json")
     assert r.code == 0, r.err
-    assert [json.loads(x) for x in r.out.splitlines()] == [dict(tm2nn.run(bb3, t, 22)) for t in ("", "11")]
+    assert [json.loads(x) for x in r.out.splitlines()] == [{"input": t, **tm2nn.run(bb3, t, 22)} for t in ("", "11")]
     r = run_cli("verify", bb3, "--backend", toy, "--steps", "10", "--json")
     assert r.code == 0, r.err
     rep = json.loads(r.out)

@@ -6,7 +6,7 @@ directly; line machines are unrolled into a circuit for T steps over an N-cell w
 
 from __future__ import annotations
 
-from tm2nn.backends.protocol import Backend, Example
+from tm2nn.backends.protocol import Backend, Example, Stepping
 from tm2nn.backends.relu_circuit.bounds import function_class
 from tm2nn.backends.relu_circuit.build import compile
 from tm2nn.backends.relu_circuit.check import reference
@@ -39,6 +39,15 @@ def statistics_bracket(compiled, dataset, gamma: float, **kw) -> dict:
     return _attacks().statistics_bracket(compiled, dataset, gamma, **kw)
 
 
+def options_for_run(values: dict, texts: list[str]) -> dict:
+    """``run`` unrolls for the inputs it is given: without a window given, the default one
+    (2T+1 cells, the start cell in the middle) widened to the right for a longer input."""
+    longest, steps = max((len(t) for t in texts), default=0), values["steps"]
+    if values.get("tape") is None and values.get("origin") is None and longest > steps + 1:
+        return {**values, "tape": steps + longest, "origin": steps}
+    return values
+
+
 def fused(engine: str):
     """The factory of ``--engine fused`` / ``fused-float``: ``factory(compiled) -> run``
     (:func:`.layered_engine.runner`; numba loads with the engine, when one is asked for)."""
@@ -60,6 +69,9 @@ BACKEND = Backend(
     compile=compile,
     codec=CODEC,
     reference=reference,
+    # run --backend relu-circuit: a machine unrolled for T = --max-steps steps (default 50:
+    # the unrolled circuit grows as T^2); a circuit compiles as it is
+    stepping=Stepping("steps", 50, options_for_run),
     #: ``fused`` exact in integers on 0/1 inputs, ``fused-float`` every row in floats
     fused={"fused": fused("fused"), "fused-float": fused("fused-float")},
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class,
