@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tm2nn import threads
 from tm2nn.backends.transformer.runtime import encode
 from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
@@ -428,14 +429,10 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     ``coordinate`` that flipped, ``per_input`` and ``seconds``."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: intra-op threads only contend
-    try:
-        with torch.no_grad() if method == "random" else torch.enable_grad():
-            return _attack(compiled, list(texts), float(eps_max), method, int(trials), int(steps), int(seed),
-                           eps0, float(surrogate_beta), target, device)
-    finally:
-        torch.set_num_threads(threads)
+    threads.use_torch()  # small tensors (tm2nn.threads)
+    with torch.no_grad() if method == "random" else torch.enable_grad():
+        return _attack(compiled, list(texts), float(eps_max), method, int(trials), int(steps), int(seed),
+                       eps0, float(surrogate_beta), target, device)
 
 
 def attack_memory(P: PerturbedTransformer, rows: int, method: str) -> int:
