@@ -8,10 +8,13 @@ import torch  # noqa: F401
 
 from tm2nn import threads
 
+from .shutdown import pytest_sessionfinish  # noqa: F401  (the workers' final collection)
+
 # pytest-xdist runs 2 workers on 2 cores: one thread each for torch, onnxruntime and numba
 # (tm2nn.threads), whatever the default for bulk work, in this process and the CLIs it starts
 os.environ["TM2NN_THREADS"] = "1"
 threads.set_threads(None)  # torch and numba, loaded here, get it now
+
 
 ROOT = Path(__file__).resolve().parents[1]
 # bench/gen_circuits.py (big random circuits in every format) is shared by bench and tests
