@@ -1,13 +1,11 @@
 """The thread counts (tm2nn.threads): decided in one place and applied to torch,
 onnxruntime and numba when tm2nn uses them; ``TM2NN_THREADS`` and ``--threads`` override
-them.  Counts, not timings: the timings are docs/benchmarks.md's "Threads"."""
+them.  Counts, not timings: the timings are docs/benchmarks.md's "Threads".  The suite runs
+one thread (tests/conftest.py); each test here sets its own and puts that back."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,47 +15,47 @@ from tm2nn.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: in a fresh process: torch on 2 threads (its default on 2 cores) before tm2nn runs, then a
-#: small compile and run on each engine; prints the counts each library was left with
-PROBE = """
-import json, sys
-import numba, numpy as np, torch
-torch.set_num_threads(2)
-numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-import tm2nn
-from tm2nn import emit, threads
-from tm2nn.syntax import load
-out = {}
-c = tm2nn.compile(load("examples/bb3.tm"), "transformer", steps=12)
-c.run("", engine="torch")
-out["torch"] = torch.get_num_threads()
-out["onnxruntime"] = emit.onnx_session(c.onnx()).get_session_options().intra_op_num_threads
-r = tm2nn.compile(load("examples/full_adder.circ"), "relu-circuit")
-r.runner("fused")(np.zeros((4, 3)))
-out["numba"] = numba.get_num_threads()
-out["policy"] = {k: threads.count(k) for k in threads.DEFAULTS}
-out["numba_pool"] = numba.config.NUMBA_NUM_THREADS
-print(json.dumps(out))
-"""
+def _probe(monkeypatch, env: str | None) -> dict:
+    """torch and numba on 2 threads (their default on 2 cores) before tm2nn runs, then a
+    small compile and run on each engine: the counts each library was left with."""
+    import numba
+    import numpy as np
+    import torch
+
+    import tm2nn
+    from tm2nn import emit
+    from tm2nn.syntax import load
+
+    if env is None:
+        monkeypatch.delenv(threads.ENV, raising=False)
+    else:
+        monkeypatch.setenv(threads.ENV, env)
+    torch.set_num_threads(2)
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        c = tm2nn.compile(load(ROOT / "examples" / "bb3.tm"), "transformer", steps=12)
+        c.run("", engine="torch")
+        out = {"torch": torch.get_num_threads(),
+               "onnxruntime": emit.onnx_session(c.onnx()).get_session_options().intra_op_num_threads}
+        r = tm2nn.compile(load(ROOT / "examples" / "full_adder.circ"), "relu-circuit")
+        r.runner("fused")(np.zeros((4, 3)))
+        out.update(numba=numba.get_num_threads(), numba_pool=numba.config.NUMBA_NUM_THREADS,
+                   policy={k: threads.count(k) for k in threads.DEFAULTS})
+    finally:  # the suite's one thread again (tests/conftest.py)
+        monkeypatch.setenv(threads.ENV, "1")
+        threads.set_threads(None)
+    return out
 
 
-def _probe(**env) -> dict:
-    e = {k: v for k, v in os.environ.items() if k not in (threads.ENV, "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
-    e.update(env, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, env=e, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.splitlines()[-1])
-
-
-def test_the_policy_counts_are_applied_to_every_library():
-    got = _probe()
+def test_the_policy_counts_are_applied_to_every_library(monkeypatch):
+    got = _probe(monkeypatch, None)
     assert got["policy"] == {k: max(1, min(n, len(os.sched_getaffinity(0)))) for k, n in threads.DEFAULTS.items()}
     assert got["torch"] == got["onnxruntime"] == got["policy"][threads.STEP]
     assert got["numba"] == min(got["policy"][threads.BULK], got["numba_pool"])
 
 
-def test_the_environment_overrides_every_count():
-    got = _probe(TM2NN_THREADS="3")
+def test_the_environment_overrides_every_count(monkeypatch):
+    got = _probe(monkeypatch, "3")
     assert got["policy"] == {k: 3 for k in threads.DEFAULTS}
     assert got["torch"] == got["onnxruntime"] == 3
     assert got["numba"] == min(3, got["numba_pool"])
