@@ -1,27 +1,20 @@
+import os
 import sys
 from pathlib import Path
 
+import numba  # noqa: F401  (loaded here so that the thread count reaches it)
 import pytest
+import torch  # noqa: F401
 
-try:  # pytest-xdist runs 2 workers on 2 cores: intra-op threads would oversubscribe them
-    import torch
+from tm2nn import threads
 
-    torch.set_num_threads(1)
-except ImportError:  # pragma: no cover
-    pass
-try:  # the same for numba's parallel kernels (the fused engines) ...
-    import numba
+from .shutdown import pytest_sessionfinish  # noqa: F401  (the workers' final collection)
 
-    numba.set_num_threads(1)
-except ImportError:  # pragma: no cover
-    pass
-try:  # ... and onnxruntime's sessions (callers import onnx_session when they run)
-    import tm2nn.emit.onnx_runtime as _onnx_runtime
+# pytest-xdist runs 2 workers on 2 cores: one thread each for torch, onnxruntime and numba
+# (tm2nn.threads), whatever the default for bulk work, in this process and the CLIs it starts
+os.environ["TM2NN_THREADS"] = "1"
+threads.set_threads(None)  # torch and numba, loaded here, get it now
 
-    _session = _onnx_runtime.onnx_session
-    _onnx_runtime.onnx_session = lambda model, threads=None: _session(model, 1 if threads is None else threads)
-except ImportError:  # pragma: no cover
-    pass
 
 ROOT = Path(__file__).resolve().parents[1]
 # bench/gen_circuits.py (big random circuits in every format) is shared by bench and tests

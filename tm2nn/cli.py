@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, interrupt, limits
+from tm2nn import __version__, backends, interrupt
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -39,6 +39,7 @@ from tm2nn.flags import Parser, add_device, add_source, engine_list, flag_of, li
 from tm2nn.flags import add_backend_options as _add_backend_options
 from tm2nn.flags import add_sample_flags as _add_sample_flags
 from tm2nn.flags import add_statistics_flags as _add_statistics_flags
+from tm2nn.flags import applied_limits as _applied_limits
 from tm2nn.flags import backend_values as _backend_values
 from tm2nn.flags import statistics_values as _statistics_values
 from tm2nn.handle import Compiled
@@ -177,13 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        limits.set_memory_limit(args.max_memory)
-        limits.set_source_limit(args.max_source_size)
-        try:
+        with _applied_limits(args):  # --max-memory, --max-source-size, --threads
             return (_VERBS.get(args.verb) or args.handler)(args)
-        finally:
-            limits.set_memory_limit(None)
-            limits.set_source_limit(None)
     except OptionError as e:
         print(e.for_cli(flag_of).render(), file=sys.stderr)
         return EXIT_USAGE

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from tm2nn import threads
 from tm2nn.errors import OptionError
 
 #: The default device.
@@ -47,6 +48,7 @@ def torch_device(text, option: str = "device"):
     when this machine does not have it."""
     import torch
 
+    threads.use_torch()  # where tm2nn starts torch work: its thread count (tm2nn.threads)
     name = check_device(text, option)
     kind, _, index = name.partition(":")
     if kind == "cuda":

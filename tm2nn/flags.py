@@ -12,11 +12,12 @@ an option the chosen backend does not take, naming the ones it does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import difflib
 import re
 
-from tm2nn import backends
+from tm2nn import backends, limits, threads
 from tm2nn.devices import check_device
 from tm2nn.errors import Tm2nnError
 from tm2nn.limits import MAX_SOURCE_BYTES, flag_float, flag_int, flag_size
@@ -199,7 +200,8 @@ def backend_values(args, spec, verb: str) -> dict:
 
 def limit_flags(p):
     """``p`` with the flags every verb takes that bound what a request may cost
-    (:mod:`tm2nn.limits`): ``--max-memory`` and ``--max-source-size``; used as a parent parser."""
+    (:mod:`tm2nn.limits`): ``--max-memory`` and ``--max-source-size``, and ``--threads``
+    (:mod:`tm2nn.threads`); used as a parent parser."""
 
     g = p.add_argument_group("limits")
     g.add_argument("--max-memory", type=flag_size, metavar="SIZE",
@@ -208,7 +210,25 @@ def limit_flags(p):
     g.add_argument("--max-source-size", type=flag_size, metavar="SIZE",
                    help=f"refuse files larger than this (sources, training sets, input lists; default "
                    f"{MAX_SOURCE_BYTES // 2**20}M; env TM2NN_MAX_SOURCE)")
+    g.add_argument("--threads", type=flag_int(1), metavar="N",
+                   help=f"threads for torch, onnxruntime and numba (default: {threads.DEFAULTS[threads.STEP]}, "
+                   f"measured fastest for tm2nn's small per-step graphs; env {threads.ENV})")
     return p
+
+
+@contextlib.contextmanager
+def applied_limits(args):
+    """The limit flags' values (memory, source size, threads) in force for one command,
+    and the defaults again after it (the CLI runs in-process in tests and the demo)."""
+    limits.set_memory_limit(args.max_memory)
+    limits.set_source_limit(args.max_source_size)
+    threads.set_threads(args.threads)
+    try:
+        yield
+    finally:
+        limits.set_memory_limit(None)
+        limits.set_source_limit(None)
+        threads.set_threads(None)
 
 
 def add_statistics_flags(p) -> None:

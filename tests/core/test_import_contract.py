@@ -17,7 +17,7 @@ from ..import_graph import PACKAGE, circles, imports, package_of
 CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines")
 FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.options", "tm2nn.report",
               "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version",
-              "tm2nn.devices")
+              "tm2nn.devices", "tm2nn.threads")
 #: what a backend must never import: the handle, the model files, the API and the faces
 ABOVE_BACKENDS = ("tm2nn.handle", "tm2nn.modelfile", "tm2nn.api", "tm2nn.compiler", "tm2nn.cli", "tm2nn.demo",
                   "tm2nn.sweep", "tm2nn.viz", "tm2nn.lint", "tm2nn.flags", "tm2nn.console")
@@ -31,8 +31,8 @@ ALLOWED_LAZY = (
     ("tm2nn.handle", "tm2nn.modelfile"), ("tm2nn.handle", "tm2nn.emit"), ("tm2nn.api", "tm2nn.modelfile"),
     # the verbs that draw (matplotlib) and the demo (it draws)
     ("tm2nn.cli", "tm2nn.viz"), ("tm2nn.cli", "tm2nn.demo"),
-    # the sweep verb: the store (pyarrow), the pools and Ray; a task's onnxruntime
-    ("tm2nn.sweep.command", "tm2nn.sweep."), ("tm2nn.sweep.tasks", "tm2nn.emit"),
+    # the sweep verb: the store (pyarrow), the pools and Ray
+    ("tm2nn.sweep.command", "tm2nn.sweep."),
     # each backend's own torch- and numba-loading modules, and the torch emitter
     ("tm2nn.backends.relu_circuit.backend", "tm2nn.backends.relu_circuit."),
     ("tm2nn.backends.rcnn.backend", "tm2nn.backends.rcnn."), ("tm2nn.backends.rcnn.runtime", "tm2nn.emit"),

@@ -10,13 +10,15 @@ import onnx
 
 from tm2nn import interrupt
 from tm2nn.emit.onnx_model import serialize
+from tm2nn.threads import ort_threads
 
 
 def onnx_session(model_or_path_or_bytes, threads: int | None = None):
     """An onnxruntime session on the CPU for a model (a ModelProto, serialized bytes or a
-    path); build it once and pass it to :func:`run_onnx` to run many batches.  ``threads``
-    sets onnxruntime's intra-op threads (default: its own choice, one per core); a
-    transformer decode of batch 1 is a chain of small ops, fastest on one."""
+    path); build it once and pass it to :func:`run_onnx` to run many batches.
+    ``threads`` sets onnxruntime's intra-op threads (default: :mod:`tm2nn.threads`' count,
+    which ignores onnxruntime's own choice of one per core: tm2nn's graphs are chains of
+    small ops)."""
     import onnxruntime as ort
 
     src = model_or_path_or_bytes
@@ -26,8 +28,7 @@ def onnx_session(model_or_path_or_bytes, threads: int | None = None):
         src = os.fspath(src)
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: a failure is raised (and reported once) by the caller
-    if threads is not None:
-        opts.intra_op_num_threads = int(threads)
+    opts.intra_op_num_threads = ort_threads() if threads is None else int(threads)
     return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
 
 

@@ -90,6 +90,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
+from tm2nn import threads
 from tm2nn.emit import BULK_BATCH
 from tm2nn.nets import Attention, Loop, Net, NetIRError, Op, Param, ReLU, SparseMatrix, StopGradient
 from tm2nn.nets.ops import READOUT_KINDS, network_outputs, readout_split
@@ -479,6 +480,7 @@ class NetModule(nn.Module):
         super().__init__()
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating point type, not {dtype}")
+        threads.use_torch()  # torch's thread count for tm2nn's small per-step graphs (tm2nn.threads)
         self.net = net
         self.net_name = net.name
         self.input_names = tuple(p.name for p in net.inputs)

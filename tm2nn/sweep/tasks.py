@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import tm2nn
-from tm2nn import backends
+from tm2nn import backends, threads
 from tm2nn.errors import Tm2nnError
 from tm2nn.sweep.spec import ARGS, canonical
 
@@ -70,31 +70,18 @@ def _plain(o):
 
 
 def init_worker() -> None:
-    """Run torch, numba and onnxruntime on one thread in this process (once per process;
-    the engines call it before a worker's first task).  The environment variables reach
-    libraries imported later; the calls fix the ones already imported."""
+    """Run torch, numba and onnxruntime on one thread in this process, whatever the kind
+    of work (:mod:`tm2nn.threads`; the workers share the cores).  Once per process: the
+    engines call it before a worker's first task.  The environment variables reach the
+    libraries imported later and the numpy BLAS; ``TM2NN_THREADS`` outlives a task's
+    ``--threads`` reset."""
     global _initialised
     if _initialised:
         return
     _initialised = True
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", threads.ENV):
         os.environ[var] = "1"
-    import sys
-
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
-    if "numba" in sys.modules:
-        sys.modules["numba"].set_num_threads(1)
-    try:  # onnxruntime ignores the variables: its sessions get one intra-op thread unless told otherwise
-        import tm2nn.emit.onnx_runtime as onnx_emit
-    except ImportError:  # pragma: no cover - onnx is a dependency
-        return
-    session = onnx_emit.onnx_session
-    if not getattr(session, "one_thread", False):
-        def one_thread(model, threads=None):
-            return session(model, 1 if threads is None else threads)
-        one_thread.one_thread = True
-        onnx_emit.onnx_session = one_thread
+    threads.set_threads(None)  # the loaded libraries get the count now
 
 
 # -- peak memory ----------------------------------------------------------------------------

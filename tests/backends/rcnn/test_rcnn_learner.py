@@ -185,7 +185,7 @@ def test_algorithm1_memorizes_every_example(dtype):
     g = load(EXAMPLE)
     rng = np.random.default_rng(3)
     X, Y = data(rng, 3, 2)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         tr = learn(g, X, Y, depth=42, work=1, dtype=dtype)
     assert tr.memorized and len(tr.outputs) == 4
     assert tr.grad_exact == [True] * 4 and tr.step_exact == [True] * 4  # Lemma 4's gradient, bit for bit
@@ -228,7 +228,7 @@ def test_the_lemma4_gradient_check_can_fail():
     w[ramp, :] *= 1 + 2.0 ** -30
     ops[k] = dataclasses.replace(ops[k], weight=SparseMatrix.from_dense(w))
     bad = dataclasses.replace(body, nodes=tuple(ops))
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         tr = learn(g, X, Y, depth=42, work=1, dtype=torch.float64, filter_body=bad)
     assert not tr.memorized and not all(tr.grad_exact)
 
@@ -241,7 +241,7 @@ def test_f_head_bias_minus_one_breaks_exactness(monkeypatch):
 
     g = load(EXAMPLE)
     X, Y = data(np.random.default_rng(9), 3, 2)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         good = learn(g, X, Y, depth=42, work=1, dtype=torch.float64)
         z = torch.tensor(np.append(X[0], 1)[None, :], dtype=torch.float64)
         with torch.no_grad():
@@ -251,7 +251,7 @@ def test_f_head_bias_minus_one_breaks_exactness(monkeypatch):
     assert good.memorized and good.outputs == [0.0] * 4
     assert (grid[0, :, FRAME:FRAME + 3] == head_mod.E_STAR).all()
     monkeypatch.setattr(head_mod, "exact_zero_bias", lambda: -1.0)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         bad = learn(g, X, Y, depth=42, work=1, dtype=torch.float64)
     assert not bad.memorized and max(abs(v) for v in bad.outputs) > 0
     assert all(bad.grad_exact)  # the gradient is still Lemma 4's at that ŷ
@@ -262,7 +262,7 @@ def test_the_lemma4_check_can_fail(monkeypatch):
     monkeypatch.setattr(learner_mod, "ETA", 1 / 50)
     g = load(EXAMPLE)
     X, Y = data(np.random.default_rng(4), 3, 2)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         tr = learn(g, X, Y, depth=42, work=1)
     assert not tr.memorized and min(tr.w_error) > 1e-3
     assert ETA == 1 / 54
@@ -279,7 +279,7 @@ def test_memorization_outputs_zero_and_sgd_gradient_is_lemma4s():
     mod = to_torch(learner_mod.learner_net(filt.body, Shape(3, 2, 1), 42), dtype=torch.float64)
     W = next(mod.parameters())
     Xd, Yd = np.concatenate([X, np.ones((1, 2), int)]), np.append(Y, 1)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         for tau in range(4):
             with torch.no_grad():
                 W.copy_(torch.tensor(lemma4_target(X, Y, tau)))
@@ -363,7 +363,7 @@ def test_trained_net_agrees_with_the_interpreter_on_20_datasets():
         want = [reference_answer(g, X, Y, x, tr.shape, rep["steps"])[0] for x in xs]
         assert want == [spec_match(X, Y, x) for x in xs]
         z = torch.tensor(np.concatenate([xs, np.ones((4, 1))], 1), dtype=torch.float64)
-        with torch.no_grad(), learner_mod.one_thread():
+        with torch.no_grad(), learner_mod.step_threads():
             y, grid = tr.module(z)
         assert np.abs(y[:, 0].numpy() - want).max() < 1e-9
         assert np.mean(np.where(y[:, 0].numpy() >= 0, 1, -1) == want) == 1.0  # the agreement

@@ -52,7 +52,7 @@ def test_checkpointed_tail_gradient_is_the_unrolled_gradient_bit_for_bit(dtype):
     filt = learner_mod.filter_for(g, cell_code(g))
     mod = to_torch(learner_net(filt.body, Shape(m, d, 1), 42), dtype=dtype)
     Xd, Yd = np.concatenate([X, np.ones((1, d), int)]), np.append(Y, 1)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         for tau in range(m + 1):
             z = torch.tensor(np.append(Xd[tau], 1)[None, :], dtype=dtype)
             W0 = lemma4_target(X, Y, tau)
@@ -131,7 +131,7 @@ def test_lookup_engine_is_the_module_bit_for_bit(dtype):
     for m, d in [(3, 2), (5, 3), (2, 4)]:
         X, Y = data(rng, m, d)
         steps = learner_mod.step_bound(g, X, Y, Shape(m, d, 0))
-        with learner_mod.one_thread():
+        with learner_mod.step_threads():
             tr = learn(g, X, Y, depth=steps + 1, work=1, dtype=dtype)
             xs = rng.choice([-1, 1], (24, d))
             z = torch.tensor(np.concatenate([xs, np.ones((24, 1))], 1), dtype=dtype)
@@ -153,7 +153,7 @@ def test_lookup_engine_refuses_what_is_not_a_cell_code():
     g = load(EXAMPLE)
     rng = np.random.default_rng(13)
     X, Y = data(rng, 3, 2)
-    with learner_mod.one_thread():
+    with learner_mod.step_threads():
         tr = learn(g, X, Y, depth=42, work=1)
         eng = LookupEngine(tr.module.op("grid").body.op("filter"), 3, torch.float64)
         with pytest.raises(Degenerate, match="distinct cell values"):

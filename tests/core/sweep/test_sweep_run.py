@@ -199,13 +199,12 @@ print(json.dumps([big["peak_rss_mb"], small["peak_rss_mb"], big["outcome"], smal
 def test_init_worker_sets_one_thread(monkeypatch):
     import torch
 
-    import tm2nn.emit.onnx_runtime as onnx_emit
+    from tm2nn import threads as policy
 
-    for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", policy.ENV):
         monkeypatch.setenv(var, "7")
     monkeypatch.setattr(tasks, "_initialised", False)
-    asked = []
-    monkeypatch.setattr(onnx_emit, "onnx_session", lambda model, threads=None: asked.append(threads))
+    monkeypatch.setattr(policy, "DEFAULTS", {policy.STEP: 2, policy.BULK: 2})  # a policy of more threads
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -214,12 +213,9 @@ def test_init_worker_sets_one_thread(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert os.environ["OMP_NUM_THREADS"] == os.environ["NUMBA_NUM_THREADS"] == "1"
-    onnx_emit.onnx_session(b"model")
-    onnx_emit.onnx_session(b"model", 3)
-    assert asked == [1, 3]  # onnxruntime sessions get one thread unless a caller asks for more
-    tasks.init_worker()  # once per process: a second call wraps nothing again
-    onnx_emit.onnx_session(b"model")
-    assert asked == [1, 3, 1]
+    # onnxruntime's sessions and the fused engines get one too, after a task's --threads reset
+    policy.set_threads(None)
+    assert policy.ort_threads() == policy.count(policy.BULK) == 1
 
 
 # -- the store ----------------------------------------------------------------------------------------

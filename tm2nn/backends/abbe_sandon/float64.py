@@ -63,6 +63,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from tm2nn import threads
 from tm2nn.nets.activations import ActivationFn, register
 
 from . import gadgets
@@ -359,12 +360,8 @@ def train(net, bits_seq: Sequence, labels: Sequence, gamma: float | None = None,
     lr = net.params.gamma if gamma is None else gamma
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     out = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead (~5x here)
-    try:
-        _loop(net, opt, bits_seq, labels, keep_grads, callback, out)
-    finally:
-        torch.set_num_threads(threads)
+    threads.use_torch()  # tiny tensors: threads only add overhead (~5x here; tm2nn.threads)
+    _loop(net, opt, bits_seq, labels, keep_grads, callback, out)
     return out
 
 

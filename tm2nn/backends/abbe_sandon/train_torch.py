@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from tm2nn import emit
+from tm2nn import emit, threads
 from tm2nn.devices import torch_device
 
 from .gadgets import MS_PATH_PLUS
@@ -54,12 +54,11 @@ class TorchEngine:
     """The emitted module, its SGD optimiser and the index maps for decoding (module doc),
     on ``device`` (default: the CPU)."""
 
-    def __init__(self, ir: IRNet, threads: int | None = 1, device=None) -> None:
+    def __init__(self, ir: IRNet, device=None) -> None:
         import torch
 
         self.ir = ir
         self.torch = torch
-        self.threads = threads
         self.device = torch_device(device)
         self.module = emit.to_torch(ir.net, torch.float64, self.device)
         #: the M_s edges' parameters (one per ``.train`` op)
@@ -126,18 +125,12 @@ class TorchEngine:
 
     @contextmanager
     def pinned_threads(self):
-        """torch's thread count set to ``self.threads`` for the block (``None``: left
-        alone).  G_n's layers are small: a second thread only adds overhead, and with the
-        other core busy its barrier waits cost 60x (parity8, 256 predictions: 8 s on 2
-        threads against 0.14 s on 1)."""
-        torch = self.torch
-        threads = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
+        """torch on :mod:`tm2nn.threads`' count for per-step work in the block.  G_n's
+        layers are small: a second thread only adds overhead, and with the other core busy
+        its barrier waits cost 60x (parity8, 256 predictions: 8 s on 2 threads against
+        0.14 s on 1)."""
+        threads.use_torch()
+        yield
 
     def exact_flips(self) -> str | None:
         """None if every M_s weight is bitwise ± its initial value, else which is not."""

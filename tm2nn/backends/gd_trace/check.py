@@ -34,9 +34,7 @@ LOSS_RTOL = 1e-5  # onnxruntime runs float32
 
 
 def _onnx_loss(net, ro: np.ndarray) -> float:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(emit.to_onnx(net).SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = emit.onnx_session(emit.to_onnx(net))
     (y,) = sess.run(None, {net.inputs[0].name: ro.astype(np.float32)})
     return float(y[0, 0])
 

@@ -151,7 +151,7 @@ def train_and_score(g, X, Y, Xv, Yv, candidates: list[Candidate], *, depth: int,
     (Lemma 4's check), finite predictions, seconds; ``_trained`` holds the model.  Each
     trains on ``device`` (default: the CPU)."""
     out = []
-    with learner_mod.one_thread(), np.errstate(all="ignore"):
+    with learner_mod.step_threads(), np.errstate(all="ignore"):
         for k, c in enumerate(candidates):
             t0 = time.perf_counter()
             tr = learner_mod.learn(g, X, Y, depth=depth, work=work, dtype=dtype, filter_body=c.body,

@@ -22,8 +22,8 @@ function (docs/rcnn.md, "The fused engine"):
 The loop's ``until_fixed`` is kept per grid: a grid with no changed cell is at a fixed
 point, and its later states are copies (as the module's, which stops when every grid of
 its batch is fixed; the filter is a function, so the values agree either way, and with
-``until_fixed`` off too).  Grids are split round robin over ``numba.get_num_threads()``
-Python threads; the kernel releases the GIL.
+``until_fixed`` off too).  Grids are split round robin over :mod:`tm2nn.threads`' count
+for bulk work (Python threads); the kernel releases the GIL.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-import numba
 import numpy as np
 
 from tm2nn import interrupt
+from tm2nn import threads as thread_policy
 from tm2nn.backends.rcnn import grid_kernel as K
 from tm2nn.engines import EngineRefused
 from tm2nn.engines.chain import layers as chain
@@ -60,8 +60,8 @@ class GridOptions:
     #: cells per tile (None: the largest power of two from 8 to 64 whose two scratch
     #: blocks, ``width × tile`` numbers each, take at most :data:`TILE_BYTES`)
     tile: int | None = None
-    #: threads, each running its share of the grids (None: ``numba.get_num_threads()``,
-    #: which ``NUMBA_NUM_THREADS`` and ``numba.set_num_threads`` set)
+    #: threads, each running its share of the grids (None: :mod:`tm2nn.threads`' count for
+    #: bulk work: ``--threads``, ``TM2NN_THREADS`` or its measured default)
     threads: int | None = None
     #: evaluate only the cells whose patch changed (False: every cell at every trip, the
     #: dense baseline the benchmark compares with; the same states, bit for bit)
@@ -186,8 +186,8 @@ class GridEngine:
         mark = np.zeros((nb, h * w), dtype=np.uint64)
         fixed_at = np.zeros(nb, dtype=np.uint64)
         evaluated = np.zeros(nb, dtype=np.uint64)
-        threads = max(1, min(nb, self.options.threads or numba.get_num_threads()))
-        parts = [np.arange(k, nb, threads, dtype=np.uint64) for k in range(threads)]  # round robin
+        n_threads = max(1, min(nb, self.options.threads or thread_policy.count(thread_policy.BULK)))
+        parts = [np.arange(k, nb, n_threads, dtype=np.uint64) for k in range(n_threads)]  # round robin
         pool = ThreadPoolExecutor(len(parts)) if len(parts) > 1 else None
         done, chunk = 0, 16
         try:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tm2nn import threads
 from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.backends.rcnn.head import build_head
@@ -244,15 +245,11 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
 
 
 @contextmanager
-def one_thread():
-    """Run torch on one thread, then restore the setting: the learner's grids are tiny
-    (``(m+1) × (d+1+work)`` cells), so threads only add overhead and contention."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
+def step_threads():
+    """Run the block on :mod:`tm2nn.threads`' count for per-step work: the learner's grids
+    are tiny (``(m+1) × (d+1+work)`` cells), so threads only add overhead and contention."""
+    threads.use_torch()
+    yield
 
 
 #: Test points per forward pass (the filter's hidden layer is ~80s floats per cell).
@@ -307,7 +304,7 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
                  f"{test:,} test points of {d} features on a {shape.rows}x{shape.cols} grid", ("test",))
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
     t0 = time.perf_counter()
-    with one_thread():
+    with step_threads():
         trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype, device=device,
                         progress=(lambda i, n: progress("train", i, n)) if progress else None)
         t1 = time.perf_counter()

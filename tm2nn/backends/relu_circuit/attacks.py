@@ -29,6 +29,7 @@ import time
 import numpy as np
 import torch
 
+from tm2nn import threads
 from tm2nn.backends.protocol import Model, Table
 from tm2nn.backends.relu_circuit.build import compile_circuit, unroll_machine
 from tm2nn.backends.relu_circuit.codec import encode_tapes, encoding
@@ -204,13 +205,9 @@ def empirical_margin(compiled: Model, inputs: np.ndarray, *, seed: int = 0, tria
     (a ``time.perf_counter()`` value): the bisections or gradient steps stop there (every
     ε reported still flipped); ``iterations_done`` of ``iterations`` say what it cut.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tensors are small: intra-op threads only contend
-    try:
-        return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine, device,
-                       deadline)
-    finally:
-        torch.set_num_threads(threads)
+    threads.use_torch()  # the tensors are small (tm2nn.threads)
+    return _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint, labels, engine, device,
+                   deadline)
 
 
 def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=False, labels=None,

@@ -13,9 +13,9 @@ Both take and return what the torch module takes and returns: ``[batch, n_in]`` 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from tm2nn import threads
 from tm2nn.backends.relu_circuit.layered_kernel import run_program
 from tm2nn.backends.relu_circuit.layered_program import Program, float_program, integer_program
 from tm2nn.engines import PARALLEL
@@ -52,7 +52,7 @@ class LayeredEngine:
 
     def tile(self, batch: int) -> int:
         """Inputs per tile for a batch (see :data:`TILE_BYTES`)."""
-        split = -(-batch // numba.get_num_threads())
+        split = -(-batch // threads.use_numba())
         return int(max(TILE_MIN, min(TILE_MAX, self._fit, -(-split // 32) * 32)))
 
     def run(self, x, batch_size: int | None = None) -> np.ndarray:

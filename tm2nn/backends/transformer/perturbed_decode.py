@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from tm2nn import threads
 from tm2nn.backends.transformer.runtime import encode
 from tm2nn.devices import torch_device
 from tm2nn.errors import Tm2nnError
@@ -435,31 +436,27 @@ def attack(compiled, texts: list[str], eps_max: float = 1.0, method: str = "rand
     ``seconds``."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: intra-op threads only contend
+    threads.use_torch()  # small tensors (tm2nn.threads)
     texts = list(texts)
     t0 = time.perf_counter()
-    try:
-        with torch.no_grad() if method == "random" else torch.enable_grad():
-            P = PerturbedTransformer(compiled, device=device)
-            check_memory(attack_memory(P, trials, method),  # one input: the least a chunk holds
-                         f"the {method} attack on one input x {trials:,} trials ({P.n_params():,} "
-                         "parameters per perturbation)", ("trials",))
-            fit = max(1, int(memory_limit() // 4 // max(1, attack_memory(P, trials, method))))
-            parts, done, size = [], 0, 1
-            while done < len(texts):
-                if deadline is not None and parts and time.perf_counter() >= deadline:
-                    break  # the first chunk always runs (it stops its own iterations there)
-                chunk = texts[done:done + min(size, fit)]
-                t1 = time.perf_counter()
-                parts.append(_attack(compiled, chunk, float(eps_max), method, int(trials), int(steps), int(seed) + done,
-                                     eps0, float(surrogate_beta), target, device, P=P, deadline=deadline))
-                done += len(chunk)
-                rate = len(chunk) / max(time.perf_counter() - t1, 1e-6)
-                left = math.inf if deadline is None else deadline - time.perf_counter()
-                size = int(max(1, min(size * 4, rate * min(left, 30.0))))
-    finally:
-        torch.set_num_threads(threads)
+    with torch.no_grad() if method == "random" else torch.enable_grad():
+        P = PerturbedTransformer(compiled, device=device)
+        check_memory(attack_memory(P, trials, method),  # one input: the least a chunk holds
+                     f"the {method} attack on one input x {trials:,} trials ({P.n_params():,} "
+                     "parameters per perturbation)", ("trials",))
+        fit = max(1, int(memory_limit() // 4 // max(1, attack_memory(P, trials, method))))
+        parts, done, size = [], 0, 1
+        while done < len(texts):
+            if deadline is not None and parts and time.perf_counter() >= deadline:
+                break  # the first chunk always runs (it stops its own iterations there)
+            chunk = texts[done:done + min(size, fit)]
+            t1 = time.perf_counter()
+            parts.append(_attack(compiled, chunk, float(eps_max), method, int(trials), int(steps), int(seed) + done,
+                                 eps0, float(surrogate_beta), target, device, P=P, deadline=deadline))
+            done += len(chunk)
+            rate = len(chunk) / max(time.perf_counter() - t1, 1e-6)
+            left = math.inf if deadline is None else deadline - time.perf_counter()
+            size = int(max(1, min(size * 4, rate * min(left, 30.0))))
     out = min(parts, key=lambda r: r["eps"])
     out = dict(out, per_input=np.concatenate([r["per_input"] for r in parts]
                                             + [np.full(len(texts) - done, math.inf)]),

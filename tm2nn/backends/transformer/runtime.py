@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tm2nn import threads
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import check_input
 from tm2nn.limits import memory_limit
@@ -57,16 +58,10 @@ def torch_runner(net_or_module, progress=None):
 
     def run(tokens: np.ndarray) -> np.ndarray:
         outs = []
-        threads = torch.get_num_threads()
-        # A decode step is a chain of tiny ops: extra intra-op threads only add
-        # synchronisation (and oversubscribe a shared machine).
-        torch.set_num_threads(1)
-        try:
-            with torch.no_grad(), loop_progress(mod, progress):
-                for s in range(0, tokens.shape[0], BATCH):
-                    outs.append(mod(torch.from_numpy(tokens[s:s + BATCH]).to(device)).cpu().numpy())
-        finally:
-            torch.set_num_threads(threads)
+        threads.use_torch()  # a decode step is a chain of tiny ops (tm2nn.threads)
+        with torch.no_grad(), loop_progress(mod, progress):
+            for s in range(0, tokens.shape[0], BATCH):
+                outs.append(mod(torch.from_numpy(tokens[s:s + BATCH]).to(device)).cpu().numpy())
         return np.concatenate(outs)
     return run
 
