@@ -210,7 +210,7 @@ def limit_flags(p):
     g.add_argument("--max-source-size", type=flag_size, metavar="SIZE",
                    help=f"refuse files larger than this (sources, training sets, input lists; default "
                    f"{MAX_SOURCE_BYTES // 2**20}M; env TM2NN_MAX_SOURCE)")
-    g.add_argument("--threads", type=flag_int(1), metavar="N",
+    g.add_argument("--threads", type=flag_int(1, threads.MAX_THREADS), metavar="N",
                    help=f"threads for torch, onnxruntime and numba (default: {threads.DEFAULTS[threads.STEP]}, "
                    f"measured fastest for tm2nn's small per-step graphs; env {threads.ENV})")
     return p

@@ -30,6 +30,8 @@ STEP = "step"
 BULK = "bulk"
 #: threads per kind of work when the user sets none (measured: docs/benchmarks.md, "Threads")
 DEFAULTS = {STEP: 1, BULK: 1}
+#: the most threads a user may ask for (torch and onnxruntime take a C int; far above any core count)
+MAX_THREADS = 4096
 
 _override: int | None = None
 
@@ -38,7 +40,7 @@ def set_threads(n: int | None) -> None:
     """Use ``n`` threads for every kind of work (None: back to the environment, else
     :data:`DEFAULTS`); the libraries already loaded get it now."""
     global _override
-    _override = None if n is None else check_int("threads", n, 1)
+    _override = None if n is None else check_int("threads", n, 1, MAX_THREADS)
     if "torch" in sys.modules:
         use_torch()
     if "numba" in sys.modules:
@@ -55,8 +57,8 @@ def count(kind: str = STEP) -> int:
         return _override
     text = os.environ.get(ENV)
     if text:
-        if not text.strip().isdigit() or int(text) < 1:
-            raise Tm2nnError(f"{ENV}: expected an integer ≥ 1, got {text!r}")
+        if not text.strip().isdigit() or not 1 <= int(text) <= MAX_THREADS:
+            raise Tm2nnError(f"{ENV}: expected an integer in [1, {MAX_THREADS}], got {text!r}")
         return int(text)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(DEFAULTS[kind], cores))

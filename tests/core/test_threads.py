@@ -75,10 +75,11 @@ def test_the_flag_sets_the_count_for_one_command(run_cli, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,env,message", [
-    (["--threads", "0"], None, "--threads: expected an integer ≥ 1, got 0"),
-    (["--threads", "two"], None, "--threads: expected an integer ≥ 1, got 'two'"),
-    ([], "0", "TM2NN_THREADS: expected an integer ≥ 1, got '0'"),
-    ([], "lots", "TM2NN_THREADS: expected an integer ≥ 1, got 'lots'"),
+    (["--threads", "0"], None, "--threads: expected an integer in [1, 4096], got 0"),
+    (["--threads", "2147483648"], None, "--threads: expected an integer in [1, 4096], got 2147483648"),
+    (["--threads", "two"], None, "--threads: expected an integer in [1, 4096], got 'two'"),
+    ([], "0", "TM2NN_THREADS: expected an integer in [1, 4096], got '0'"),
+    ([], "lots", "TM2NN_THREADS: expected an integer in [1, 4096], got 'lots'"),
 ])
 def test_a_bad_count_is_one_line_and_exit_2(run_cli, monkeypatch, argv, env, message):
     if env is not None:
@@ -90,7 +91,7 @@ def test_a_bad_count_is_one_line_and_exit_2(run_cli, monkeypatch, argv, env, mes
 
 
 def test_set_threads_checks_its_count():
-    with pytest.raises(OptionError, match="threads: expected an integer ≥ 1, got 0"):
+    with pytest.raises(OptionError, match=r"threads: expected an integer in \[1, 4096\], got 0"):
         threads.set_threads(0)
     with pytest.raises(ValueError, match="unknown kind"):
         threads.count("huge")
