@@ -99,7 +99,7 @@ def emulation_clean(n: int, seed: int) -> dict:
             "accuracy": row["test_accuracy"], "mismatches": row["mismatches"]}
 
 
-def perturbed_engine(ir, perturb: Perturb, threads: int = 1):
+def perturbed_engine(ir, perturb: Perturb):
     """The float64 engine (``train_torch.TorchEngine``) whose every SGD step is followed by
     :func:`mlp_baseline.perturb_update` on every weight of G_n (M_s edges and frozen
     edges alike, as Theorem 5's noise)."""
@@ -109,7 +109,7 @@ def perturbed_engine(ir, perturb: Perturb, threads: int = 1):
 
     class PerturbedEngine(TorchEngine):
         def __init__(self) -> None:
-            super().__init__(ir, threads)
+            super().__init__(ir)
             self.all = float_params(self.module)
             self.gen = torch.Generator().manual_seed(perturb.seed + 1)
             snap_to_grid(self.all, perturb.grid)  # a no-op when G_n's weights lie on the grid
@@ -133,10 +133,7 @@ def emulation_perturbed(n: int, seed: int, perturb: Perturb, threads: int = 1) -
     fails is reported, and training goes on unchecked after it.  (The float64 engine's own
     exactness checks -- every M_s weight bitwise ± its start, every other edge unchanged --
     fail at the first noisy step by definition, so they are not the criterion here.)"""
-    import numpy as np
-
-    from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
-    from tm2nn.backends.abbe_sandon.train import StepChecker, held_out_inputs, prepare_stream
+    from tm2nn import threads as tm2nn_threads
     from tm2nn.learners.examples import parity_learner
     from tm2nn.learners.targets import parity_target, samples
 
@@ -144,7 +141,21 @@ def emulation_perturbed(n: int, seed: int, perturb: Perturb, threads: int = 1) -
     tg = parity_target(parity_secret(n, seed))
     stream = samples(tg, 12 * n, seed, random_bits=len(lr.random))
     t0 = time.perf_counter()
-    eng = perturbed_engine(build_ir_net(lr), perturb, threads)
+    tm2nn_threads.set_threads(threads)  # the engine's steps run on tm2nn.threads' count
+    try:
+        return _emulate(lr, tg, stream, perturb, n, seed, t0)
+    finally:
+        tm2nn_threads.set_threads(None)
+
+
+def _emulate(lr, tg, stream, perturb: Perturb, n: int, seed: int, t0: float) -> dict:
+    import numpy as np
+
+    from tm2nn.backends.abbe_sandon.ir_net import build_ir_net
+    from tm2nn.backends.abbe_sandon.train import StepChecker, held_out_inputs, prepare_stream
+    from tm2nn.learners.targets import samples
+
+    eng = perturbed_engine(build_ir_net(lr), perturb)
     ref, Z, ys = prepare_stream(lr, stream.xs, stream.ys, stream.rs, stream.r2s if lr.coin else None)
     chk = StepChecker(lr, ref, ys, eng.memory())
     checking = True
