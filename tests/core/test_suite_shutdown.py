@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: a cycle whose finalizer takes 10 s (sleeping, no CPU): freed only by a collection
+#: a cycle whose finalizer takes 7 s (sleeping, no CPU; execnet waits 5): freed only by a collection
 SLOW_END = '''
 import gc
 import time
@@ -20,7 +20,7 @@ import time
 
 class Slow:
     def __del__(self):
-        time.sleep(10)
+        time.sleep(7)
 
 
 def test_leaves_a_slow_cycle():
