@@ -10,6 +10,7 @@ import pytest
 
 import tm2nn
 from tests.conftest import EXAMPLES
+from tests.core.cli.test_interrupt import LOOP
 from tm2nn.options import fields_of
 
 VERBS = ("run", "compile", "info", "verify", "margin", "learn", "viz")
@@ -71,18 +72,8 @@ def test_a_misspelt_flag_gets_the_close_flag_and_the_verbs_help(run_cli):
     assert r.code == 2 and "did you mean" not in r.err and "'tm2nn verify --help'" in r.err
 
 
-FOREVER = """machine forever {
-  alphabet: 0 1
-  blank: 0
-  states: A B H
-  start: A
-  halt: H
-  A 0 -> 1 R B
-  B 0 -> 1 L A
-  A 1 -> 1 R A
-  B 1 -> 1 R B
-}
-"""
+#: never halts: the head walks right forever writing 1s (test_interrupt's loop, all ones)
+FOREVER = LOOP.replace("B 0 -> 0 R A", "B 0 -> 1 R A")
 
 
 def test_a_long_tape_is_shown_as_a_window_around_the_head(run_cli, tmp_path):
@@ -91,11 +82,11 @@ def test_a_long_tape_is_shown_as_a_window_around_the_head(run_cli, tmp_path):
     r = run_cli("run", src, "--max-steps", "100000")
     assert r.code == 1 and "did not halt" in r.out
     assert max(len(line) for line in r.out.splitlines()) < 300
-    assert "[49,919 cells left out] '" + "1" * 81 + "' (of 50,000; --full-tape prints them all)" in r.out
+    assert "[99,919 cells left out] '" + "1" * 81 + "' (of 100,000; --full-tape prints them all)" in r.out
     js = run_cli("run", src, "--max-steps", "100000", "--json")
-    assert json.loads(js.out)["tape"] == "1" * 50000  # --json keeps the whole tape
+    assert json.loads(js.out)["tape"] == "1" * 100000  # --json keeps the whole tape
     full = run_cli("run", src, "--max-steps", "100000", "--full-tape")
-    assert full.code == 1 and f"tape  '{'1' * 50000}'  head 50000" in full.out
+    assert full.code == 1 and f"tape  '{'1' * 100000}'  head 100000" in full.out
     short = run_cli("run", EXAMPLES / "bb3.tm")
     assert "tape  '11111'  head 1  sigma 5" in short.out  # a short tape prints whole
 
