@@ -242,6 +242,8 @@ def _attack(compiled, inputs, seed, trials, method, steps, max_eps, eps0, joint=
     w = want.repeat_interleave(trials, 0)
     sign = w.to(torch.float64) * 2 - 1
     gen = torch.Generator().manual_seed(seed)
+    if deadline is not None:  # the budget is for the attack: the set-up (numba's first compile) is not in it
+        deadline += time.perf_counter() - t0
 
     def flipped(y):
         return ((y > thr) != w).any(1)
@@ -326,7 +328,9 @@ def margin_report(circuit: Circuit, inputs: np.ndarray, *, seed: int = 0, trials
     (``engines``: torch, fused-float); the gradient attacks run in torch, once.  The torch
     attacks run on ``device`` (default: the CPU); the bounds are computed on the CPU.
     ``budget``: seconds for all the attacks (None: no limit), an equal share of what is left
-    to each; a row's ``attacked`` says how many bisections or steps each attack did."""
+    to each, counted from the end of each attack's set-up (the fused-float engine's first
+    numba compile can take seconds on a busy machine); a row's ``attacked`` says how many
+    bisections or steps each attack did."""
     out = []
     end = None if budget is None else time.perf_counter() + check_float("budget", budget, 0.0, open_low=True)
     left = [2 * (2 * len(engines) + 2)]  # attacks still to run
