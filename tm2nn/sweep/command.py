@@ -44,7 +44,8 @@ def run(args) -> int:
         raise Tm2nnError(f"sweep takes one spec, got a second argument {args.results!r} (the results folder "
                          "goes after -o)")
 
-    spec = load_spec(args.spec)
+    with progress("reading the spec", counts=False) as bar:
+        spec = load_spec(args.spec, seen=bar and (lambda n: bar(0, None, f"spec: its globs read {n:,} entries")))
     tasks = spec.tasks()
     if args.dry_run:
         for t in tasks:
@@ -58,7 +59,15 @@ def run(args) -> int:
     from tm2nn.sweep.store import Store
 
     store = Store(args.output)
+    with store.locked():  # while this driver runs: a second driver on the folder stops here (exit 2)
+        return _drive(args, spec, tasks, store)
+
+
+def _drive(args, spec, tasks, store) -> int:
+    """The sweep on its locked results folder: rows that do not fit set aside, the
+    unfinished tasks run, the counts printed; the exit code."""
     _write_info(Path(args.output), spec, len(tasks))
+    store.settle(tasks, whole=True)  # rows of other tasks, or stale ones, set aside (one line each)
     ids = {t.id for t in tasks}
     if args.retry_failed:
         retried = store.forget(r["task_id"] for r in store.rows() if r["task_id"] in ids and r["outcome"] != "ok")

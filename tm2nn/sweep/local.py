@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -43,7 +46,36 @@ AHEAD = 4
 #: pools in a row that die before any task starts: the workers cannot start at all
 MAX_BARREN_POOLS = 3
 
+#: the temporary folder where a pool's workers note their tasks: ``<prefix><driver pid>-<random>``
+STARTED_PREFIX = "tm2nn-sweep-"
+#: PR_SET_PDEATHSIG (linux/prctl.h): a signal the kernel sends a process when its parent dies
+_PR_SET_PDEATHSIG = 1
+
 _started_dir: str | None = None  # in a worker: where it notes the task it starts
+
+
+def clean_started(folder: str | None = None) -> list[str]:
+    """Remove the temporary folders of pools whose driver is gone (a driver killed with
+    SIGKILL cannot remove its own); returns them.  Only this user's, and only those whose
+    name gives a driver pid that no longer runs."""
+    gone = []
+    for d in Path(folder or tempfile.gettempdir()).glob(f"{STARTED_PREFIX}*-*"):
+        pid = d.name[len(STARTED_PREFIX):].split("-", 1)[0]
+        with contextlib.suppress(OSError):
+            if pid.isdigit() and d.is_dir() and d.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(str(d))
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def run_local(tasks, store, *, workers: int | None = None, progress=None) -> None:
@@ -54,6 +86,12 @@ def run_local(tasks, store, *, workers: int | None = None, progress=None) -> Non
     for dead workers and Ctrl-C."""
 
     n = (os.cpu_count() or 1) if workers is None else check_int("workers", workers, 1)
+    with store.locked():  # one driver at a time on a results folder
+        clean_started()
+        _run_local(tasks, store, n, progress)
+
+
+def _run_local(tasks, store, n: int, progress) -> None:
     state = _State(unfinished(tasks, store), store, progress)
     state.report()
     barren = 0
@@ -122,7 +160,11 @@ class _State:
 
 
 def unfinished(tasks, store) -> list[dict]:
-    """The tasks without a row, as JSON dicts, each id once, in the given order."""
+    """The tasks without a row, as JSON dicts, each id once, in the given order; a row that
+    does not fit its task (stale: its source changed since) is set aside first
+    (:meth:`~tm2nn.sweep.store.Store.settle`), and its task is among them."""
+    tasks = list(tasks)
+    store.settle(tasks)
     finished = store.finished()
     out, seen = [], set()
     for t in tasks:
@@ -139,7 +181,7 @@ def _pool_round(jobs: list[dict], size: int, state: _State):
     futures).  None when every job finished; when the pool broke, ``(running, waiting,
     how)``: the unfinished jobs that had started, those that had not, and how each started
     one's worker ended (task id -> "signal SIGKILL", "exit code 1"; key None: the pool's)."""
-    started = tempfile.mkdtemp(prefix="tm2nn-sweep-")
+    started = tempfile.mkdtemp(prefix=f"{STARTED_PREFIX}{os.getpid()}-")
     pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_local, initargs=(started,))
     queue, in_flight, broken = collections.deque(jobs), {}, []
@@ -215,8 +257,29 @@ def _init_local(started: str) -> None:
     traceback from every worker."""
     global _started_dir
     _started_dir = started
+    die_with(int(Path(started).name[len(STARTED_PREFIX):].split("-", 1)[0]))
     init_worker()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def die_with(driver: int) -> None:
+    """End this worker when the driver process ``driver`` ends, however it ends (SIGKILL
+    too): on Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``);
+    elsewhere a thread checks the parent every second.  A worker whose driver is gone
+    already exits at once."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    if os.getppid() != driver:  # it died before the signal was armed
+        os._exit(1)
+    if not armed:
+        def watch():
+            while os.getppid() == driver:
+                time.sleep(1.0)
+            os._exit(1)
+        threading.Thread(target=watch, name="tm2nn-driver-watch", daemon=True).start()
 
 
 def _work(job: dict) -> dict:

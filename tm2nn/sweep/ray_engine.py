@@ -59,6 +59,11 @@ def run_ray(tasks, store, *, address: str, progress=None, options: RayOptions | 
     already (then it uses that connection and leaves it open).  Ctrl-C or SIGTERM cancels
     the tasks in flight and re-raises ``KeyboardInterrupt``; the rows written stay."""
 
+    with store.locked():  # one driver at a time on a results folder
+        _run_ray(tasks, store, address, progress, options)
+
+
+def _run_ray(tasks, store, address: str, progress, options) -> None:
     opts = options or RayOptions()
     todo = unfinished(tasks, store)
     loaded = sys.modules.get("ray")
@@ -102,9 +107,15 @@ def _reachable(address: str) -> str:
         if found is not None:
             target, why = found, f" (the cluster Ray found on this machine, at {found})"
     where = _host_port(target)
-    if where is not None and not _accepts(where, 5.0):
+    if where is None:
+        return target
+    if not _accepts(where, PROBE_SECONDS):
         raise Tm2nnError(f"cannot connect to the Ray cluster at {address}{why}: nothing accepts connections at "
                          f"{where[0]}:{where[1]} (start one with 'ray start --head', or give its address)")
+    odd = _not_grpc(where, PROBE_SECONDS)
+    if odd:
+        raise Tm2nnError(f"cannot connect to the Ray cluster at {address}{why}: {where[0]}:{where[1]} accepts "
+                         f"connections but is not a Ray cluster ({odd}; Ray's head answers in gRPC, HTTP/2)")
     return target
 
 
@@ -154,6 +165,35 @@ def _host_port(address: str):
     if not sep or not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
+
+
+#: seconds the probe of an address waits to connect, and then for an HTTP/2 answer
+PROBE_SECONDS = 5.0
+#: what an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _not_grpc(where, timeout: float) -> str | None:
+    """Why ``(host, port)`` is not a gRPC server (the head's GCS, or a Ray client server),
+    None when it answers an HTTP/2 preface with a SETTINGS frame within ``timeout``
+    seconds, as every HTTP/2 server does.  Something else (a web server, a database, a
+    port that accepts and says nothing) would leave ``ray.init`` retrying for minutes."""
+    try:
+        with socket.create_connection(where, timeout=timeout) as s:
+            deadline = time.monotonic() + timeout
+            s.sendall(_H2_HELLO)
+            head = b""
+            while len(head) < 9:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = s.recv(9 - len(head))
+                if not chunk:
+                    return "it closed the connection without an answer" if not head else "its answer is not HTTP/2"
+                head += chunk
+    except socket.timeout:
+        return f"no answer within {timeout:g} s"
+    except OSError as e:
+        return f"the connection failed: {e.strerror or e}"
+    return None if head[3] == 4 else "its answer is not HTTP/2"
 
 
 def _accepts(where, timeout: float) -> bool:

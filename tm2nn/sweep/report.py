@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json as _json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -419,15 +420,22 @@ def _folder(folder: str | Path, what: str) -> Path:
         try:
             p.mkdir()
         except OSError as e:
-            raise Tm2nnError(f"cannot make the {what} folder {str(p)!r}: {e.strerror or e}") from None
+            raise _Unwritable(f"cannot make the {what} folder {str(p)!r}: {e.strerror or e}") from None
     return p
 
 
-def plots(rows: list[dict], folder: str | Path, notes: list[str] | None = None) -> list[Path]:
+class _Unwritable(Tm2nnError):
+    """A folder that cannot be made (a read-only or full disk), not a mistake in a flag."""
+
+
+def plots(rows: list[dict], folder: str | Path, notes: list[str] | None = None,
+          failed: list[str] | None = None) -> list[Path]:
     """Draw the PNGs ``rows`` allow into ``folder`` (created if missing) and return their
     paths: margin vs a numeric option (T), beta_min vs it, verify's seconds vs it (log-log),
     each per backend (and per ``corrections`` where it varies), and a histogram of task
-    seconds.  What cannot be drawn is appended to ``notes`` (when given)."""
+    seconds.  What cannot be drawn is appended to ``notes`` (when given); a plot that
+    cannot be written (a read-only or full disk) gets a note too, and its path goes to
+    ``failed`` (when given)."""
 
     rows = list(rows)
     plans, why = _plan(rows)
@@ -435,13 +443,23 @@ def plots(rows: list[dict], folder: str | Path, notes: list[str] | None = None) 
     notes += [n for n in why if n not in notes]
     if not plans:
         return []
-    out = _folder(folder, "plots")
+    failed = failed if failed is not None else []
+    try:
+        out = _folder(folder, "plots")
+    except _Unwritable as e:  # a read-only or full disk: the tables still come out
+        failed += [str(Path(folder) / plan.file) for plan in plans]
+        notes.append(f"plots not written: {e.message}")
+        return []
     title = _sweep_name(rows)
     written = []
     for plan in plans:
         fig = _DRAW[plan.kind](plan, title, notes)
         if fig is not None:
-            written.append(save(fig, out / plan.file))
+            try:
+                written.append(save(fig, out / plan.file))
+            except (Tm2nnError, OSError) as e:
+                failed.append(str(out / plan.file))
+                notes.append(f"{plan.file} not written: {e.message if isinstance(e, Tm2nnError) else e}")
     return written
 
 
@@ -559,8 +577,12 @@ def report(results_folder: str | Path, out: str | Path | None = None, json: bool
     if isinstance(meta.get("tasks"), int) and not isinstance(meta.get("tasks"), bool):
         summary["spec_tasks"] = meta["tasks"]
     notes = summary["plots"]["notes"]
-    files = plots(rows, Path(out) if out is not None else Path(results_folder) / "plots", notes)
+    failed: list[str] = []
+    files = plots(rows, Path(out) if out is not None else Path(results_folder) / "plots", notes, failed)
     summary["plots"]["files"] = [str(f) for f in files]
+    if failed:
+        print(f"tm2nn: warning: {len(failed)} plot{'s' if len(failed) > 1 else ''} not written "
+              f"({', '.join(Path(f).name for f in failed)} in {Path(failed[0]).parent}): see the notes", file=sys.stderr)
     if json:
         print(_json.dumps(summary, default=str))
     else:

@@ -16,7 +16,6 @@ the finished ones.
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import itertools
 import json
@@ -33,6 +32,7 @@ from tm2nn.fileio import read_input
 from tm2nn.ir import GridMachine, Machine
 from tm2nn.limits import SEED_MAX, check_float, check_int
 from tm2nn.options import OptionError, fields_of
+from tm2nn.sweep.walk import Walk
 from tm2nn.syntax import FORMATS, guess_format, load_all, select
 
 try:
@@ -116,13 +116,14 @@ class SweepSpec:
         return list(self._tasks)
 
 
-def load_spec(path) -> SweepSpec:
+def load_spec(path, seen=None) -> SweepSpec:
     """Read, check and expand the spec at ``path`` (every error a located
-    :class:`Tm2nnError`; nothing runs)."""
+    :class:`Tm2nnError`; nothing runs).  ``seen(n)``: told the folder entries the globs
+    have read so far, as they walk (at most :data:`tm2nn.sweep.walk.MAX_ENTRIES`)."""
 
     data = read_input(path, "sweep spec")
     doc = _Doc.of(str(path), data)
-    return _Builder(doc, data).build()
+    return _Builder(doc, data, seen).build()
 
 
 # -- where things are in the spec's text ----------------------------------------------------
@@ -344,8 +345,9 @@ class _Item:
 class _Builder:
     """Checks the parsed TOML against the format and expands it (one spec, once)."""
 
-    def __init__(self, doc: _Doc, data: bytes):
+    def __init__(self, doc: _Doc, data: bytes, seen=None):
         self.doc = doc
+        self.walk = Walk(seen=seen)
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.folder = os.path.dirname(os.path.abspath(doc.path))
         try:
@@ -473,7 +475,9 @@ class _Builder:
             raise self.doc.at(f"not a file name or glob: {pattern!r}", *where)
         full = os.path.join(self.folder, os.path.expanduser(pattern))
         try:
-            found = sorted({os.path.normpath(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p)})
+            found = sorted({os.path.normpath(p) for p in self.walk.glob(full) if os.path.isfile(p)})
+        except Tm2nnError as e:  # more entries than a spec's globs may read
+            raise self.doc.at(e.message.replace(repr(full), repr(pattern)), *where) from None
         except (OSError, ValueError) as e:
             raise self.doc.at(f"cannot read the glob {pattern!r}: {e}", *where) from None
         if not found:

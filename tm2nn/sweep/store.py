@@ -20,6 +20,7 @@ standard error, so its task runs again and every other row is kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,7 +31,13 @@ import pyarrow as pa
 
 from tm2nn.errors import Tm2nnError, render_located
 from tm2nn.fileio import replace_atomic, stale_temps, write_atomic
-from tm2nn.sweep.tasks import one_line
+from tm2nn.sweep.spec import canonical
+from tm2nn.sweep.tasks import one_line, reads_sha256
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock (one driver per folder is then the user's care)
+    fcntl = None
 
 #: The results table's columns (docs/sweep.md, "Results"); ``name``, ``format``, ``error``
 #: and ``source_sha256`` (a source that could not be read) may be null.
@@ -63,6 +70,12 @@ os.umask(_UMASK)
 _MODE = 0o666 & ~_UMASK
 #: where row files that do not read as rows are moved (beside ``rows/``)
 QUARANTINE = "quarantine"
+#: the lock file a driver holds (``fcntl.flock``) while it runs, with its pid in it
+LOCK = ".lock"
+#: quarantine lines said one by one for rows of other tasks; the rest in one line
+SAY_FOREIGN = 10
+#: the task's columns a row must match (the columns the task id hashes)
+TASK_COLUMNS = ("kind", "source", "name", "format", "backend", "options", "args")
 #: a task id as a file name (the contract's ids are 16 hex digits)
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -82,6 +95,8 @@ class Store:
         #: the rows read so far: file name -> ((size, mtime), table), read again when the file changes
         self._read: dict[str, tuple[tuple, pa.Table]] = {}
         self._skipped: set[str] = set()  # damaged rows that could not be moved aside
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
         if self.folder.exists() and not self.folder.is_dir():
             raise Tm2nnError(f"the results folder {str(self.folder)!r} is a file, not a folder")
         if self.folder.is_dir() and not self.rows_dir.is_dir() and not (self.folder / "sweep.json").exists() \
@@ -134,6 +149,8 @@ class Store:
         into :data:`QUARANTINE` (:meth:`quarantine`)."""
         out = []
         for p in self._row_files():
+            if p.name in self._skipped:  # set aside in place (a read-only folder): not a finished row
+                continue
             try:
                 st = p.stat()
                 key = (st.st_size, st.st_mtime_ns)
@@ -147,10 +164,10 @@ class Store:
                 self.quarantine(p, e.message)
         return out
 
-    def quarantine(self, path: Path, why: str) -> None:
+    def quarantine(self, path: Path, why: str, say: bool = True) -> bool:
         """Move the row file ``path`` into ``RESULTS/quarantine/`` (its task then runs
-        again), saying so in one line; where it cannot be moved (a read-only folder) it is
-        left in place and skipped."""
+        again), saying so in one line (unless not ``say``); where it cannot be moved (a
+        read-only folder) it is left in place and skipped.  True when it was moved."""
         dest_dir = self.folder / QUARANTINE
         dest = dest_dir / path.name
         try:
@@ -159,13 +176,101 @@ class Store:
             while dest.exists():  # an earlier one of the same name stays
                 dest, k = dest_dir / f"{path.stem}.{k}{path.suffix}", k + 1
             os.replace(path, dest)
-            done = f"moved to {dest}; its task runs again"
+            done, moved = f"moved to {dest}; its task runs again", True
+        except FileNotFoundError:  # another reader moved it meanwhile
+            self._read.pop(path.name, None)
+            return False
         except OSError as e:
             if path.name in self._skipped:  # said once
-                return
+                return False
             self._skipped.add(path.name)
-            done = f"left in place and skipped (it cannot be moved: {e.strerror or e})"
-        self._warn(render_located("warning", f"{why}: {done}", str(path), None, None, None))
+            done, moved = f"left in place and skipped (it cannot be moved: {e.strerror or e})", False
+        self._read.pop(path.name, None)
+        if say:
+            self._warn(render_located("warning", f"{why}: {done}", str(path), None, None, None))
+        return moved
+
+    def settle(self, tasks, *, whole: bool = False) -> int:
+        """Set aside (:meth:`quarantine`, one line each) the rows that do not fit ``tasks``
+        (``Task`` objects or their JSON): a row whose task columns differ from its task's
+        (a row of another task under its id), a stale row (the files the task reads, its
+        source or training set, changed since the row was written: its ``source_sha256``
+        is not theirs now), and with ``whole`` (``tasks`` is the whole sweep) a row of no
+        task of them (a row of another spec, or of an earlier version of this one).
+        Their tasks run again.  Returns how many rows were set aside."""
+        by_id = {}
+        for t in tasks:
+            job = t.to_json() if hasattr(t, "to_json") else t
+            by_id.setdefault(job["id"], job)
+        sums: dict = {}
+        moved = foreign = 0
+        for p, table in self._tables():
+            job = by_id.get(p.stem)
+            if job is None:
+                if whole:
+                    foreign += 1
+                    say = foreign <= SAY_FOREIGN
+                    if self.quarantine(p, "a row of no task of this sweep (another spec's, or an earlier version's "
+                                          "of this one)", say=say):
+                        moved += 1
+                continue
+            row = table.to_pylist()[0]
+            want = {"kind": job.get("kind"), "source": job.get("source"), "name": job.get("name"),
+                    "format": job.get("format"), "backend": job.get("backend"),
+                    "options": _canonical(job.get("options")), "args": _canonical(job.get("args"))}
+            differ = [c for c in TASK_COLUMNS if row[c] != want[c]]
+            if differ:
+                why = f"a row of another task under this task's id (its {', '.join(differ)} differ)"
+            else:
+                now = reads_sha256(job, sums)
+                if row["source_sha256"] == now:
+                    continue
+                why = (f"stale: {row['source']} changed since this row was written (sha256 "
+                       f"{(row['source_sha256'] or 'none')[:12]} then, {(now or 'unreadable')[:12]} now)")
+            moved += self.quarantine(p, why)
+        if foreign > SAY_FOREIGN:
+            self._warn(f"{self.rows_dir}: warning: {foreign - SAY_FOREIGN:,} more rows of no task of this sweep: "
+                       f"moved to {self.folder / QUARANTINE} (or left where they could not be moved)")
+        return moved
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the folder's lock (``RESULTS/.lock``, ``fcntl.flock``) for the block: one
+        driver at a time writes a results folder.  A second one gets a
+        :class:`Tm2nnError` at once, naming the holder's pid.  Re-entrant on this Store."""
+        self.lock()
+        self._lock_depth += 1
+        try:
+            yield self
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0:
+                self.unlock()
+
+    def lock(self) -> None:
+        """Take the folder's lock until :meth:`unlock` or this process's end (see :meth:`locked`)."""
+        if fcntl is None or self._lock_fd is not None:
+            return
+        path = self.folder / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), _MODE)
+        except OSError as e:
+            raise Tm2nnError(f"cannot lock the results folder {str(self.folder)!r} ({path}: {e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise Tm2nnError(f"the results folder {str(self.folder)!r} is in use by another sweep driver (pid "
+                             f"{holder}): wait for it to end, or give another folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the file releases the lock
+            self._lock_fd = None
 
     def append(self, row: dict) -> bool:
         """Write ``row`` (every column; ``sweep`` is filled in when missing or None)
@@ -247,7 +352,22 @@ def _read_row(path: Path) -> pa.Table:
         raise Tm2nnError(f"not a row of a tm2nn results table ({one_line(e)})", file=str(path)) from None
     if table.num_rows != 1:
         raise Tm2nnError(f"not a row of a tm2nn results table ({table.num_rows} rows, not 1)", file=str(path))
+    nulls = [f.name for f in SCHEMA if not f.nullable and table.column(f.name).null_count]
+    if nulls:
+        raise Tm2nnError(f"not a row of a tm2nn results table (no value in {', '.join(nulls)})", file=str(path))
+    tid = table.column("task_id")[0].as_py()
+    if tid != path.stem:
+        raise Tm2nnError(f"the row of task {one_line(tid)[:64]!r} saved under the name of task {path.stem!r}",
+                         file=str(path))
     return table
+
+
+def _canonical(d) -> str:
+    """``options`` / ``args`` as a row holds them (:func:`tm2nn.sweep.tasks.failed_row`)."""
+    try:
+        return canonical(d or {})
+    except (TypeError, ValueError):
+        return ""
 
 
 def _write_row(path: Path, data: bytes) -> None:

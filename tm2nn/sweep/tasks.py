@@ -25,6 +25,7 @@ engines' fault tests use them; without the variable they are unknown arguments, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -36,6 +37,7 @@ from pathlib import Path
 import tm2nn
 from tm2nn import backends, threads
 from tm2nn.errors import Tm2nnError
+from tm2nn.options import fields_of
 from tm2nn.sweep.spec import ARGS, canonical
 
 #: outcome -> exit class (0, 1, 2 are the CLI's exit codes; 70 is EX_SOFTWARE, a bug)
@@ -111,12 +113,43 @@ def _peak_mb() -> float:
 # -- the row ----------------------------------------------------------------------------------
 def _source_sha256(path) -> str | None:
     """sha256 of the source file's bytes (None when it cannot be read: the task's error says why)."""
-    import hashlib
-
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except (OSError, TypeError, ValueError):
         return None
+
+
+def reads(task: dict) -> list[str]:
+    """The files a task reads: its source, then (for a ``learn`` task) the training sets its
+    options name (the backend's data fields)."""
+    out = [str(task.get("source"))]
+    if task.get("kind") == "learn":
+        try:
+            trainer = backends.get(str(task.get("backend"))).trainer
+            opts = task.get("options") or {}
+            out += [opts[f.name] for f in fields_of(trainer.Options) if f.data is not None
+                    and isinstance(opts.get(f.name), str)]
+        except (Tm2nnError, AttributeError, TypeError):  # no such backend, or none that learns: its error row says so
+            pass
+    return out
+
+
+def reads_sha256(task: dict, cache: dict | None = None) -> str | None:
+    """The ``source_sha256`` column: the sha256 of the source file's bytes; for a task that
+    reads more files (a learn task's training set), the sha256 of their sha256s (hex, one a
+    line, the source's first).  None when one of them cannot be read.  ``cache`` maps a
+    file to its sha256 (a spec's tasks share their files)."""
+    cache = {} if cache is None else cache
+    sums = []
+    for path in reads(task):
+        if path not in cache:
+            cache[path] = _source_sha256(path)
+        if cache[path] is None:
+            return None
+        sums.append(cache[path])
+    if len(sums) == 1:
+        return sums[0]
+    return hashlib.sha256("".join(f"{h}\n" for h in sums).encode()).hexdigest()
 
 
 def one_line(text: str) -> str:
@@ -136,10 +169,11 @@ def _error_text(e: BaseException) -> str:
 
 
 def failed_row(task: dict, outcome: str, message: str, *, seconds: float = 0.0,
-               peak_rss_mb: float = 0.0, worker: str | None = None) -> dict:
+               peak_rss_mb: float = 0.0, worker: str | None = None, sha256=False) -> dict:
     """A task's row with empty figures: an ``"error"`` or ``"crash"`` row (:func:`run_task`
     fills in the figures of the others).  The engines use it for a task whose worker died
-    (``worker`` then names the driver's process)."""
+    (``worker`` then names the driver's process).  ``sha256``: the ``source_sha256`` of
+    what the task read (default: hashed now)."""
 
     return {
         "task_id": str(task.get("id")), "sweep": None, "kind": str(task.get("kind")),
@@ -148,7 +182,7 @@ def failed_row(task: dict, outcome: str, message: str, *, seconds: float = 0.0,
         "args": _json_column(task.get("args")), "outcome": outcome, "exit_class": EXIT_CLASS[outcome],
         "error": one_line(message) if message is not None else None, "figures": figures_json({}),
         "seconds": float(seconds), "peak_rss_mb": float(peak_rss_mb), "tm2nn_version": tm2nn.__version__,
-        "source_sha256": _source_sha256(task.get("source")), "worker": worker or _worker(),
+        "source_sha256": reads_sha256(task) if sha256 is False else sha256, "worker": worker or _worker(),
         "finished_at": _now(),
     }
 
@@ -176,6 +210,7 @@ def run_task(task: dict) -> dict:
     docs/sweep.md, "Results"; ``sweep`` is None until the driver's store fills it in).
     Never raises for the task itself: see the module doc."""
 
+    sha256 = reads_sha256(task)  # before the task: a file edited while it runs leaves a row that reruns
     _reset_peak()
     t0 = time.perf_counter()
     try:
@@ -186,7 +221,7 @@ def run_task(task: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a bug in tm2nn: recorded, and the sweep goes on (MemoryError too)
         outcome, figures, message = "crash", {}, _error_text(e)
     seconds = time.perf_counter() - t0
-    row = failed_row(task, outcome, message, seconds=seconds, peak_rss_mb=_peak_mb())  # lifetime peak if not reset
+    row = failed_row(task, outcome, message, seconds=seconds, peak_rss_mb=_peak_mb(), sha256=sha256)  # lifetime peak if not reset
     row["figures"] = figures_json(figures)
     return row
 
