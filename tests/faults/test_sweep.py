@@ -91,6 +91,22 @@ def test_an_edited_source_runs_again_and_its_old_row_is_set_aside(tmp_path):
     assert local.unfinished(load_spec(spec).tasks(), store) == []  # the new row fits
 
 
+def test_a_learn_tasks_training_set_is_in_its_hash(tmp_path):
+    """Issue 40, point 2 (for a task that reads a dataset too): a row of a learn task is
+    stale when its training set changes, though its source did not."""
+    data = tmp_path / "train.csv"
+    data.write_text("input,output\n0,1\n")
+    job = {"id": "l1", "kind": "learn", "source": str(machine(tmp_path)), "name": None, "format": None,
+           "backend": "rcnn", "options": {"train": str(data)}, "args": {}}
+    store = Store(tmp_path / "r")
+    store.append(tasks.failed_row(job, "error", "a row"))
+    assert local.unfinished([job], store) == []
+    data.write_text("input,output\n0,0\n")
+    lines = []
+    assert [t["id"] for t in local.unfinished([job], Store(tmp_path / "r", warn=lines.append))] == ["l1"]
+    assert len(lines) == 1 and "stale" in lines[0]
+
+
 # -- point 3: the results folder -----------------------------------------------------------------------
 def _wrong_schema(path: Path) -> None:
     pq.write_table(pa.table({"x": [1]}), path)
@@ -172,6 +188,20 @@ def test_rows_of_another_spec_are_set_aside(tmp_path, run_cli):
     assert r.err.count("a row of no task of this sweep") == 2 and len(quarantined(tmp_path / "r")) == 2
     rep = run_cli("sweep", "report", tmp_path / "r")
     assert rep.code == 0 and "new: 1 of 1 tasks finished" in rep.out
+
+
+def test_many_rows_of_another_spec_are_counted_in_one_line(tmp_path, monkeypatch):
+    """Issue 40, point 3: past the first few, the rows of no task of the sweep are set
+    aside with one line that counts them (not a line each for 200 rows)."""
+    from tm2nn.sweep import store as store_module
+
+    machine(tmp_path)
+    monkeypatch.setattr(store_module, "SAY_FOREIGN", 1, raising=False)
+    ran(spec_file(tmp_path, "old", steps="30, 40, 50"), tmp_path / "r")
+    lines = []
+    store = Store(tmp_path / "r", warn=lines.append)
+    assert store.settle(load_spec(spec_file(tmp_path, "new")).tasks(), whole=True) == 3
+    assert len(lines) == 2 and "2 more rows of no task of this sweep" in lines[1] and store.rows() == []
 
 
 # -- point 4: SIGKILL of the driver ------------------------------------------------------------------
@@ -258,6 +288,47 @@ def _jobs(src):
             for k in range(3)]
 
 
+WATCHED = """
+import os, subprocess, sys, time
+if sys.argv[1] == "parent":
+    child = subprocess.Popen([sys.executable, __file__, "child", str(os.getpid())])
+    print(child.pid, flush=True)
+    time.sleep(60)
+else:
+    sys.platform = "darwin"  # no prctl: the fallback, a thread that watches the parent
+    from tm2nn.sweep.local import die_with
+    die_with(int(sys.argv[2]))
+    open(__file__ + ".armed", "w").close()
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_without_prctl_a_worker_still_dies_with_its_driver(tmp_path):
+    """Issue 40, point 4 (the fallback where there is no parent-death signal): a thread in
+    the worker sees its parent gone within about a second and ends the worker."""
+    (tmp_path / "w.py").write_text(WATCHED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "w.py"), "parent"], stdout=subprocess.PIPE, env=env)
+    child = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "w.py.armed").exists():  # the child has armed its watch
+            assert _running(child) and time.monotonic() < deadline
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(child)
+    finally:
+        parent.kill()
+        parent.stdout.close()
+        if _running(child):
+            os.kill(child, signal.SIGKILL)
+
+
 # -- point 10: smaller holes -------------------------------------------------------------------------
 def test_a_glob_that_reads_too_much_is_a_located_error(tmp_path, monkeypatch):
     """Issue 40, point 10 (a spec glob '/**/*.tm' ran past 90 s with no output): the walk
@@ -269,6 +340,9 @@ def test_a_glob_that_reads_too_much_is_a_located_error(tmp_path, monkeypatch):
         shutil.copy(EXAMPLES / "bb3.tm", tmp_path / "deep" / f"d{k}" / "m.tm")
     spec = spec_file(tmp_path, sources=("deep/**/*.tm",))
     assert len(load_spec(spec).tasks()) == 12
+    seen = []
+    monkeypatch.setattr(walk, "EVERY", 10)
+    assert len(load_spec(spec, seen=seen.append).tasks()) == 12 and seen[:2] == [10, 20]  # the progress line's count
     monkeypatch.setattr(walk, "MAX_ENTRIES", 20)
     with pytest.raises(Tm2nnError) as e:
         load_spec(spec)
