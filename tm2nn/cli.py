@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, interrupt
+from tm2nn import __version__, backends, interrupt, memwatch
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        with _applied_limits(args):  # --max-memory, --max-source-size, --threads
+        with _applied_limits(args), memwatch.watching():  # --max-memory, --max-source-size, --threads
             return (_VERBS.get(args.verb) or args.handler)(args)
     except OptionError as e:
         print(e.for_cli(flag_of).render(), file=sys.stderr)
@@ -194,13 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tm2nn: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except MemoryError as e:  # an allocation past the estimates (or past a raised --max-memory)
-        what = str(e).split(" for an array")[0] if str(e) else "an allocation failed"
-        print(f"tm2nn: error: out of memory ({what}); lower the sizes asked for "
-              f"(--max-memory sets how much tm2nn may plan to use)", file=sys.stderr)
-        return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
+    except (memwatch.MemoryLimitExceeded, Exception) as e:  # an allocation past the estimates or the limit
+        if not memwatch.allocation_failure(e):  # a torch/onnxruntime/numpy one; any other error is a bug
+            raise
+        print(f"tm2nn: error: {memwatch.message(e)}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 # -- verbs ----------------------------------------------------------------------------------
@@ -305,7 +305,10 @@ def cmd_eval(args) -> int:
 
     texts = list(args.input or [])
     if args.inputs:
-        texts += SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
+        lines = SourceText(args.inputs, read_input(args.inputs, "--inputs")).text.splitlines()
+        if not lines:  # a run of nothing is no pass
+            raise Tm2nnError(f"--inputs {args.inputs}: the file holds no input (one a line; an empty line is the empty input)")
+        texts += lines
     if not texts and not args.inputs:
         texts = [""]
     Compiled.checked_device(args.device, args.engine or "torch")  # before loading (no engine: torch off the CPU)

@@ -130,10 +130,11 @@ def print_verify(rep) -> None:
 
     c = console()
     c.print(f"{rep.backend}: {rep.n_inputs:,} inputs against {rep.reference}, {rep.seconds:.1f} s", markup=False)
-    cut = "" if rep.complete else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
+    cut = "" if not rep.cut else f" (stopped by the {rep.budget:g} s budget after {rep.n_inputs:,})"
     if rep.min_samples and rep.n_inputs >= rep.min_samples and rep.seconds > (rep.budget or 0):
         cut += f" (past the {rep.budget:g} s budget to reach --min-samples {rep.min_samples:,})"
     c.print(f"  inputs: {rep.how}{cut}", markup=False)
+    c.print(f"  coverage: {rep.covered}", markup=False)
     c.print(f"  compared: {rep.compares}", markup=False)
     for eng, bad in rep.engines.items():
         dev = rep.max_deviation.get(eng, 0.0)
@@ -197,6 +198,10 @@ def print_eval(compiled, texts: list[str], reports, checked, as_json: bool, echo
         if d is not None:
             console().print(f"[red]not {escape(reference)}'s run:[/] " + escape(divergence_text(d)))
     bad = [d for d in diverged if d is not None]
+    if not as_json:  # how many inputs it ran, and how many the reference agrees with
+        checked_how = (f": {len(texts) - len(bad):,} agree with {reference}" if checked
+                       else " (no reference checks its reports)")
+        print(f"ran {len(texts):,} input{'s' if len(texts) != 1 else ''}{checked_how}")
     if bad:
         print(render_located("error", f"its run is not {reference}'s on {len(bad)} of {len(texts)} input(s); first: "
                              f"{divergence_text(bad[0])}", compiled.path, None, None, None), file=sys.stderr)

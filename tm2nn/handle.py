@@ -21,9 +21,16 @@ from tm2nn import backends
 from tm2nn.backends.protocol import DENSE, Backend, Model, model_fields
 from tm2nn.devices import CPU, check_device, check_engine_device, is_cpu, torch_device
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
+from tm2nn.memwatch import allocation_failure
 from tm2nn.options import OptionError
 from tm2nn.syntax import native_text
 from tm2nn.verify.check import DEFAULT_BUDGET, divergences, verify_compiled
+
+#: Bytes one input's run takes beyond the network's own arrays: its report (a dict of
+#: strings), the check against the reference and the text printed (measured: 1.3 KB for
+#: a 9-bit circuit's input in ``tm2nn eval --inputs``).
+REPORT_BYTES = 1536
 
 
 @dataclass(eq=False)
@@ -209,6 +216,7 @@ class Compiled(Model):
         texts = [inputs] if single else [str(t) for t in inputs]
         self.check_engine(engine)
         dev = self.checked_device(device, engine)
+        check_memory(len(texts) * REPORT_BYTES, f"the reports of {len(texts):,} inputs", ())
         with self.failures(engine), self.on_device(dev):
             reports = self.spec.codec.run(self, texts, engine, progress) if texts else []
         return reports[0] if single else reports
@@ -248,6 +256,8 @@ class Compiled(Model):
         except MemoryError:
             raise
         except Exception as e:
+            if allocation_failure(e):  # torch's or onnxruntime's: the CLI's out-of-memory line
+                raise MemoryError(_one_line(e)) from e
             if self.path is None:
                 raise
             doing = f"running it in {engine}" if engine else "verifying it"

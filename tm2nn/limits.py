@@ -239,6 +239,15 @@ def memory_limit() -> int:
                   lambda: int(_available_now() * MEMORY_SHARE))
 
 
+def explicit_memory_limit() -> int | None:
+    """The memory limit when one was set (:func:`set_memory_limit`, ``--max-memory``,
+    ``TM2NN_MAX_MEMORY``), else None (the default share of the available memory): the
+    limit :mod:`tm2nn.memwatch` holds the resident memory to."""
+    if _memory_override is not None or os.environ.get("TM2NN_MAX_MEMORY"):
+        return memory_limit()
+    return None
+
+
 def check_memory(nbytes: float, what: str, lower: tuple[str, ...] = ()) -> None:
     """Refuse, before allocating, a request estimated at ``nbytes`` bytes when that is over
     :func:`memory_limit`.  ``what`` says what would be allocated (``"1,000,000,000 random

@@ -236,7 +236,8 @@ def test_verify_stops_at_its_budget_and_says_what_it_checked(tmp_path):
     assert [s[0] for s in seen] == sorted(s[0] for s in seen)
     assert "random tapes of 0..12 symbols" in rep.how and "seed 5" in rep.how
     small = c.verify(["1", "11", "0110"])
-    assert small.mode == "given" and small.n_inputs == 3 and small.complete
+    assert small.mode == "given" and small.n_inputs == 3 and small.distinct == 3
+    assert not small.complete and small.coverage == 3 / small.space  # 3 of the 2^13 - 1 tapes (issue 40)
 
 
 def test_verify_shows_progress_on_a_terminal(monkeypatch):

@@ -15,7 +15,7 @@ from ..import_graph import PACKAGE, circles, imports, package_of
 
 #: the packages below the backends (and the foundation's modules): none may import tm2nn.backends
 CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines")
-FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.options", "tm2nn.report",
+FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.memwatch", "tm2nn.options", "tm2nn.report",
               "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version",
               "tm2nn.devices", "tm2nn.threads")
 #: what a backend must never import: the handle, the model files, the API and the faces

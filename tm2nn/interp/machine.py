@@ -26,6 +26,9 @@ DEFAULT_MAX_STEPS = 10_000_000
 
 #: Bytes a :class:`Trace` keeps per step of a line machine.
 TRACE_BYTES_PER_STEP = 28
+#: Bytes a non-blank cell of a result takes: its entry in ``cells`` (an int key, a dict
+#: slot) and its character in the report's tape (measured: about 80).
+CELL_BYTES = 100
 
 
 @dataclass
@@ -237,6 +240,8 @@ def run_machine(
     if tr is not None:  # trace states as names-table indices -> machine state indices
         remap = array("i", [m.state_index[n] for n in t.names])
         tr.state = array("i", (remap[s] for s in tr.state))
+    written = len(tape) - tape.count(blank)  # the result's cells, checked before they are built
+    check_memory(written * CELL_BYTES, f"the result of a run that left {written:,} non-blank cells", ("max_steps",))
     cells = {i - origin: m.alphabet[s] for i, s in enumerate(tape) if s != blank}
     outcome = (m.halting.get(state, "halt")) if halted else None
     return _done(RunResult(m, input, halted, steps, state, outcome, h - origin, cells, tr), max_steps)

@@ -87,7 +87,9 @@ def _times(values) -> dict:
 def _group(rows, **key) -> dict:
     counts = {o: sum(r.get("outcome") == o for r in rows) for o in OUTCOMES}
     rss = [x for x in (_number(r.get("peak_rss_mb")) for r in rows) if x is not None]
-    return {**key, "tasks": len(rows), **counts, "seconds": _times(r.get("seconds") for r in rows),
+    partial = sum(r.get("outcome") == "ok" and (c := _coverage(r)) is not None and not c.get("complete")
+                  for r in rows)  # ok on part of the input space
+    return {**key, "tasks": len(rows), **counts, "partial": partial, "seconds": _times(r.get("seconds") for r in rows),
             "peak_rss_mb": max(rss) if rss else None}
 
 
@@ -102,6 +104,22 @@ def _first_divergence(row) -> dict | None:
     first = _obj(row.get("figures"), {})
     first = first.get("first") if isinstance(first, dict) else None
     return first if isinstance(first, dict) else None
+
+
+def _coverage(row) -> dict | None:
+    """A verify row's coverage (``figures``: ``space``, ``distinct``, ``coverage``,
+    ``complete``), None for other kinds and for rows written before it was recorded."""
+    f = _obj(row.get("figures"), {})
+    if row.get("kind") != "verify" or not isinstance(f, dict) or "complete" not in f:
+        return None
+    return {k: f.get(k) for k in ("space", "distinct", "coverage", "complete", "n_inputs")}
+
+
+def _coverage_text(c: dict) -> str:
+    """``ok, 1 of 32 inputs`` for an ok check of part of its space."""
+    if c.get("space") is None:
+        return f"ok, {c.get('distinct') or 0:,} inputs (space not known)"
+    return f"ok, {c.get('distinct') or 0:,} of {c['space']:,} inputs"
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -121,6 +139,8 @@ def summarize(rows: list[dict]) -> dict:
     bad.sort(key=lambda r: (_SEVERITY.get(r.get("outcome"), -1), str(r.get("backend")), str(r.get("source")),
                             str(r.get("name")), str(r.get("options"))))
     plans, notes = _plan(rows)
+    partial = [(r, c) for r in rows if r.get("outcome") == "ok" and (c := _coverage(r)) is not None
+               and not c.get("complete")]
     return {
         "sweep": _sweep_name(rows, None),
         "tasks": len(rows),
@@ -130,6 +150,9 @@ def summarize(rows: list[dict]) -> dict:
         "slowest": [{**_task_view(r), "seconds": float(r["seconds"])} for r in slowest],
         "failures": [{**_task_view(r), "outcome": r.get("outcome"), "exit_class": r.get("exit_class"),
                       "error": r.get("error"), "first": _first_divergence(r)} for r in bad[:FAILURES]],
+        # verify rows ok on part of their input space only (coverage below 1)
+        "partial": {"tasks": len(partial), "first": [{**_task_view(r), **c, "text": _coverage_text(c)}
+                                                     for r, c in partial[:FAILURES]]},
         "plots": {"planned": [{"kind": p.kind, "x": p.x, "file": p.file, "what": p.what} for p in plans],
                   "notes": notes},
     }
@@ -515,6 +538,8 @@ def render(summary: dict, console=None) -> None:
         for g in groups:
             sec = g["seconds"]
             counts = [(f"[red]{g[o]:,}[/]" if g[o] and o != "ok" else f"{g[o]:,}") for o in OUTCOMES]
+            if g.get("partial"):  # an ok on part of the space is not a plain ok
+                counts[0] += f" [yellow]({g['partial']:,} partial)[/]"
             t.add_row(escape(g["backend"]), escape(g["kind"]), f"{g['tasks']:,}", *counts,
                       *(_s(sec[k]) for k in ("p50", "p90", "p99", "max", "total")),
                       "-" if g["peak_rss_mb"] is None else f"{g['peak_rss_mb']:.0f}",
@@ -536,6 +561,17 @@ def render(summary: dict, console=None) -> None:
         for f in summary["failures"]:
             t.add_row(f"[red]{escape(str(f['outcome']))}[/]", escape(str(f["kind"])), escape(str(f["backend"])),
                       escape(_label(f)), escape(_options_text(f["options"], 40)), escape(_cut(_why(f), 200)))
+        c.print(t)
+    part = summary.get("partial") or {}
+    if part.get("tasks"):
+        t = Table(title=f"checks ok on part of their input space: {part['tasks']:,} (not a plain ok)",
+                  title_justify="left")
+        for col in ("outcome", "coverage", "backend", "source", "options"):
+            t.add_column(col, justify="right" if col == "coverage" else "left")
+        for f in part["first"]:
+            share = "-" if f.get("coverage") is None else f"{f['coverage']:.2g}"
+            t.add_row(f"[yellow]{escape(f['text'])}[/]", share, escape(str(f["backend"])), escape(_label(f)),
+                      escape(_options_text(f["options"], 40)))
         c.print(t)
     for p in summary["plots"].get("files", []):
         c.print(f"plot: {escape(str(p))}")

@@ -286,6 +286,8 @@ def _verify(task: dict, args: dict):
     first = rep.first
     info = compiled.info()["info"]
     figures = {"ok": rep.ok, "mode": rep.mode, "n_inputs": rep.n_inputs, "engines": rep.engines,
+               # what share of the input space it checked: an ok row is ok on that share only
+               "space": rep.space, "distinct": rep.distinct, "coverage": rep.coverage, "complete": rep.complete,
                "first": None if first is None else {"step": first.step, "field": first.field,
                                                     "expected": first.expected, "got": first.got},
                **{k: info.get(k) for k in ("params_nonzero", "depth", "max_width")}}

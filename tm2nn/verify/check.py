@@ -39,6 +39,9 @@ EXHAUSTIVE_LIMIT = 1 << 16
 DEFAULT_BUDGET = 60.0
 #: a check the budget stops after fewer inputs than this is flagged as ``few`` (a warning)
 FEW_SAMPLES = 100
+#: random inputs are told apart (a 64-bit hash each, 8 bytes) up to this many distinct
+#: ones; past it the report's count of distinct inputs is a lower bound
+DISTINCT_CAP = 1 << 22
 REPORT_FIELDS = ("halted", "steps", "state", "outcome", "tape", "head", "sigma")
 
 
@@ -69,8 +72,13 @@ class VerifyReport:
     # Unrolled machines: inputs whose run leaves the compiled tape window within T steps.
     # The net must flag them (``overflow``); they are outside the model's domain.
     out_of_window: int = 0
-    space: int | None = None  # inputs in the space (exhaustive mode)
-    complete: bool = True  # every input the mode promises was checked (not cut by the budget)
+    space: int | None = None  # inputs in the model's input space (every mode; None: not known)
+    # distinct inputs of the space checked (a lower bound past DISTINCT_CAP in random mode)
+    distinct: int = 0
+    distinct_exact: bool = True
+    coverage: float | None = None  # distinct / space (None when the space is not known)
+    complete: bool = False  # every input of the space was checked
+    cut: bool = False  # the budget stopped the check before the count its mode asked for
     seconds: float = 0.0
     budget: float | None = None
     how: str = ""  # how the inputs were chosen, in words
@@ -99,12 +107,22 @@ class VerifyReport:
         if not self.few:
             return []
         of = f" of {self.space:,}" if self.space else ""
-        return [f"the {self.budget:g} s budget stopped the check after {self.n_inputs:,}{of} input"
-                f"{'s' if self.n_inputs != 1 else ''} (fewer than {self.few_threshold}): this says little about "
+        return [f"the {self.budget:g} s budget stopped the check after {self.n_inputs:,} input"
+                f"{'s' if self.n_inputs != 1 else ''}{of} (fewer than {self.few_threshold}): this says little about "
                 "the net; raise --budget or ask for --min-samples N"]
+
+    @property
+    def covered(self) -> str:
+        """The coverage in words: ``checked 1 of 4,294,967,296 inputs (2.3e-10)``."""
+        at_least = "" if self.distinct_exact else "at least "
+        if self.space is None:
+            return f"checked {at_least}{self.distinct:,} distinct inputs (the input space's size is not known)"
+        share = "all" if self.complete else f"{self.coverage:.2g}"
+        return f"checked {at_least}{self.distinct:,} of {self.space:,} inputs ({share})"
 
     def to_json(self) -> dict:
         d = asdict(self)
+        d["covered"] = self.covered
         d["ok"] = self.ok
         d["samples_checked"] = self.n_inputs
         d["few"] = self.few
@@ -130,6 +148,16 @@ class InputSpace:
     @property
     def small(self) -> bool:
         return self.size <= self.limit
+
+    @property
+    def count(self) -> int:
+        """Every input of the space (exact, however large)."""
+        s = len(self.symbols)
+        return sum(s ** k for k in range(self.min_len, self.max_len + 1))
+
+    def contains(self, text: str) -> bool:
+        """Whether ``text`` is one of the space's inputs."""
+        return self.min_len <= len(text) <= self.max_len and all(ch in self.symbols for ch in text)
 
     def all(self):
         for k in range(self.min_len, self.max_len + 1):
@@ -219,7 +247,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     else:
         engines = ["torch"] + (["onnxruntime"] if use_onnx and checker.onnx else [])
     checker.engines = tuple(engines)
-    space = None if inputs is not None else checker.space()
+    space = _space(checker, inputs is None)
     if inputs is not None:
         mode, stream, total, how = "given", iter(list(inputs)), len(inputs), "the given inputs"
     elif space.small:
@@ -231,12 +259,13 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
         how = f"random {space.describe()} (seed {seed})"
     rep = VerifyReport(compiled.backend, mode, 0, seed if mode == "random" else None,
                        engines=dict.fromkeys(engines, 0), max_deviation=dict.fromkeys(engines, 0.0),
-                       space=space.size if mode == "exhaustive" else None, budget=budget, how=how,
+                       space=None if space is None else space.count, budget=budget, how=how,
                        reference=checker.reference, compares=checker.compares, min_samples=min_samples,
                        not_checked={e: why for e, why in checker.unchecked.items() if e in engines})
     floor = 0 if min_samples is None or mode == "given" else min_samples
     if total is not None:
         floor = min(floor, total)
+    seen = _Distinct(space, mode)
     t0 = time.perf_counter()
     chunk = 1
     while total is None or rep.n_inputs < total:
@@ -258,6 +287,7 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
                 if rep.first is None:
                     rep.first = Mismatch.of(eng, text, d)
         rep.n_inputs += len(texts)
+        seen.add(texts)
         now = time.perf_counter()
         if progress is not None:
             progress(rep.n_inputs, total, now - t0, budget)
@@ -275,11 +305,67 @@ def verify_compiled(compiled, *, inputs: list[str] | None = None, budget: float 
     if rep.n_inputs == 0:  # a pass that compared nothing is not a pass
 
         raise Tm2nnError(f"the verification compared no input ({how}): give at least one input")
-    # a random run with no sample count promises nothing beyond the budget
-    rep.complete = total is None or rep.n_inputs >= total
-    rep.stopped_by = ("inputs" if mode == "given" else "budget" if not rep.complete or total is None
+    rep.cut = total is not None and rep.n_inputs < total  # the budget stopped it before the mode's count
+    rep.stopped_by = ("inputs" if mode == "given" else "budget" if rep.cut or total is None
                       else "space" if mode == "exhaustive" else "samples")
+    rep.distinct, rep.distinct_exact = seen.count()
+    if rep.space is not None:  # complete: every input of the space, not the mode's promise
+        rep.coverage = rep.distinct / rep.space if rep.space else 1.0
+        rep.complete = rep.distinct_exact and rep.distinct >= rep.space
     return rep
+
+
+def _space(checker: Checker, needed: bool) -> InputSpace | None:
+    """The checker's input space; with given inputs (``needed`` False) only to measure
+    the coverage, so a checker that cannot name it then gives None."""
+    if needed:
+        return checker.space()
+    try:
+        return checker.space()
+    except (Tm2nnError, KeyError, TypeError, ValueError):
+        return None
+
+
+class _Distinct:
+    """The distinct inputs of ``space`` a check went through: counted as they come in
+    exhaustive mode (an enumeration repeats none), as a set of the given inputs, and by a
+    64-bit hash each (sorted, merged as the pending ones double) in random mode, up to
+    :data:`DISTINCT_CAP` (past it, a lower bound)."""
+
+    def __init__(self, space: InputSpace | None, mode: str):
+        self.space, self.mode = space, mode
+        self.n, self.exact = 0, True
+        self.given: set[str] = set()
+        self.unique = np.zeros(0, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
+        self.waiting = 0
+
+    def add(self, texts: list[str]) -> None:
+        if self.mode == "exhaustive":
+            self.n += len(texts)
+        elif self.mode == "given":
+            self.given.update(t for t in texts if self.space is None or self.space.contains(t))
+        elif self.exact:
+            self.pending.append(np.fromiter((hash(t) for t in texts), dtype=np.int64, count=len(texts)))
+            self.waiting += len(texts)
+            if self.waiting > max(len(self.unique), 4096):
+                self._merge()
+
+    def _merge(self) -> None:
+        self.unique = np.unique(np.concatenate([self.unique, *self.pending]))
+        self.pending, self.waiting = [], 0
+        if len(self.unique) > DISTINCT_CAP:  # stop telling them apart: what is counted is a floor
+            self.exact = False
+
+    def count(self) -> tuple[int, bool]:
+        """``(distinct inputs, whether that count is exact)``."""
+        if self.mode == "exhaustive":
+            return self.n, True
+        if self.mode == "given":
+            return len(self.given), True
+        if self.pending:
+            self._merge()
+        return len(self.unique), self.exact
 
 
 def divergences(checker: Checker, texts: list[str], engine: str) -> tuple[str, list[Mismatch | None]]:
