@@ -340,3 +340,26 @@ def test_onnx_external_data_anywhere_in_the_graph_is_refused(tmp_path):
         with pytest.raises(tm2nn.Tm2nnError, match="stored outside the file") as e:
             schema.check_self_contained(onnx.helper.make_model(g), tmp_path / "x.onnx")
         assert f"its weight {where} is stored" in str(e.value)
+
+
+def test_a_small_pt_asking_for_a_huge_rebuild_is_refused_before_it_is_built(tmp_path):
+    """issue 40, point 10: a 16 KB relu-circuit ``.pt`` whose metadata was edited to a
+    line machine unrolled for 200 steps (1.4 GiB by the backend's own estimate) is
+    refused by that estimate before the rebuild runs (it compiled for 6 s and 650 MB,
+    then refused the weights' hash; 400 steps took 19 s and 1.8 GB)."""
+    import torch
+
+    c = tm2nn.compile(EXAMPLES / "full_adder.circ", "relu-circuit")
+    saved = torch.load(c.save(tmp_path / "fa.pt"), weights_only=True)
+    meta = saved["metadata"]
+    meta.update({"tm2nn.source": (EXAMPLES / "bb3.tm").read_text(), "tm2nn.source_format": "tm"})
+    meta.pop("tm2nn.source_name", None)
+    build = json.loads(meta["tm2nn.build"])
+    build["options"]["steps"] = 200
+    meta["tm2nn.build"] = json.dumps(build)
+    path = tmp_path / "edited.pt"
+    torch.save(saved, path)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(tm2nn.Tm2nnError, match=r"unrolling 200 steps .* would need about 1\.4 GiB of memory, more than "
+                       r"a model file of [\d,]+ bytes describes .*: refused before it is built"):
+        tm2nn.load_model(path)
