@@ -363,3 +363,24 @@ def test_a_small_pt_asking_for_a_huge_rebuild_is_refused_before_it_is_built(tmp_
     with pytest.raises(tm2nn.Tm2nnError, match=r"unrolling 200 steps .* would need about 1\.4 GiB of memory, more than "
                        r"a model file of [\d,]+ bytes describes .*: refused before it is built"):
         tm2nn.load_model(path)
+
+
+def test_a_pair_of_the_older_naming_reads_and_is_replaced_whole(models, tmp_path, monkeypatch):
+    """issue 40, point 1: a pair written before sidecars were named after their hash
+    (``NAME.manifest.json``) still loads; overwriting it removes that sidecar too."""
+    import hashlib
+
+    from safetensors.numpy import save
+
+    old, new = models
+    monkeypatch.setattr(mf, "HEADER_MANIFEST_MAX", SMALL)
+    m, arrays = mf.build_manifest(old)
+    data = json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
+    (tmp_path / "m.manifest.json").write_bytes(data)
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(save(arrays, metadata={"format": "np", "tm2nn.manifest_file": "m.manifest.json",
+                                            "tm2nn.manifest_sha256": hashlib.sha256(data).hexdigest()}))
+    _loads_as(path, old)
+    new.save(path)
+    _loads_as(path, new)
+    assert len(_pair(path)) == 1 and _pair(path) != ["m.manifest.json"]
