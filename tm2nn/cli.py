@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_USAGE
-        with _applied_limits(args), memwatch.watching():  # --max-memory, --max-source-size, --threads
+        with _applied_limits(args), memwatch.watching(), interrupt.terminating():  # SIGTERM unwinds as Ctrl-C
             return (_VERBS.get(args.verb) or args.handler)(args)
     except OptionError as e:
         print(e.for_cli(flag_of).render(), file=sys.stderr)
@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as e:  # --help, --version
         return int(e.code or 0)
-    except KeyboardInterrupt:
-        print("tm2nn: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:  # Ctrl-C (130), or SIGTERM (interrupt.Terminated, 143)
+        print(f"tm2nn: {e if isinstance(e, interrupt.Terminated) else 'interrupted'}", file=sys.stderr)
+        return getattr(e, "exit_code", EXIT_INTERRUPTED)
     except BrokenPipeError:
         return EXIT_OK
     except (memwatch.MemoryLimitExceeded, Exception) as e:  # an allocation past the estimates or the limit

@@ -14,6 +14,8 @@ through), then the data goes to a temporary file renamed over the target.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import re
@@ -169,18 +171,22 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     checked by :func:`output_target` (a symbolic link is written through).  The file gets
     the old file's mode, or the usual ``0o666`` less the umask (not ``mkstemp``'s
     ``0o600``).  The temporary file is ``.NAME.PID.XXXX.tmp``; one left by a killed
-    process is removed by the next write to the same file."""
+    process is removed by the next write to the same file.  When another process
+    renamed its own file over ``path`` meanwhile, this write is an error
+    (:func:`check_still_ours`)."""
     path = output_target(path)
     stale_temps(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    replace_atomic(path, raw, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+    mine = replace_atomic(path, raw, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+    check_still_ours(path, mine)
 
 
-def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False) -> None:
+def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False) -> os.stat_result:
     """:func:`write_atomic`'s write alone (no checks, no scan for stale temporary files):
     ``raw`` to a temporary file beside ``path``, flushed and fsync'ed, renamed over it;
     with ``sync_folder`` the folder is fsync'ed too, so the rename survives a power cut (a
-    sweep's rows, :mod:`tm2nn.sweep.store`)."""
+    sweep's rows, :mod:`tm2nn.sweep.store`).  Returns the written file's ``fstat`` (for
+    :func:`check_still_ours`)."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
@@ -191,6 +197,7 @@ def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False)
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
+            mine = os.fstat(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -198,10 +205,28 @@ def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if not sync_folder:
-        return
+    if sync_folder:
+        _sync_folder(path.parent)
+    return mine
+
+
+def check_still_ours(path: Path, mine: os.stat_result) -> None:
+    """After a rename over ``path``: the file there is the one this process wrote
+    (``mine``, its temporary file's ``fstat``), else another process replaced it in the
+    meantime and this write did not last: an error, never a report of success for a
+    file this process did not leave (docs/limits.md, "Files tm2nn writes")."""
     try:
-        dfd = os.open(path.parent, os.O_RDONLY)
+        now = os.stat(path)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+        raise Tm2nnError(f"cannot write {path}: another process replaced it while this one was writing it, so "
+                         "the file there now is not this one's (write it again, one writer at a time)")
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -210,3 +235,25 @@ def replace_atomic(path: Path, raw: bytes, mode: int, sync_folder: bool = False)
         pass
     finally:
         os.close(dfd)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """Hold an exclusive ``flock`` on ``folder`` while writing files that belong
+    together (a ``.safetensors`` and its manifest, :mod:`tm2nn.modelfile.manifest`):
+    a second tm2nn process writing there waits for the first to finish.  The kernel
+    drops the lock when its holder exits, killed or not.  Where folders cannot be
+    locked (some network file systems) the writes go ahead unlocked."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock

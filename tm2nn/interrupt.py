@@ -8,11 +8,18 @@ backend decodes that into a partial report, and the CLI prints it and exits 130.
 second Ctrl-C raises :class:`KeyboardInterrupt` at once.  Outside :func:`graceful` (the
 Python API, tests) nothing changes: SIGINT is Python's KeyboardInterrupt, and the
 polls cost one global read.
+
+SIGTERM (what ``timeout``, ``kill`` and schedulers send) is an interruption too, inside
+:func:`terminating` (the CLI's ``main``): it raises :class:`Terminated`, a
+``KeyboardInterrupt``, wherever the program is, so the same cleanup runs as for Ctrl-C
+(a file being written keeps its old content and its temporary file is removed,
+:mod:`tm2nn.fileio`), and the CLI prints one line and exits 143 (128 + 15).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -33,6 +40,43 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(f"interrupted after {done:,} of {total:,} {what}" if done is not None else "interrupted")
         self.done, self.total, self.what = done, total, what
         self.partial, self.reports, self.note = partial, reports, note
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, inside :func:`terminating`: unwinds like Ctrl-C; the CLI exits
+    :attr:`exit_code`."""
+
+    exit_code = 128 + signal.SIGTERM
+
+    def __init__(self):
+        super().__init__("terminated (SIGTERM)")
+
+
+@contextlib.contextmanager
+def terminating():
+    """Turn SIGTERM into :class:`Terminated` (main thread only; elsewhere this does
+    nothing).  A second SIGTERM while the first unwinds is ignored, so the cleanup it
+    runs is not cut short (SIGKILL still stops the process).  A process forked inside
+    dies of SIGTERM as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid, raised = os.getpid(), []
+
+    def on_sigterm(signum, frame):
+        if os.getpid() != pid:  # a forked child: the default action
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if not raised:
+            raised.append(True)
+            raise Terminated
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def active() -> bool:

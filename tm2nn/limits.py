@@ -198,10 +198,12 @@ def available_memory() -> int:
     return avail
 
 
-def set_memory_limit(nbytes: int | None) -> None:
-    """Set (or, with None, reset to the default) the memory one request may plan to use."""
+def set_memory_limit(nbytes: int | None) -> int | None:
+    """Set (or, with None, reset to the default) the memory one request may plan to use;
+    returns the value set before (None: the default), for a caller to put back."""
     global _memory_override
-    _memory_override = nbytes
+    before, _memory_override = _memory_override, nbytes
+    return before
 
 
 def _limit(override: int | None, env: str, example: str, default) -> int:

@@ -12,11 +12,12 @@ file, in one line.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from pathlib import Path
 
-from tm2nn import backends
+from tm2nn import backends, limits
 from tm2nn._version import __version__
 from tm2nn.emit.onnx_model import onnx_metadata
 from tm2nn.errors import Tm2nnError
@@ -97,7 +98,8 @@ def load_model(path):
     net = weights() if callable(weights) else None  # a .safetensors' network
     backend = backends.get(meta["tm2nn.backend"])
     meta.update(schema.parse_backend_keys(raw, meta, backend, path))
-    compiled = _located(path, lambda: _rebuild(backend, meta, path))
+    with _rebuild_budget(Path(path).stat().st_size, path):
+        compiled = _located(path, lambda: _rebuild(backend, meta, path))
     schema.check_encodings(meta, compiled, path)
     state = None
     if net is not None:  # a .safetensors: its network replaces the construction's
@@ -119,6 +121,35 @@ def load_model(path):
         compiled.recorded_info = {"backend": compiled.backend, "info": meta["tm2nn.info"],
                                   "bounds": meta.get("tm2nn.bounds", [])}
     return compiled
+
+
+#: the memory a rebuild may plan: this many times the model file's bytes, plus
+#: :data:`REBUILD_SLACK` (measured: a relu-circuit line machine's rebuild estimates 37-40
+#: times its ``.pt``, the most compact format; 92 MiB for 2.5 MB, 1.4 GiB for 36 MB)
+REBUILD_FACTOR, REBUILD_SLACK = 64, 256 << 20
+
+
+@contextlib.contextmanager
+def _rebuild_budget(nbytes: int, path):
+    """While the metadata's construction is rebuilt, the memory limit is at most what a
+    file of ``nbytes`` can describe (:data:`REBUILD_FACTOR`): a few kilobytes of
+    metadata asking for a construction of gigabytes (a line machine unrolled for more
+    steps) is refused by the backend's own estimate, before it is built, not after
+    seconds of compiling and a hash that does not match."""
+    outer = limits.memory_limit()
+    budget = min(outer, REBUILD_FACTOR * nbytes + REBUILD_SLACK)
+    saved = limits.set_memory_limit(budget)  # restored as it was: the CLI's --max-memory, or none
+    try:
+        yield
+    except Tm2nnError as e:
+        if budget >= outer or ", over the limit of " not in e.message:
+            raise
+        need = e.message.split(", over the limit of ")[0]
+        raise Tm2nnError(f"{need}, more than a model file of {nbytes:,} bytes describes (a rebuild may plan "
+                         f"{REBUILD_FACTOR} times the file plus {REBUILD_SLACK >> 20} MiB, {limits.human(budget)}): "
+                         "refused before it is built", file=str(path)) from None
+    finally:
+        limits.set_memory_limit(saved)
 
 
 def _located(path, make):

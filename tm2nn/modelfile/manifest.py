@@ -6,8 +6,8 @@ its tensors' shapes and safetensors keys, the paper's lemma it implements), the 
 and how each reported field is decoded from which dimensions (its codec's ``describe``), the source and its sha256, and the sizes next
 to the paper's bounds.  It lives in the safetensors header's metadata under
 ``tm2nn.manifest``; one too large for a header (over :data:`HEADER_MANIFEST_MAX` bytes,
-a circuit of millions of gates) is written beside the weights as ``NAME.manifest.json``,
-and the header records its name and sha256.
+a circuit of millions of gates) is written beside the weights as
+``NAME.manifest.HASH.json``, and the header records its name and sha256.
 
 * :func:`build_manifest` / :func:`save_safetensors`: a compiled model -> the manifest /
   the file;
@@ -20,15 +20,20 @@ and the header records its name and sha256.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
+import os
+import re
 import struct
 from pathlib import Path
 
 from tm2nn import backends
 from tm2nn.emit.torch_emit import to_torch
 from tm2nn.errors import Tm2nnError
-from tm2nn.fileio import read_input, write_atomic
+from tm2nn.fileio import folder_lock, output_target, read_input, write_atomic
+from tm2nn.limits import check_memory
 from tm2nn.modelfile import MAX_MODEL_BYTES
 from tm2nn.modelfile.metadata import metadata, net_of
 from tm2nn.nets import NetIRError
@@ -123,14 +128,27 @@ def flat_metadata(m: dict) -> dict[str, str]:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def sidecar_path(path) -> Path:
-    """Where a manifest too large for the header goes: ``NAME.manifest.json`` beside."""
+#: a sidecar's name: ``NAME.manifest.HASH.json``, HASH the first 16 hex digits of its
+#: sha256 (older files wrote ``NAME.manifest.json``; their header names it, and it reads)
+_SIDECAR = r"\.manifest\.[0-9a-f]{16}\.json"
+
+
+def sidecar_path(path, digest: str) -> Path:
+    """Where a manifest too large for the header goes: ``NAME.manifest.HASH.json``
+    beside ``path``, named after its content (``digest``: its sha256), so a new one
+    never overwrites the one an older file beside it still reads."""
     p = Path(path)
-    return p.with_name(p.stem + ".manifest.json")
+    return p.with_name(f"{p.stem}.manifest.{digest[:16]}.json")
 
 
 def save_safetensors(compiled, out: Path) -> Path:
-    """Write ``out`` (and, for a manifest over :data:`HEADER_MANIFEST_MAX`, its sidecar)."""
+    """Write ``out`` (and, for a manifest over :data:`HEADER_MANIFEST_MAX`, its sidecar).
+
+    The pair is written so that a reader finds the old pair or the new one, never a mix
+    (docs/manifest.md, "How a file is written and read"): the sidecar is named after its
+    sha256 and written first, the main file replaces the old one last, and only then is
+    the sidecar the old file read removed.  Writers of the same folder take turns
+    (:func:`tm2nn.fileio.folder_lock`); an interrupted write removes its new sidecar."""
     from safetensors.numpy import save
 
     if compiled.edited is not None and compiled.onnx_bytes is not None:
@@ -138,15 +156,59 @@ def save_safetensors(compiled, out: Path) -> Path:
                          "graph, which a .safetensors network cannot hold: save it as .onnx", file=compiled.path)
     m, arrays = build_manifest(compiled)
     text = json.dumps(m, sort_keys=True, separators=(",", ":"))
-    side = sidecar_path(out)
+    side = data = None
     if len(text) <= HEADER_MANIFEST_MAX:
         header = {"tm2nn.manifest": text}
     else:
         data = text.encode()
-        write_atomic(side, data)
-        header = {"tm2nn.manifest_file": side.name, "tm2nn.manifest_sha256": hashlib.sha256(data).hexdigest()}
-    write_atomic(out, save(arrays, metadata={"format": "np", **header}))
+        digest = hashlib.sha256(data).hexdigest()
+        side = sidecar_path(out, digest)
+        header = {"tm2nn.manifest_file": side.name, "tm2nn.manifest_sha256": digest}
+    blob = save(arrays, metadata={"format": "np", **header})
+    out = Path(out)
+    output_target(out)  # checked before the lock is taken
+    with folder_lock(out.parent):
+        old = _sidecar_named(out)
+        new = side is not None and not side.exists()
+        try:
+            if side is not None:
+                write_atomic(side, data)
+            write_atomic(out, blob)
+        except BaseException:
+            if new and _sidecar_named(out) != side.name:  # the old pair stays whole; the new sidecar goes
+                side.unlink(missing_ok=True)
+            raise
+        _remove_stale_sidecars(out, old, None if side is None else side.name)
     return out
+
+
+def _sidecar_named(path: Path) -> str | None:
+    """The sidecar name the ``.safetensors`` at ``path`` records (its header alone is
+    read), or None (no file, no sidecar, or not one tm2nn reads)."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > HEADER_MANIFEST_MAX + (1 << 20):
+                return None
+            name = json.loads(f.read(n)).get("__metadata__", {}).get("tm2nn.manifest_file")
+    except (OSError, ValueError, struct.error, AttributeError, RecursionError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _remove_stale_sidecars(out: Path, old: str | None, keep: str | None) -> None:
+    """Remove the sidecars beside ``out`` that it no longer reads: ``old``, the one the
+    file it replaced recorded, and those named after its content
+    (``NAME.manifest.HASH.json``) left by an interrupted write, all but ``keep`` (the one
+    the file just written records)."""
+    hashed = re.compile(re.escape(out.stem) + _SIDECAR)
+    stale = {p.name for p in out.parent.glob(f"{glob.escape(out.stem)}.manifest.*.json") if hashed.fullmatch(p.name)}
+    if old is not None and Path(old).name == old and old not in ("", ".", ".."):
+        stale.add(old)
+    for name in stale - {keep}:
+        p = out.parent / name
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -157,6 +219,7 @@ def _header(blob: bytes, path) -> dict:
     (n,) = struct.unpack("<Q", blob[:8])
     if n > len(blob) - 8:
         raise Tm2nnError(f"not a safetensors file (its header length {n} exceeds the file)", file=str(path))
+    check_json_memory(n, "its header", path)
     try:
         header = json.loads(blob[8:8 + n])
     except (ValueError, RecursionError):
@@ -245,11 +308,15 @@ def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
         text = _sidecar(path, meta)
     else:
         raise Tm2nnError("no tm2nn manifest in its metadata (was it written by tm2nn compile?)", file=str(path))
+    if not isinstance(text, str):
+        raise Tm2nnError("its manifest is not JSON text", file=str(path))
+    check_json_memory(len(text), "its manifest", path)
     try:
         m = json.loads(text)
     except (ValueError, TypeError, RecursionError) as e:
         raise Tm2nnError(f"its manifest is not JSON ({type(e).__name__})", file=str(path)) from None
     check_manifest(m, path)
+    check_manifest_sizes(m, path)
     check_header_tensors(blob, header, path)
     check_header_against_manifest(header, m, path)
     try:
@@ -261,16 +328,94 @@ def read_safetensors(path, blob: bytes) -> tuple[dict, dict]:
 
 
 def _sidecar(path, meta: dict) -> str:
+    """The manifest text of the sidecar the header names, checked before it is read: a
+    plain file name beside the model, a regular file (a symbolic link only to a file
+    beside the model's own target, named ``*.json``), of a size the memory limit
+    allows; then its sha256 must be the one the header records."""
     name = meta["tm2nn.manifest_file"]
-    if not isinstance(name, str) or Path(name).name != name:
-        raise Tm2nnError(f"its manifest file {name!r} is not a file name beside it", file=str(path))
+    if not isinstance(name, str) or name in ("", ".", "..") or "\x00" in name or Path(name).name != name:
+        raise Tm2nnError(f"its manifest file {_shown(name)} is not a file name beside it", file=str(path))
     side = Path(path).with_name(name)
     if not side.exists():
         raise Tm2nnError(f"its manifest {name} is not beside it (the two files travel together)", file=str(path))
+    if side.is_symlink():
+        target = Path(os.path.realpath(side))
+        if target.parent != Path(os.path.realpath(path)).parent or target.suffix != ".json":
+            raise Tm2nnError(f"its manifest {name} is a symbolic link to {str(target)!r}, not to a .json file beside "
+                             "the model: refused before it is read", file=str(path))
+    try:
+        size = side.stat().st_size
+    except OSError as e:
+        raise Tm2nnError(f"cannot read its manifest {name}: {e.strerror or e}", file=str(path)) from None
+    check_json_memory(size, f"its manifest {name}", path)
     data = read_input(side, "manifest", limit=MAX_MODEL_BYTES)
     if hashlib.sha256(data).hexdigest() != meta.get("tm2nn.manifest_sha256"):
         raise Tm2nnError(f"{name} is not the manifest written with it (its sha256 differs)", file=str(path))
     return data.decode("utf-8", errors="replace")
+
+
+#: Python objects a JSON text becomes take up to this many times its bytes (measured
+#: with tracemalloc: 25x for a list of ``{"a":1}`` or of ``{}``, the worst found; 5x for
+#: a manifest tm2nn writes): the estimate checked before any JSON a model holds is parsed
+JSON_PARSE_FACTOR = 26
+#: nets nested in ops (a loop's body) at most this deep; tm2nn's constructions nest 2
+MAX_NET_DEPTH = 16
+#: bytes a label of a space takes once built, beyond its characters (a str, a tuple slot,
+#: the set entry of the distinctness check)
+LABEL_BYTES = 128
+
+
+def check_json_memory(nbytes: int, what: str, path) -> None:
+    """Refuse JSON of ``nbytes`` whose parse could pass the memory limit
+    (:data:`JSON_PARSE_FACTOR`), before it is parsed."""
+    _checked(nbytes * JSON_PARSE_FACTOR, f"parsing {what} ({nbytes:,} bytes of JSON)", path)
+
+
+def _checked(nbytes: float, what: str, path) -> None:
+    try:
+        check_memory(nbytes, what)
+    except Tm2nnError as e:
+        raise Tm2nnError(str(e).replace("tm2nn: error: ", ""), file=str(path)) from None
+
+
+def check_manifest_sizes(m: dict, path) -> None:
+    """What the manifest's network would build, checked before it is built: nets nest at
+    most :data:`MAX_NET_DEPTH` deep, and the labels of its spaces (a prefixed space
+    declares ``len(prefixes) x len(names)`` of them in a few bytes) fit the memory
+    limit."""
+    stack = [(m["net"], 1)]
+    while stack:
+        net, depth = stack.pop()
+        if depth > MAX_NET_DEPTH:
+            raise Tm2nnError(f"its manifest's network nests nets more than {MAX_NET_DEPTH} deep (tm2nn's "
+                             "constructions nest 2)", file=str(path))
+        ops = net.get("ops") if isinstance(net, dict) else None
+        for op in ops if isinstance(ops, list) else ():
+            nets = op.get("nets") if isinstance(op, dict) else None
+            stack += [(sub, depth + 1) for sub in (nets.values() if isinstance(nets, dict) else ())]
+    labels = chars = 0
+    for row in m["spaces"]:
+        if isinstance(row, dict) and isinstance(row.get("prefixes"), list) and isinstance(row.get("names"), list):
+            p, n = row["prefixes"], row["names"]
+            labels += len(p) * len(n)
+            chars += len(n) * sum(len(x) for x in p if isinstance(x, str)) + len(p) * sum(
+                len(x) for x in n if isinstance(x, str))
+        elif isinstance(row, list):
+            labels += len(row)
+    _checked(labels * LABEL_BYTES + chars, f"the {labels:,} labels its manifest's spaces declare", path)
+
+
+@contextlib.contextmanager
+def _bounded(path):
+    """Turn what a hostile file can still provoke past the checks (a recursion too
+    deep for Python, an allocation the estimates missed) into one error naming it."""
+    try:
+        yield
+    except RecursionError:
+        raise Tm2nnError("its manifest's network is nested too deep for this reader", file=str(path)) from None
+    except MemoryError:
+        raise Tm2nnError("its manifest's network does not fit in memory (out of memory while building it; "
+                         "--max-memory sets how much tm2nn may plan to use)", file=str(path)) from None
 
 
 #: the manifest's top-level fields and their JSON types (the full schema, with every
@@ -304,8 +449,9 @@ def manifest_net(m: dict, arrays: dict, path):
     if m["backend"] in backends.names():
         backends.get(m["backend"])
     try:
-        spaces = [space_from_json(row) for row in m["spaces"]]
-        return net_from_json(m["net"], arrays, spaces)
+        with _bounded(path):
+            spaces = [space_from_json(row) for row in m["spaces"]]
+            return net_from_json(m["net"], arrays, spaces)
     except (NetIRError, KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         what = f"no field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0][:300]
         raise Tm2nnError(f"its manifest's network does not build: {what}", file=str(path)) from None
@@ -339,7 +485,8 @@ def load_module(path, dtype=None):
         float64 = (m["encodings"].get("input") or {}).get("dtype") == "float64" \
             or (m.get("options") or {}).get("dtype") == "float64"
         dtype = torch.float64 if float64 else torch.float32
-    module = to_torch(net, dtype)
+    with _bounded(path):
+        module = to_torch(net, dtype)
     module.eval()
     return module
 

@@ -237,14 +237,42 @@ def check_signature(file_model, built_model, path, backend: str) -> None:
 
 def check_self_contained(model, path) -> None:
     """No weight of the file lives in another file (ONNX external data): a tm2nn model is
-    one self-contained file, and loading it reads nothing else."""
+    one self-contained file, and loading it reads nothing else.  Every tensor of every
+    graph and subgraph is checked: initializers, sparse initializers (values and
+    indices), and the tensors nodes carry as attributes (a Constant's ``value`` or
+    ``sparse_value``, any tensor or list of tensors)."""
     from onnx import TensorProto
 
-    for where, g in _graphs(model.graph):
+    for where, name, t in _tensors(model.graph):
+        if t.data_location == TensorProto.EXTERNAL or len(t.external_data):
+            raise Tm2nnError(f"its weight {where}{name!r} is stored outside the file (ONNX external data); "
+                             "a tm2nn model is one self-contained file", file=str(path))
+
+
+def _tensors(graph):
+    """``(where, name, TensorProto)`` for every tensor a graph and its subgraphs hold."""
+    from onnx import AttributeProto
+
+    for where, g in _graphs(graph):
         for t in g.initializer:
-            if t.data_location == TensorProto.EXTERNAL:
-                raise Tm2nnError(f"its weight {where}{t.name!r} is stored outside the file (ONNX external data); "
-                                 "a tm2nn model is one self-contained file", file=str(path))
+            yield where, t.name, t
+        for sp in g.sparse_initializer:
+            yield where, sp.values.name, sp.values
+            yield where, sp.values.name + " (indices)", sp.indices
+        for n in g.node:
+            for a in n.attribute:
+                label = f"{n.name or n.op_type}.{a.name}"
+                if a.type == AttributeProto.TENSOR:
+                    yield where, label, a.t
+                elif a.type == AttributeProto.TENSORS:
+                    yield from ((where, f"{label}[{k}]", t) for k, t in enumerate(a.tensors))
+                elif a.type == AttributeProto.SPARSE_TENSOR:
+                    yield where, label, a.sparse_tensor.values
+                    yield where, label + " (indices)", a.sparse_tensor.indices
+                elif a.type == AttributeProto.SPARSE_TENSORS:
+                    for k, sp in enumerate(a.sparse_tensors):
+                        yield where, f"{label}[{k}]", sp.values
+                        yield where, f"{label}[{k}] (indices)", sp.indices
 
 
 #: an edited graph may be at most this many times its construction's size (nodes, weight

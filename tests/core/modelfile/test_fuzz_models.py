@@ -145,20 +145,73 @@ def _edit_pt(blob: bytes, draw) -> bytes:
     return buf.getvalue()
 
 
+def _nested_loops(depth: int) -> tuple[dict, list]:
+    """``(net JSON, space rows)`` of a network of ``depth`` Loops, each the next one's body."""
+    from tm2nn.nets import Loop, Net, Port, ReLU, Space
+    from tm2nn.nets.serial import SpaceTable, net_to_json
+
+    sp = Space(["a", "b"])
+    net = Net("n0", (Port("x", sp),), (ReLU("r", ("x",)),), ("r",))
+    for i in range(depth):
+        net = Net(f"n{i + 1}", (Port("x", sp),), (Loop("l", ("x",), body=net, trips=1),), ("l",))
+    spaces = SpaceTable()
+    return net_to_json(net, {}, spaces), spaces.rows
+
+
+def _wide_space(m: dict, arrays: dict) -> None:
+    """A prefixed space of 10^4 x 10^4 = 10^8 labels declared in 0.2 MB."""
+    m["spaces"].append({"prefixes": [f"p{i}" for i in range(10_000)], "names": [f"n{i}" for i in range(10_000)]})
+    m["net"]["inputs"][0]["space"] = len(m["spaces"]) - 1
+
+
+def _nested(m: dict, arrays: dict) -> None:
+    m["net"], m["spaces"] = _nested_loops(200)
+    arrays.clear()
+
+
+#: hostile ``.safetensors`` of issue 40 (points 6, 8 and 10), the fuzz's seeds: each a
+#: manifest edit, or header metadata in place of the manifest
+HOSTILE = {
+    "sidecar named ''": {"tm2nn.manifest_file": "", "tm2nn.manifest_sha256": "0" * 64},
+    "sidecar named '..'": {"tm2nn.manifest_file": "..", "tm2nn.manifest_sha256": "0" * 64},
+    "sidecar named with a NUL": {"tm2nn.manifest_file": "a\x00b.json", "tm2nn.manifest_sha256": "0" * 64},
+    "10^8 labels in a prefixed space": _wide_space,
+    "nets nested 200 deep": _nested,
+    "an attribute nested 995 deep": lambda m, a: m["net"]["ops"][0].setdefault("attrs", {}).update(x="@DEEP@"),
+}
+
+
+def hostile_safetensors(blob: bytes, which: str) -> bytes:
+    """A tm2nn ``.safetensors`` (``blob``) made into the :data:`HOSTILE` file ``which``."""
+    from safetensors.numpy import load, save
+
+    from tm2nn.modelfile.manifest import read_safetensors
+
+    edit = HOSTILE[which]
+    if isinstance(edit, dict):
+        return save(dict(load(blob)), metadata={"format": "np", **edit})
+    m, arrays = read_safetensors("m.safetensors", blob)
+    edit(m, arrays)
+    text = json.dumps(m).replace('"@DEEP@"', "[" * 995 + "]" * 995)
+    return save(arrays, metadata={"format": "np", "tm2nn.manifest": text})
+
+
 @st.composite
 def broken(draw, models: dict):
     """``(suffix, bytes, eval input)`` of a model after one random corruption."""
     (name, suffix), (blob, text) = draw(st.sampled_from(sorted(models.items())))
-    kind = draw(st.sampled_from(["flip", "truncate", "metadata"]))
+    kind = draw(st.sampled_from(["flip", "truncate", "metadata", "hostile"]))
     data = bytearray(blob)
-    if kind == "flip":
+    if kind == "hostile" and suffix == ".safetensors":
+        data = hostile_safetensors(blob, draw(st.sampled_from(sorted(HOSTILE))))
+    elif kind == "flip":
         for _ in range(draw(st.integers(1, 8))):
             i = draw(st.integers(0, len(data) - 1))
             data[i] ^= 1 << draw(st.integers(0, 7))
         data = bytes(data)
     elif kind == "truncate":
         data = bytes(data[:draw(st.integers(0, len(data) - 1))])
-    else:
+    else:  # metadata (and hostile for .onnx and .pt)
         edit = {".onnx": _edit_onnx_metadata, ".pt": _edit_pt, ".safetensors": _edit_safetensors}[suffix]
         data = edit(blob, draw)
     return suffix, data, text
@@ -188,6 +241,18 @@ def test_every_intact_model_evaluates(models, tmp_path):
         path.write_bytes(blob)
         code, out, err, _ = run_case(["eval", path, "--input", text])
         assert code in (0, 1) and out and not err, (name, suffix, code, err)
+
+
+@pytest.mark.parametrize("which", sorted(HOSTILE))
+def test_hostile_seeds_are_one_line_errors(models, tmp_path, which):
+    """issue 40, points 6 and 8: each seed is refused with one tm2nn error (exit 2) by
+    ``eval`` and ``info``, within the fuzz's memory limit."""
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(hostile_safetensors(models[("relu-circuit", ".safetensors")][0], which))
+    for verb in ("eval", "info"):
+        argv = [verb, path, "--max-memory", FUZZ_MEMORY] + (["--input", "101"] if verb == "eval" else [])
+        code, out, err, _ = run_case(argv)
+        assert code == 2 and err.count("\n") == 1 and err.startswith(f"{path}: error: "), (which, verb, err)
 
 
 def test_fuzz_models(models, tmp_path):
