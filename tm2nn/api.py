@@ -29,7 +29,7 @@ def default_input(path: str | Path, fmt: str | None = None, name: str | None = N
     fn = getattr(mod, "default_input", None)
     if fn is None:
         return None
-    return fn(SourceText.from_file(path).text)
+    return fn(SourceText.from_file(path).text_form().text)
 
 
 def run_circuit(c: Circuit, bits: str) -> Report:

@@ -62,8 +62,9 @@ from tm2nn.api import run_circuit
 from tm2nn.errors import Loc, Tm2nnError, render_located
 from tm2nn.interp import run_machine
 from tm2nn.ir import Circuit, Machine
-from tm2nn.source import SourceText, line_of
+from tm2nn.source import SourceText, line_of, registered
 from tm2nn.syntax import EXTENSIONS, format_module, guess_format, load_all, select
+from tm2nn.syntax.confusables import confusable_groups, first_difference, mixed_script
 from tm2nn.syntax.headers import circuit_mismatches, machine_mismatches, read_header
 
 HEADER_MAX_STEPS = 1_000_000
@@ -141,9 +142,60 @@ def lint(item, path: str | None = None, fmt: str | None = None) -> list[Diagnost
     format it was read in (default: from ``path``'s extension); circuits and learners have
     none to report."""
 
-    if not isinstance(item, Machine):
-        return []
-    return _lint_machine(item, _format_of(path, fmt), path)
+    if isinstance(item, Machine):
+        return _lint_machine(item, _format_of(path, fmt), path) + _lint_names(_machine_names(item), path)
+    if isinstance(item, Circuit):
+        return _lint_names(_circuit_names(item), path)
+    return []
+
+
+def _machine_names(m) -> list[tuple[str, dict]]:
+    """``(kind, {name: where first written})`` for a machine's states and symbols."""
+    where = m.locations or {}
+    states: dict = {m.start: where.get("start", m.loc)}
+    symbols: dict = {}
+    for r in m.rules:
+        states.setdefault(r.state, r.loc)
+        states.setdefault(r.next, where.get(("next", r.state, r.read), r.loc))
+        symbols.setdefault(r.read, r.loc)
+        symbols.setdefault(r.write, r.loc)
+    for q in (*m.states, *m.halting):
+        states.setdefault(q, m.loc)
+    for a in m.alphabet:
+        symbols.setdefault(a, m.loc)
+    return [("state", states), ("symbol", symbols)]
+
+
+def _circuit_names(c) -> list[tuple[str, dict]]:
+    """``("signal", {name: where first written})`` for a circuit's ports and named gates."""
+    signals: dict = {n: c.port_locs.get(n, c.loc) for n in c.inputs}
+    for g in c.gates:
+        if "$" not in g.name:  # internal gates are named after the signal they feed
+            signals.setdefault(g.name, g.loc)
+    for n in c.outputs:
+        signals.setdefault(n, c.port_locs.get("output:" + n, c.loc))
+    return [("signal", signals)]
+
+
+def _lint_names(groups, path: str | None) -> list[Diagnostic]:
+    """Warnings for names that look alike but differ (tm2nn.syntax.confusables), at the later
+    one, and for names whose letters mix Latin, Cyrillic and Greek."""
+    out: list[Diagnostic] = []
+    for kind, locs in groups:
+        for group in confusable_groups(locs):
+            group.sort(key=lambda n: (locs[n].line, locs[n].col) if locs[n] else (0, 0))
+            first = group[0]
+            for other in group[1:]:
+                notes = (f"{locs[first]}: note: {kind} {first!r} is here",) if locs[first] else ()
+                out.append(_at("warning", locs[other],
+                               f"{kind} {other!r} looks like {kind} {first!r} but is another {kind} "
+                               f"({first_difference(other, first)}): a look-alike letter makes a new {kind}",
+                               notes, file=path))
+        for name, used in mixed_script(locs):
+            out.append(_at("warning", locs[name], f"{kind} {name!r} mixes {' and '.join(s.title() for s in used)} "
+                           f"letters ({first_difference(name, '')}): it may not be the {kind} it looks like",
+                           file=path))
+    return out
 
 
 def _lint_machine(m, fmt: str | None, path: str | None) -> list[Diagnostic]:
@@ -279,8 +331,11 @@ def check_header(path, item, fmt: str | None = None, max_steps: int = HEADER_MAX
 def _source_of(file: str):
     """The file's registered text (the parser registered it), else read it now."""
 
+    src = registered(file)
+    if src is not None:
+        return src
     try:
-        return SourceText.from_file(file)
+        return SourceText.from_file(file).text_form()
     except Tm2nnError:
         return None
 

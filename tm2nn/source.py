@@ -15,6 +15,8 @@ from tm2nn.errors import Loc, Tm2nnError
 from tm2nn.fileio import read_input
 
 _REGISTRY: dict[str, "SourceText"] = {}
+#: The UTF-8 byte order mark some editors put at the start of a text file.
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -39,6 +41,17 @@ class SourceText:
         src = cls(path, data)
         _REGISTRY[path] = src
         return src
+
+    def text_form(self) -> "SourceText":
+        """This text as the text parsers read it: a leading UTF-8 byte order mark dropped
+        (columns count from the character after it, as editors show them) and every line
+        end (``\\r\\n``, and a lone ``\\r`` of old Mac files) made ``\\n``; re-registered
+        under its path so that errors quote the lines parsed.  ``self`` when there is nothing
+        to change."""
+        data = self.data[len(BOM):] if self.data.startswith(BOM) else self.data
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return self if data is self.data else self.register(self.path, data)
 
     @property
     def text(self) -> str:

@@ -18,8 +18,10 @@ from types import ModuleType
 
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit, Learner, Machine, NoisyLearner
+from tm2nn.limits import human
 from tm2nn.options import OptionError
 from tm2nn.source import SourceText
+from tm2nn.syntax.budget import check_source
 
 # format name -> module (under tm2nn.syntax)
 FORMATS: dict[str, str] = {
@@ -92,12 +94,26 @@ def _parse(src: SourceText, fmt: str, mod: ModuleType | None = None) -> list:
     if fmt in ("aag", "aig") and _aiger_kind(src, fmt) != fmt:
         fmt, mod = _aiger_kind(src, fmt), None
     mod = mod or format_module(fmt)
-    items = [it for it in mod.parse(src) if not _empty(it)]
+    src = src.text_form() if fmt != "aig" else src
+    check_source(src, fmt)
+    items = _parsed(src, mod)
+    items = [it for it in items if not _empty(it)]
     if not items:
         raise src.error(f"no {'machine' if mod.KIND == 'machine' else 'circuit'} found", None)
     for it in items:
         _has_outputs(src, fmt, it)
     return items
+
+
+def _parsed(src: SourceText, mod: ModuleType) -> list:
+    """``mod.parse(src)``; running out of memory past the estimate is one error line, raised
+    once the parse's partial state (held by the MemoryError's traceback) is freed."""
+    try:
+        return mod.parse(src)
+    except MemoryError:
+        pass
+    raise Tm2nnError(f"out of memory while reading {src.path} ({human(len(src.data))}); the memory limit "
+                     f"(--max-memory) was not reached by the estimate, so the machine has less than it says")
 
 
 def _empty(item) -> bool:

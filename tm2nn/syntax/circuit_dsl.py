@@ -87,6 +87,7 @@ from tm2nn.ir.learner import BaseLearner, Learner
 from tm2nn.ir.noisy_learner import NoisyLearner
 from tm2nn.learners.theorem4 import Theorem4Options, theorem4
 from tm2nn.source import SourceText
+from tm2nn.syntax.budget import check_grammar
 from tm2nn.syntax.circuit_flat import parse_flat
 from tm2nn.syntax.grammar import grammar_path, lalr_parser
 
@@ -451,6 +452,7 @@ def parse(src: SourceText) -> list[Circuit]:
 def parse_grammar(src: SourceText) -> list[Circuit]:
     """:func:`parse` by the LALR grammar alone: every form of the language, and the
     located error messages."""
+    check_grammar(src)
     text = src.text
     try:
         items = _parser().parse(text)

@@ -567,10 +567,12 @@ class _Builder:
 
     def unique(self, toks: list[Token], conv, what: str) -> list[str]:
         out: list[str] = []
+        seen: set[str] = set()  # a list's `in` made a 10^5-state list take minutes
         for tok in toks:
             v = conv(tok)
-            if v in out:
+            if v in seen:
                 raise self.err(f"{what} {v!r} is listed twice", tok)
+            seen.add(v)
             out.append(v)
         return out
 

@@ -73,7 +73,8 @@ TOKENS = [b"->", b"=>", b"=", b"(", b")", b"{", b"}", b"[", b"]", b",", b":", b"
           b".model", b".inputs", b".outputs", b".names", b".latch", b".end", b".subckt", b"aag", b"aig", b"table:",
           b"write:", b"R", b"L", b"S", b"_", b"*", b"0", b"1", b"-1", b"999999999", b"4294967296",
           b"18446744073709551616", b"1" * 400, b"(" * 300, b"a" * 1000, b"c[99999999]", b"x[4294967295]",
-          b"\"", b"'", b"\\u{110000}", b"learner", b"noisy", b"&", b"|", b"^", b"~"]
+          b"\"", b"'", b"\\u{110000}", b"learner", b"noisy", b"&", b"|", b"^", b"~",
+          b"\xef\xbb\xbf", b"\r", b"\xd0\x90", b"~" * 300]
 
 
 def seeds() -> list[tuple[str, bytes]]:
@@ -86,16 +87,27 @@ def seeds() -> list[tuple[str, bytes]]:
     for name in ("full_adder.circ", "comparator4.circ"):
         c = load(EX / name)
         out += [(".blif", blif_text(c).encode()), (".aag", aag_text(c).encode()), (".aig", aig_bytes(c))]
+    # hostile files of issue 40: a byte order mark, old Mac and Windows line ends, look-alike
+    # names, a deep one-line expression (small), and a word over the 4 KiB cap (HOSTILE)
+    bb3 = (EX / "bb3.tm").read_bytes()
+    adder = (EX / "full_adder.circ").read_bytes()
+    out += [(".tm", b"\xef\xbb\xbf" + bb3), (".circ", adder.replace(b"\n", b"\r")),
+            (".bench", C17.replace(b"\n", b"\r\n")), (".morphett", b"\xef\xbb\xbf" + MORPHETT.replace(b"\n", b"\r")),
+            (".tm", "machine m {\n  start: A\n  halt: h\n  A 0 -> 1 R \u0410\n  \u0410 0 -> 1 R h\n}\n".encode()),
+            (".circ", b"input a\noutput y\ny = " + b"NOT(" * 300 + b"~" * 300 + b"a" + b")" * 300 + b"\n")]
     return out
 
 
 SEEDS = seeds()
+#: Seeds that are errors as they stand (a mutation may make them valid).
+HOSTILE = [(".tm", b"machine m {\n  start: " + b"q" * 5000 + b"\n  halt: h\n}\n"),
+           (".circ", b"input " + b"a" * 5000 + b"\noutput y\ny = NOT(a)\n")]
 
 
 @st.composite
 def mutated(draw):
     """A seed file after 1 to 4 random edits: ``(extension, bytes)``."""
-    ext, data = draw(st.sampled_from(SEEDS))
+    ext, data = draw(st.sampled_from(SEEDS + HOSTILE))
     data = bytearray(data)
     for _ in range(draw(st.integers(1, 4))):
         n = len(data)
