@@ -421,7 +421,7 @@ def test_circ_theorem4_block_is_the_transformation():
     ("  predict P\n", "", 1, 9, "no 'predict' item"),
     ("  samples 3\n", "  samples 0\n", 8, 11, "integer >= 1"),
     ("  samples 3\n", "  samples x\n", 8, 11, "integer >= 1"),
-    ("  samples 3\n", "  samples " + "9" * 5000 + "\n", 8, 11, "integer >= 1"),
+    ("  samples 3\n", "  samples " + "9" * 5000 + "\n", 8, 11, "over the 4,096"),  # the word cap (issue 40)
     ("  samples 3\n", "  samples 99999999999999\n", 8, 11, "integer in 1.."),
     ("  phases theorem4\n", "  phases theorem5\n", 2, 10, "unknown phases 'theorem5'"),
     ("  samples 3\n", "  samples 3\n  done P\n", 1, 1, "not both"),
@@ -479,11 +479,12 @@ def test_lemma3_block_points_to_phases():
 
 
 def test_huge_sample_counts_are_clear_errors():
-    """A 5000-digit count is a located error (Python refuses int() of > 4300 digits)."""
+    """A 5000-digit count is a located error: the parsers' cap on a word's length (4 KiB,
+    issue 40) refuses it before int() would (Python refuses int() of > 4300 digits)."""
     from tm2nn.syntax import parse_text
 
     noisy = ("noisy_learner N {\n  input x[2]\n  samples " + "9" * 5000 + "\n  output H\n}\n"
              "circuit H {\n  input x[2]\n  output o\n  o = x[0]\n}\n")
     with pytest.raises(Tm2nnError) as ei:
         parse_text(noisy, "circ", "bad.circ")
-    assert (ei.value.line, ei.value.col) == (3, 11) and "integer >= 1" in ei.value.message
+    assert (ei.value.line, ei.value.col) == (3, 11) and "over the 4,096" in ei.value.message
