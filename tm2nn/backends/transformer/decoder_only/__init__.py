@@ -4,6 +4,12 @@ whose greedy decoding emits a machine's run as tokens (:mod:`.tokens`, :func:`re
 See docs/transformer_lens.md."""
 
 from tm2nn.backends.transformer.decoder_only.build import build_native, exact_T
-from tm2nn.backends.transformer.decoder_only.tokens import Contract, Replay, outcome_table, replay, vocabulary
+from tm2nn.backends.transformer.decoder_only.tokens import (
+    Contract,
+    Replay,
+    outcome_table,
+    replay,
+    vocabulary,
+)
 
 __all__ = ["build_native", "exact_T", "Contract", "Replay", "outcome_table", "replay", "vocabulary"]

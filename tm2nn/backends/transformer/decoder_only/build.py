@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tm2nn.backends.transformer.attention import pm_bits
-from tm2nn.backends.transformer.decoder_only.tokens import HALT, SPECIAL, Contract, outcome_table
+from tm2nn.backends.transformer.decoder_only.tokens import (
+    HALT,
+    SPECIAL,
+    Contract,
+    outcome_table,
+    parse_outcome,
+)
 from tm2nn.backends.transformer.layout import symbol_label
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import GridMachine, Machine
@@ -265,7 +269,7 @@ def _embeddings(B: _Builder, m: Machine, contract: Contract, M: int, T: int, n_c
     for a in m.alphabet:
         E[t[a], B.i(f"inp:{symbol_label(a)}")] = 1.0
     for tok in B.vocab[len(SPECIAL) + len(m.alphabet):]:
-        z, u, mv = tok.rsplit("|", 2)
+        z, u, mv = parse_outcome(tok)
         E[t[tok], B.i("tok:step")] = 1.0
         E[t[tok], B.i("tok:move")] = {"L": -1.0, "S": 0.0, "R": 1.0}[mv]
         E[t[tok], B.i(f"st:{z}")] = 1.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp.machine import run_machine
 from tm2nn.ir.machine import Machine
 
 BOS, GO, HALT = "<bos>", "<go>", "<halt>"
@@ -34,12 +35,11 @@ def outcome_token(state: str, write: str, move: str) -> str:
 
 
 def parse_outcome(tok: str) -> tuple[str, str, str]:
-    """``(state, write, move)`` of an outcome token (state names may hold ``|``: the last
-    two fields are one character each)."""
-    state, write, move = tok.rsplit("|", 2)
-    if move not in MOVES or len(write) != 1:
+    """``(state, write, move)`` of an outcome token: the last two fields are one character
+    each, so a state name (or a symbol) may itself be ``|``."""
+    if len(tok) < 5 or tok[-2] != "|" or tok[-4] != "|" or tok[-1] not in MOVES:
         raise Tm2nnError(f"token {tok!r} is not an outcome STATE|WRITE|MOVE")
-    return state, write, move
+    return tok[:-4], tok[-3], tok[-1]
 
 
 def outcome_table(m: Machine) -> dict[tuple[str, str], str]:
@@ -155,3 +155,22 @@ def replay(tokens: list[str], contract: Contract) -> Replay:
     if out.halted and contract.missing_rule_counts_step and state not in contract.halting:
         out.steps += 1  # the counted step that found no rule (morphett)
     return out
+
+
+def expected_tokens(m: Machine, contract: Contract, x: str, steps: int, length: int | None = None) -> tuple[list[str], bool]:
+    """The interpreter's run of ``m`` on ``x`` for up to ``steps`` steps as the token
+    sequence the contract prescribes (prompt, one outcome per step, ``<halt>`` after the
+    halting step, repeated up to ``length`` tokens), and whether it halted."""
+    res = run_machine(m, x, max_steps=steps, trace=True)
+    toks = contract.prompt(x)
+    n = len(res.trace)
+    if res.halted and m.missing_rule_counts_step and res.state not in m.halting:
+        n -= 1  # the counted no-rule step is not a token: <halt> stands for it
+    for k in range(n):
+        mv = res.trace.head[k] - res.trace.pos[k]
+        toks.append(outcome_token(m.states[res.trace.state[k]], m.alphabet[res.trace.write[k]],
+                                  {-1: "L", 0: "S", 1: "R"}[mv]))
+    if res.halted:
+        toks += [HALT] * max(1, (length or 0) - len(toks))
+    return toks, bool(res.halted)
+
