@@ -254,9 +254,9 @@ def _null_too_high(w, lab, comp):  # the <bos> sink at the best score instead of
 
 def _no_gate(w, lab, comp):  # wloc without its gate: non-step positions match as writers
     c = comp["head position (c): Bin(l_{i-1} + T), the cell each step wrote"]
-    a, b = c["neurons"]
-    w["layers.1.mlp.fc_in.weight"][a:b, lab["tok:step"]] = 0.0
-    w["layers.1.mlp.fc_in.bias"][a:b] += float(np.max(np.abs(w["layers.1.mlp.fc_in.weight"][a:b, lab["tok:step"]])))
+    a, b, fc = *c["neurons"], f"layers.{c['layer']}.mlp.fc_in."
+    w[fc + "bias"][a:b] += w[fc + "weight"][a:b, lab["tok:step"]]
+    w[fc + "weight"][a:b, lab["tok:step"]] = 0.0
 
 
 def _no_snap(w, lab, comp):  # hp:l without its offset: the hats read l - SNAP

@@ -8,13 +8,15 @@ step i+1's outcome from the tokens alone, in constant depth:
 ====  ==========================================================================================
 L0    head (a): uniform attention averages the moves m_j, ``hp:avg = l_i/(p+1)``;
       MLP (b): multiplies back by the count p+1, known from Bin(p) in ``pos.weight``
-L1    MLP (c): triangle hats per integer value write Bin(l_i + T) (``loc``), Bin(l_{i-1} + T)
-      of each step token (``wloc``, the cell it wrote) and Bin(p) of each step token (``sbit``)
-L2    Claim C.4 (head 0), Claim C.5 bit 0 (head 1); MLP: Prop. 3.4 round of both
-L2+j  Claim C.5 bit j (head 0), round                                  (j = 1 .. W-1)
-L2+W  Claim C.6 (head 0), Lemma C.7 (head 1); MLP: round of both
-L3+W  MLP: Lemma C.8 (the symbol read: written, else input, else blank)
-L4+W  MLP: Lemma C.1 (the transition table: one outcome dimension per token)
+L1    MLP (c): triangle hats per integer value write Bin(l_i + T) (``loc``), and Bin(p) of
+      each step token (``sbit``)
+L2    Lemma C.7 (head 0): the prompt cell at l_i; MLP: its round, and (c) again for
+      Bin(l_{i-1} + T) of each step token (``wloc``, the cell it wrote)
+L3    Claim C.4 (head 0), Claim C.5 bit 0 (head 1); MLP: Prop. 3.4 round of both
+L3+j  Claim C.5 bit j (head 0), round                                  (j = 1 .. W-1)
+L3+W  Claim C.6 (head 0); MLP: its round
+L4+W  MLP: Lemma C.8 (the symbol read: written, else input, else blank)
+L5+W  MLP: Lemma C.1 (the transition table: one outcome dimension per token)
 ====  ==========================================================================================
 
 ``head.weight`` maps each outcome dimension to its token's logit, and ``tok:halt`` (the
@@ -42,7 +44,8 @@ from tm2nn.nets.native import NativeTransformer, zero_weights
 from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.options import OptionError
 
-PAPER = "Wei, Chen & Ma (2022), Statistically Meaningful Approximation, §4.1 and App. C"
+PAPER = ("Wei, Chen & Ma (2022), Statistically Meaningful Approximation: a theoretical analysis for "
+         "approximating Turing machines with transformers, §4.1 and App. C")
 CONSTRUCTION = "decoder-only form of App. C (tm2nn docs/transformer_lens.md)"
 #: the default longest input (capped at T + 1: no run of T steps reads a cell past T)
 DEFAULT_MAX_INPUT = 8
@@ -223,10 +226,10 @@ def build_native(machine: Machine, steps: int, max_input: int | None = None) -> 
     syms = [symbol_label(a) for a in m.alphabet]
     A = len(syms)
     labels = _labels(m, outs, W, WL)
-    n_layers, n_heads = W + 5, 2
+    n_layers, n_heads = W + 6, 2
     d_head = math.isqrt(max(WL + W + 1, A + 1) - 1) + 1
     d_head *= d_head  # a perfect square: sqrt(d_head), TransformerLens's scale, is exact
-    d_mlp = max(2 * n_ctx, 6 * (2 * T + 1) + W, 2 * (2 * A + 1), 2 * A + 1, len(m.states) * A)
+    d_mlp = max(2 * n_ctx, 3 * (2 * T + 1) + max(W, 2 * (A + 1)), 2 * A, 2 * A + 1, len(m.states) * A)
     d = len(labels)
     params = 2 * len(vocab) * d + n_ctx * d + n_layers * (4 * n_heads * d_head * (d + 1) + d_mlp * (2 * d + 1) + d)
     check_memory(params * 8 * 3, f"a decoder-only transformer of {params:,} parameters ({T:,} steps)", ("steps",))
@@ -243,8 +246,8 @@ def build_native(machine: Machine, steps: int, max_input: int | None = None) -> 
             "max_input": M, "steps": T, "beta": beta, "attn_scale_folded": math.sqrt(d_head),
             "exact_T": exact_T(M), "exact_reason": EXACT_REASON, "snap": SNAP, "gate": gate(T),
             "w_pos": W, "w_loc": WL, "offset": T, "tokens": contract.to_json(),
-            "layers": {"head_position": [0, 1], "c4": 2, "c5": [2, 1 + W], "c6_c7": 2 + W, "c8": 3 + W,
-                       "c1": 4 + W}}
+            "layers": {"head_position": [0, 2], "c7": 2, "c4": 3, "c5": [3, 2 + W], "c6": 3 + W, "c8": 4 + W,
+                       "c1": 5 + W}}
     return NativeTransformer(vocab=vocab, residual_labels=labels, n_layers=n_layers, n_heads=n_heads,
                              d_head=d_head, d_mlp=d_mlp, n_ctx=n_ctx, weights=B.w, attn_scale=-1.0,
                              components=B.components, meta=meta)
@@ -313,8 +316,8 @@ def _head_position(B: _Builder, T: int, n_ctx: int, pb, lb) -> None:
     n1 = B.neurons(1, loc)
     B.note("head position (c): Bin(l_i + T), the cell to read", 1, cite=CITE_C, neurons=n1,
            writes=[f"loc:{b}" for b in lb])
-    n2 = B.neurons(1, wloc)
-    B.note("head position (c): Bin(l_{i-1} + T), the cell each step wrote", 1, cite=CITE_C, neurons=n2,
+    n2 = B.neurons(2, wloc)  # layer 2's MLP: halves d_mlp for one more layer (docs: "Sizes")
+    B.note("head position (c): Bin(l_{i-1} + T), the cell each step wrote", 2, cite=CITE_C, neurons=n2,
            writes=[f"wloc:{b}" for b in lb], when="revisit")
     n3 = B.neurons(1, [({f"pos:{b}": 1.0, "tok:step": 1.0}, -1.0, {f"sbit:{b}": 1.0}) for b in pb])
     B.note("step positions: Bin(p) of each step token", 1, cite=CITE_C5, neurons=n3,
@@ -332,13 +335,13 @@ def _binary_search(B: _Builder, W: int, pb, lb) -> None:
     null key a ``<bos>`` coordinate one below the best score; a Prop. 3.4 round after each."""
     loc = [f"loc:{b}" for b in lb]
     wl = len(lb)
-    B.head(2, 0, pm_bits(loc) + [({}, 1.0)], _gated([f"wloc:{b}" for b in lb]) + [({"tok:bos": wl - 1.0}, 0.0)],
+    B.head(3, 0, pm_bits(loc) + [({}, 1.0)], _gated([f"wloc:{b}" for b in lb]) + [({"tok:bos": wl - 1.0}, 0.0)],
            {("c4:raw", "tok:step"): 1.0})
-    B.note("C.4: some past step wrote l_i", 2, cite=CITE_C4, heads=[0], writes=["c4:raw"], when="revisit")
-    n = B.round(2, [("c4:raw", "c4:any")])
-    B.note("Prop. 3.4 round after C.4", 2, cite=CITE_R, neurons=n, writes=["c4:any"], when="revisit")
+    B.note("C.4: some past step wrote l_i", 3, cite=CITE_C4, heads=[0], writes=["c4:raw"], when="revisit")
+    n = B.round(3, [("c4:raw", "c4:any")])
+    B.note("Prop. 3.4 round after C.4", 3, cite=CITE_R, neurons=n, writes=["c4:any"], when="revisit")
     for j in range(W):
-        layer, h = (2, 1) if j == 0 else (2 + j, 0)
+        layer, h = (3, 1) if j == 0 else (3 + j, 0)
         found = [f"c5:{b}" for b in pb[:j]]
         q = pm_bits(loc) + pm_bits(found) + [({}, 1.0), ({}, 1.0)]
         k = _gated([f"wloc:{b}" for b in lb]) + _gated([f"sbit:{b}" for b in pb[:j + 1]]) \
@@ -352,25 +355,26 @@ def _binary_search(B: _Builder, W: int, pb, lb) -> None:
 
 
 def _read(B: _Builder, m: Machine, W: int, syms: list[str], lb) -> None:
-    """Claim C.6 and Lemma C.7 (one layer, two heads), their rounds, then Lemma C.8."""
+    """Claim C.6 (after the search) and Lemma C.7 (layer 2, as soon as ``loc`` exists), their
+    rounds, then Lemma C.8."""
     pb = [f"b{k}" for k in range(W - 1, -1, -1)]
     loc = [f"loc:{b}" for b in lb]
-    wl, L = len(lb), 2 + W
+    wl, L = len(lb), 3 + W
     B.head(L, 0, pm_bits(loc) + pm_bits([f"c5:{b}" for b in pb]) + [({}, 1.0)],
            _gated([f"wloc:{b}" for b in lb]) + _gated([f"sbit:{b}" for b in pb]) + [({"tok:bos": wl + W - 1.0}, 0.0)],
            {(f"c6raw:{a}", f"wr:{a}"): 1.0 for a in syms})
     B.note("C.6: the symbol step i' wrote", L, cite=CITE_C6, heads=[0], writes=[f"c6raw:{a}" for a in syms],
            when="revisit")
-    vals = {(f"c7raw:{a}", f"inp:{a}"): 1.0 for a in syms}
-    vals[("c7raw:input", "cell:input")] = 1.0
-    B.head(L, 1, pm_bits(loc) + [({}, 1.0)],
-           [({f"cell:{b}": 2.0, "cell:input": -1.0}, 0.0) for b in lb] + [({"tok:bos": wl - 1.0}, 0.0)], vals)
-    B.note("C.7: the input symbol at l_i", L, cite=CITE_C7, heads=[1],
-           writes=[f"c7raw:{a}" for a in syms] + ["c7raw:input"], when="input")
     n = B.round(L, [(f"c6raw:{a}", f"c6:{a}") for a in syms])
     B.note("Prop. 3.4 round after C.6", L, cite=CITE_R, neurons=n, writes=[f"c6:{a}" for a in syms], when="revisit")
-    n = B.round(L, [(f"c7raw:{a}", f"c7:{a}") for a in syms] + [("c7raw:input", "c7:input")])
-    B.note("Prop. 3.4 round after C.7", L, cite=CITE_R, neurons=n, writes=[f"c7:{a}" for a in syms] + ["c7:input"],
+    vals = {(f"c7raw:{a}", f"inp:{a}"): 1.0 for a in syms}
+    vals[("c7raw:input", "cell:input")] = 1.0
+    B.head(2, 0, pm_bits(loc) + [({}, 1.0)],
+           [({f"cell:{b}": 2.0, "cell:input": -1.0}, 0.0) for b in lb] + [({"tok:bos": wl - 1.0}, 0.0)], vals)
+    B.note("C.7: the input symbol at l_i", 2, cite=CITE_C7, heads=[0],
+           writes=[f"c7raw:{a}" for a in syms] + ["c7raw:input"], when="input")
+    n = B.round(2, [(f"c7raw:{a}", f"c7:{a}") for a in syms] + [("c7raw:input", "c7:input")])
+    B.note("Prop. 3.4 round after C.7", 2, cite=CITE_R, neurons=n, writes=[f"c7:{a}" for a in syms] + ["c7:input"],
            when="input")
     # Lemma C.8: v1 = c4, v2 = (1 - c4)·c7:input, v3 = (1 - c4)(1 - c7:input); ANDs of bits are one ReLU each
     blank = symbol_label(m.blank)
@@ -385,7 +389,7 @@ def _transition(B: _Builder, m: Machine, W: int, syms: list[str], outs: list[str
     """Lemma C.1: pair(z, a) = φ(st_z + sym_a - 1) one-hot, written to the dimension of the
     outcome token S(z, a) (``<halt>`` for a halting state or a missing rule); ``head.weight``
     reads each outcome dimension into its token's logit."""
-    L = 4 + W
+    L = 5 + W
     table = outcome_table(m)
     rows = [({f"st:{z}": 1.0, f"sym:{symbol_label(a)}": 1.0}, -1.0, {f"out:{table[(z, a)]}": 1.0})
             for z in m.states for a in m.alphabet]
