@@ -102,6 +102,7 @@ def test_bad_requests_are_refused_up_front():
 def test_bb3_bb4_every_step(bb4, dtype):
     m, nt = bb4
     assert nt.meta["exact_T"]["float32"] >= 110 and nt.meta["exact_T"]["float64"] >= 110
+    assert nt.meta["exact"] == {"float32": True, "float64": True}
     assert mismatches(NativeRunner(nt, dtype), nt, m, [""]) == {"": []}
     m3 = tm2nn.load("examples/bb3.tm")
     nt3 = build_native(m3, 30, max_input=2)

@@ -245,7 +245,7 @@ def build_native(machine: Machine, steps: int, max_input: int | None = None) -> 
     _transition(B, m, W, syms, outs)
     meta = {"paper": PAPER, "construction": CONSTRUCTION, "machine": m.name, "blank": m.blank,
             "max_input": M, "steps": T, "beta": beta, "attn_scale_folded": math.sqrt(d_head),
-            "exact_T": exact_T(M), "exact_reason": EXACT_REASON, "snap": SNAP, "gate": gate(T),
+            "exact_T": (ex := exact_T(M)), "exact": {k: T <= v for k, v in ex.items()}, "exact_reason": EXACT_REASON, "snap": SNAP, "gate": gate(T),
             "w_pos": W, "w_loc": WL, "offset": T, "tokens": contract.to_json(),
             "layers": {"head_position": [0, 2], "c7": 2, "c4": 3, "c5": [3, 2 + W], "c6": 3 + W, "c8": 4 + W,
                        "c1": 5 + W}}
