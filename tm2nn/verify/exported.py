@@ -52,16 +52,24 @@ def expected_tokens(m: Machine, text: str, steps: int) -> list[str]:
     return out + [HALT] if run.halted else out
 
 
-def decode(bridge, ex: Exported, texts: list[str], n: int) -> list[list[str]]:
+def decode(bridge, ex: Exported, texts: list[str], n: int, margins: list | None = None) -> list[list[str]]:
     """``n`` tokens decoded greedily by ``bridge`` after each text's prompt (a batch: the
-    prompts have one length), as token names."""
+    prompts have one length), as token names; ``margins`` (a list) gets, per text, the
+    smallest gap between the chosen logit and the next one over its decoded tokens."""
     import torch  # the tl extra's torch: loaded with the bridge
 
     vocab = ex.contract["vocab"]
     seq = torch.tensor([ex.prompt(t) for t in texts], dtype=torch.long)
+    gap = torch.full((len(texts),), float("inf"), dtype=torch.float64)
     with torch.no_grad():
         for _ in range(n):
-            seq = torch.cat([seq, bridge(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+            logits = bridge(seq)[:, -1]
+            top = logits.topk(min(2, logits.shape[-1]), dim=-1).values.to(torch.float64)
+            if top.shape[-1] == 2:
+                gap = torch.minimum(gap, top[:, 0] - top[:, 1])
+            seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    if margins is not None:
+        margins.extend(gap.tolist())
     return [[vocab[i] for i in row[-n:]] for row in seq.tolist()] if n else [[] for _ in texts]
 
 
@@ -103,11 +111,11 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
     rep = VerifyReport("transformer-lens", mode, 0, seed if mode == "random" else None, engines={"transformer_lens": 0},
                        max_deviation={"transformer_lens": 0.0}, space=space.count, budget=budget, how=how,
                        reference="the interpreter", compares="every decoded token (state, write, move, halt)")
-    t0, seen = time.perf_counter(), set()
+    t0, seen, margins = time.perf_counter(), set(), []
     for i in range(0, len(texts), BATCH):
         chunk = texts[i:i + BATCH]
         wants = [expected_tokens(m, text, steps)[:n] for text in chunk]
-        for text, want, got in zip(chunk, wants, decode(bridge, ex, chunk, n)):
+        for text, want, got in zip(chunk, wants, decode(bridge, ex, chunk, n, margins)):
             d = first_difference(want, got)
             if d is not None:
                 rep.engines["transformer_lens"] += 1
@@ -127,6 +135,7 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
     rep.distinct = len({x for x in seen if space.contains(x)})
     rep.coverage = rep.distinct / rep.space if rep.space else 1.0
     rep.complete = rep.distinct >= rep.space
+    rep.margin = min(margins, default=float("inf"))  # the smallest logit gap of a greedy choice
     return rep
 
 

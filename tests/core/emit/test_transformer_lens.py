@@ -33,16 +33,17 @@ PLAIN = r"""
 import json, sys, torch
 from safetensors.torch import load_file
 from transformer_lens.model_bridge import TransformerBridge
-folder = sys.argv[1]
-cfg = json.load(open(folder + "/config.json"))
-model = TransformerBridge.boot_native(cfg["bridge"], dtype=getattr(torch, cfg["tm2nn"]["dtype"]))
-model.load_state_dict(load_file(folder + "/model.safetensors"), strict=False)
-t, runs = cfg["tm2nn"], {}
-for text in sys.argv[2:]:
-    seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
-    while t["vocab"][seq[-1]] != "<halt>" and len(seq) < cfg["bridge"]["n_ctx"]:
-        seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
-    runs[text] = [t["vocab"][i] for i in seq[t["max_input"] + 2:]]
+runs = {}
+for folder, texts in json.loads(sys.argv[1]).items():
+    cfg = json.load(open(folder + "/config.json"))
+    model = TransformerBridge.boot_native(cfg["bridge"], dtype=getattr(torch, cfg["tm2nn"]["dtype"]))
+    model.load_state_dict(load_file(folder + "/model.safetensors"), strict=False)
+    t = cfg["tm2nn"]
+    for text in texts:
+        seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
+        while t["vocab"][seq[-1]] != "<halt>" and len(seq) < cfg["bridge"]["n_ctx"]:
+            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+        runs.setdefault(folder, {})[text] = [t["vocab"][i] for i in seq[t["max_input"] + 2:]]
 assert not any(m == "tm2nn" or m.startswith("tm2nn.") for m in sys.modules)
 print(json.dumps(runs))
 """
@@ -135,10 +136,11 @@ def test_run_with_cache_gives_the_residual_stream_and_nnsight_traces_the_bridge(
     assert float(pattern.detach()[0, 0, -1, 1]) > 0.999  # the <go> query reads the first cell
 
 
-def plain_runs(folder, texts: list[str]) -> dict[str, list[str]]:
-    """The token names a plain TransformerLens process decodes for each text."""
-    out = subprocess.run([sys.executable, "-I", "-c", PLAIN, str(folder), *texts], capture_output=True,
-                         text=True, timeout=300)
+def plain_runs(jobs: dict) -> dict[str, dict[str, list[str]]]:
+    """``{folder: {text: token names}}``: what one plain TransformerLens process (``python
+    -I``, no tm2nn) decodes greedily for each folder's texts (``jobs``: folder -> texts)."""
+    out = subprocess.run([sys.executable, "-I", "-c", PLAIN, json.dumps({str(k): v for k, v in jobs.items()})],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -146,8 +148,9 @@ def plain_runs(folder, texts: list[str]) -> dict[str, list[str]]:
 def test_a_plain_transformer_lens_process_runs_the_folder(exported):
     """The acceptance check: ``python -I``, importing torch, safetensors and
     transformer_lens only, decodes the documented prompt as the runner does."""
-    assert plain_runs(exported, ["1", "0", "", "011"]) == {"1": ["H|1|R", "<halt>"], "0": ["H|0|R", "<halt>"],
-                                                           "": ["H|0|R", "<halt>"], "011": ["H|0|R", "<halt>"]}
+    runs = plain_runs({exported: ["1", "0", "", "011"]})[str(exported)]
+    assert runs == {"1": ["H|1|R", "<halt>"], "0": ["H|0|R", "<halt>"], "": ["H|0|R", "<halt>"],
+                    "011": ["H|0|R", "<halt>"]}
 
 
 def test_the_writer_refuses_what_it_must(tmp_path):
