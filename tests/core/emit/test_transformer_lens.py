@@ -129,6 +129,19 @@ def test_run_with_cache_gives_the_residual_stream_and_nnsight_traces_the_bridge(
     read = ex.contract["residual_labels"].index("read:1")
     resid = cache["blocks.0.hook_resid_post"]
     assert torch.allclose(resid, kept[1]) and float(resid[0, -1, read]) > 0.999
+    # a patching experiment on one head: TransformerLens's hook_z zeroed is NativeRunner's
+    # Ablation of that head, and the head is what reads the first cell
+    from tm2nn.emit.torch_native import Ablation
+
+    def zero_head(z, hook):
+        z[:, :, 0] = 0
+        return z
+
+    ablated = bridge.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_z", zero_head)])
+    want, _ = NativeRunner(copy_first_model()).forward(tokens, Ablation(heads=[(0, 0)]))
+    assert torch.allclose(ablated, want)
+    vocab = ex.contract["vocab"]
+    assert vocab[int(bridge(tokens)[0, -1].argmax())] == "H|1|R" and vocab[int(ablated[0, -1].argmax())] == "H|0|R"
     nnsight = pytest.importorskip("nnsight")
     traced = nnsight.NNsight(bridge)
     with traced.trace(tokens):
