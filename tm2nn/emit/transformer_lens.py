@@ -206,7 +206,7 @@ model = TransformerBridge.boot_native(cfg["bridge"], dtype=getattr(torch, cfg["t
 model.load_state_dict(load_file("model.safetensors"), strict=False)
 text, t = "", cfg["tm2nn"]  # text: the input tape
 seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
-while t["vocab"][seq[-1]] != "<halt>" and len(seq) < cfg["bridge"]["n_ctx"]:
+while t["vocab"][seq[-1]] != "<halt>" and len(seq) <= cfg["bridge"]["n_ctx"]:
     seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
 print([t["vocab"][i] for i in seq])
 ```

@@ -94,7 +94,7 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
     if t.get("go") not in (None, GO) or t.get("halt") not in (None, HALT):
         raise Tm2nnError(f"{folder}: a token contract this tm2nn does not know ({t.get('go')}, {t.get('halt')})")
     steps, n_ctx = int(t["steps"]), int(ex.bridge["n_ctx"])
-    n = min(steps + 1, n_ctx - (int(t["max_input"]) + 2))
+    n = min(steps + 1, n_ctx - (int(t["max_input"]) + 2) + 1)  # the last token predicted needs no position
     space = InputSpace(m.alphabet, 0, min(int(t["max_input"]), EXHAUSTIVE_CELLS), EXHAUSTIVE_TAPES)
     seed = check_seed("seed", seed)
     if inputs is not None:

@@ -41,7 +41,7 @@ def test_info_and_verify_read_an_export_folder(tmp_path, run_cli):
     assert r.code == 0, r.err
     facts = json.loads(r.out)
     assert (facts["d_model"], facts["layers"], facts["heads"], facts["n_ctx"], facts["beta"], facts["dtype"]) == \
-        (16, 1, 1, 7, 30.0, "float64")
+        (15, 1, 1, 6, 30.0, "float64")
     assert facts["exact_T"] == {"float32": 1, "float64": 1}
     r = run_cli("info", good)
     assert r.code == 0 and "exact_T (float64)" in r.out
@@ -120,7 +120,7 @@ def test_the_export_verb_writes_what_its_builder_built(tmp_path, run_cli, monkey
     src.write_text(COPY_FIRST)
     r = run_cli("export", src, "--to", "transformer-lens", "--steps", "1", "--json")
     assert r.code == 0, r.err
-    assert json.loads(r.out)["output"] == "copy_first-tl" and json.loads(r.out)["d_model"] == 16
+    assert json.loads(r.out)["output"] == "copy_first-tl" and json.loads(r.out)["d_model"] == 15
     t = read_export(tmp_path / "copy_first-tl").contract
     assert t["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest() and t["dtype"] == "float32"
     assert "machine copy_first {" in t["source_text"]

@@ -38,7 +38,7 @@ def copy_first_model(max_input: int = 3, beta: float = 30.0, *, write_one: str =
     """The one-step machine :data:`COPY_FIRST` under the token contract.  ``write_one``
     names the token emitted when the first cell holds 1 (a mutation: ``"H|0|R"``)."""
     vocab = ["<bos>", "<go>", "<halt>", "0", "1", "H|0|R", "H|1|R"]
-    n_ctx = max_input + 2 + 2  # the prompt, one step, <halt>
+    n_ctx = max_input + 2 + 1  # the prompt and one step (<halt> is predicted at the last position)
     labels = [f"tok:{t}" for t in vocab] + [f"pos:{i}" for i in range(n_ctx)] + ["read:1", "mlp:go_read0"]
     at = {s: i for i, s in enumerate(labels)}
     w = zero_weights(len(vocab), len(labels), 1, 1, 1, 1, n_ctx)

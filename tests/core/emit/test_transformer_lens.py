@@ -41,7 +41,7 @@ for folder, texts in json.loads(sys.argv[1]).items():
     t = cfg["tm2nn"]
     for text in texts:
         seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
-        while t["vocab"][seq[-1]] != "<halt>" and len(seq) < cfg["bridge"]["n_ctx"]:
+        while t["vocab"][seq[-1]] != "<halt>" and len(seq) <= cfg["bridge"]["n_ctx"]:
             seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
         runs.setdefault(folder, {})[text] = [t["vocab"][i] for i in seq[t["max_input"] + 2:]]
 assert not any(m == "tm2nn" or m.startswith("tm2nn.") for m in sys.modules)
@@ -64,9 +64,9 @@ def test_the_folder_holds_the_config_weights_card_and_ground_truth(exported):
     b, t = cfg["bridge"], cfg["tm2nn"]
     assert (b["normalization_type"], b["act_fn"], b["attention_dir"], b["positional_embedding_type"]) == \
         (None, "relu", "causal", "standard")
-    assert (b["d_model"], b["n_layers"], b["n_heads"], b["d_vocab"], b["n_ctx"]) == (16, 1, 1, 7, 7)
+    assert (b["d_model"], b["n_layers"], b["n_heads"], b["d_vocab"], b["n_ctx"]) == (15, 1, 1, 7, 6)
     assert t["vocab"][:3] == ["<bos>", "<go>", "<halt>"] and t["blank"] == "0" and t["max_input"] == 3
-    assert t["source_sha256"] == "0" * 64 and len(t["residual_labels"]) == 16 and t["exact_T"]["float64"] == 1
+    assert t["source_sha256"] == "0" * 64 and len(t["residual_labels"]) == 15 and t["exact_T"]["float64"] == 1
     card = (exported / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformer-lens\n") and "- not-trained" in card
     assert json.loads((exported / "ground_truth.json").read_text())["components"]["read the first cell"]["heads"] == [0]
