@@ -16,17 +16,20 @@ from tm2nn.emit.transformer_lens import load_exported, read_export, write_export
 from tm2nn.interp import run_machine
 from tm2nn.limits import set_memory_limit
 from tm2nn.options import OptionError
-from tm2nn.syntax import load
+from tm2nn.syntax import load, parse_text
 from tm2nn.verify.exported import decode, expected_tokens
 
 from ...strategies import machines
-from ..emit.native_models import COPY_FIRST, copy_first_model
-from ..emit.test_transformer_lens import plain_runs
+from ..emit.native_models import COPY_FIRST, copy_first_model, plain_runs
 
 pytest.importorskip("transformer_lens")
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 CONSTRUCTION = importlib.util.find_spec("tm2nn.backends.transformer.decoder_only") is not None
 needs_construction = pytest.mark.skipif(not CONSTRUCTION, reason="the decoder-only construction is not merged yet")
+
+
+def load_str(text: str):
+    return parse_text(text, "tm")[0]
 
 
 def _hand_built(folder, **kw):
@@ -72,21 +75,27 @@ def test_bad_input_is_refused_with_exit_2(tmp_path, run_cli):
     assert r.code == 2 and "more than the export's max_input 3" in r.err
 
 
-@needs_construction
-def test_the_examples_exported_replay_in_a_plain_transformer_lens_process(tmp_path, run_cli):
-    """The acceptance check for bb3, bb4 and binary_increment: the folders written by the
-    CLI, decoded by plain TransformerLens (no tm2nn), replay the interpreter's run."""
-    jobs, want = {}, {}
-    for name, steps, texts in (("bb3", 21, [""]), ("bb4", 107, [""]), ("binary_increment", 12, ["1011", "", "111"])):
-        out = tmp_path / f"{name}-tl"
-        r = run_cli("export", EXAMPLES / f"{name}.tm", "--to", "transformer-lens", "--steps", steps, "-o", out, "--json")
-        assert r.code == 0, r.err
-        m = load(EXAMPLES / f"{name}.tm")
-        jobs[out] = texts
-        want[str(out)] = {t: expected_tokens(m, t, steps) for t in texts}
+def test_a_plain_transformer_lens_process_replays_the_exports(tmp_path, run_cli):
+    """The acceptance check: one ``python -I`` process that imports torch, safetensors and
+    transformer_lens only decodes each folder's documented prompts, and each run is the
+    interpreter's, step for step: the hand-built model's folder, and (with the
+    construction) bb3, bb4 and binary_increment as the CLI exports them."""
+    first = load_str(COPY_FIRST)
+    jobs = {_hand_built(tmp_path / "copy-first-tl"): ["1", "0", "", "011"]}
+    want = {str(tmp_path / "copy-first-tl"): {t: expected_tokens(first, t, 1) for t in ["1", "0", "", "011"]}}
+    if CONSTRUCTION:
+        for name, steps, texts in (("bb3", 21, [""]), ("bb4", 107, [""]), ("binary_increment", 12, ["1011", "", "111"])):
+            out = tmp_path / f"{name}-tl"
+            r = run_cli("export", EXAMPLES / f"{name}.tm", "--to", "transformer-lens", "--steps", steps, "-o", out,
+                        "--json")
+            assert r.code == 0, r.err
+            m = load(EXAMPLES / f"{name}.tm")
+            jobs[out] = texts
+            want[str(out)] = {t: expected_tokens(m, t, steps) for t in texts}
+        r = run_cli("verify", tmp_path / "bb3-tl", "--input", "", "--input", "1101", "--json")
+        assert r.code == 0 and json.loads(r.out)["ok"], r.err
+    assert want[str(tmp_path / "copy-first-tl")]["1"] == ["H|1|R", "<halt>"]
     assert plain_runs(jobs) == want
-    r = run_cli("verify", tmp_path / "bb3-tl", "--json")
-    assert r.code == 0 and json.loads(r.out)["ok"], r.err
 
 
 @needs_construction

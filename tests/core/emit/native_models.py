@@ -6,6 +6,10 @@ head and emits ``H|x|R`` then ``<halt>``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 
 from tm2nn.nets.native import NativeTransformer, zero_weights
@@ -68,3 +72,33 @@ def copy_first_model(max_input: int = 3, beta: float = 30.0, *, write_one: str =
                              meta={"name": "copy_first", "blank": "0", "max_input": max_input, "steps": 1,
                                    "beta": beta, "paper": "hand-built test model", "construction": "copy_first",
                                    "exact_T": {"float32": 1, "float64": 1}, "exact_reason": "one step"})
+
+
+#: the acceptance check: plain TransformerLens in an isolated interpreter (no tm2nn)
+PLAIN = r"""
+import json, sys, torch
+from safetensors.torch import load_file
+from transformer_lens.model_bridge import TransformerBridge
+runs = {}
+for folder, texts in json.loads(sys.argv[1]).items():
+    cfg = json.load(open(folder + "/config.json"))
+    model = TransformerBridge.boot_native(cfg["bridge"], dtype=getattr(torch, cfg["tm2nn"]["dtype"]))
+    model.load_state_dict(load_file(folder + "/model.safetensors"), strict=False)
+    t = cfg["tm2nn"]
+    for text in texts:
+        seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
+        while t["vocab"][seq[-1]] != "<halt>" and len(seq) <= cfg["bridge"]["n_ctx"]:
+            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+        runs.setdefault(folder, {})[text] = [t["vocab"][i] for i in seq[t["max_input"] + 2:]]
+assert not any(m == "tm2nn" or m.startswith("tm2nn.") for m in sys.modules)
+print(json.dumps(runs))
+"""
+
+
+def plain_runs(jobs: dict) -> dict[str, dict[str, list[str]]]:
+    """``{folder: {text: token names}}``: what one plain TransformerLens process (``python
+    -I``, no tm2nn) decodes greedily for each folder's texts (``jobs``: folder -> texts)."""
+    out = subprocess.run([sys.executable, "-I", "-c", PLAIN, json.dumps({str(k): v for k, v in jobs.items()})],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
