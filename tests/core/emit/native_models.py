@@ -79,6 +79,8 @@ PLAIN = r"""
 import json, sys, torch
 from safetensors.torch import load_file
 from transformer_lens.model_bridge import TransformerBridge
+torch.set_grad_enabled(False)
+torch.set_num_threads(1)  # the suite runs two workers on two cores
 runs = {}
 for folder, texts in json.loads(sys.argv[1]).items():
     cfg = json.load(open(folder + "/config.json"))
