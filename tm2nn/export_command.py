@@ -77,10 +77,14 @@ def info(args) -> int:
     if args.json:
         print(json.dumps(facts))
         return 0
-    rows = [[k, f"{v:,}" if isinstance(v, int) else str(v), ""] for k, v in facts.items() if k != "exact_T"]
+    rows = [[k, f"{v:,}" if isinstance(v, int) else str(v), ""] for k, v in facts.items()
+            if k not in ("exact_T", "exact_reason", "paper", "construction")]
     rows += [[f"exact_T ({d})", f"{n:,}", "this file" if d == facts["dtype"] else ""]
              for d, n in (facts["exact_T"] or {}).items()]
     print_table(f"{args.source}: TransformerLens export", ["quantity", "value", ""], rows)
+    print(f"construction: {facts['construction']} ({facts['paper']})")
+    if facts.get("exact_reason"):
+        print(f"exact up to exact_T: {facts['exact_reason']}")
     return 0
 
 

@@ -1,9 +1,17 @@
 """``tm2nn verify DIR`` on a TransformerLens export: the folder booted in TransformerLens
-(:func:`tm2nn.emit.transformer_lens.load_exported`), decoded greedily from the token
-contract's prompt, and every decoded token compared with the reference interpreter's step
-(the state entered, the symbol written, the move; ``<halt>`` after the halting step), on
-every tape of up to ``min(max_input, 8)`` cells when there are at most 4,096 of them, else
-on random ones within the budget.
+(:func:`tm2nn.emit.transformer_lens.load_exported`), and every step of its greedy decoding
+compared with the reference interpreter's step (the state entered, the symbol written, the
+move; ``<halt>`` after the halting step), on every tape of up to ``min(max_input, 8)``
+cells when there are at most 4,096 of them, else on random ones within the budget.
+
+The check is teacher-forced: one forward over the prompt and the interpreter's whole run
+(its last token dropped), and the argmax at every position compared with the run's next
+token.  Attention is causal, so the logits at a position depend only on the tokens up to
+it: where every argmax is the run's next token, greedy decoding from the prompt emits
+exactly that run, and the first position where they differ is where greedy decoding
+leaves it.  (One forward instead of T: a full-prefix greedy decode of T steps costs T
+forwards.)  The smallest gap between the chosen logit and the next is reported, so a
+reader sees how far a rounding would have to go to change a step.
 
 The replay reads the folder alone: the machine from ``tm2nn.source_text`` in
 ``config.json``, the prompt and the tokens from its vocabulary; nothing of the
@@ -24,8 +32,8 @@ from tm2nn.syntax import parse_text, select
 from tm2nn.verify.check import DEFAULT_BUDGET, InputSpace, Mismatch, VerifyReport
 from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
 
-#: inputs decoded together (each a full forward over the prefix per token)
-BATCH = 64
+#: inputs checked in one forward
+BATCH = 32
 
 
 def machine_of(ex: Exported) -> Machine:
@@ -73,6 +81,31 @@ def decode(bridge, ex: Exported, texts: list[str], n: int, margins: list | None 
     return [[vocab[i] for i in row[-n:]] for row in seq.tolist()] if n else [[] for _ in texts]
 
 
+def teacher_forced(bridge, ex: Exported, texts: list[str], runs: list[list[str]],
+                   margins: list | None = None) -> list[list[str]]:
+    """Per text, the argmax token after the prompt and each prefix of its ``run`` (one
+    forward over prompt + run, padded to the longest run of the batch; each row is read
+    only up to its own length, and causal attention keeps the padding out of it)."""
+    import torch  # the tl extra's torch: loaded with the bridge
+
+    vocab = ex.contract["vocab"]
+    at = {s: i for i, s in enumerate(vocab)}
+    n = max(len(r) for r in runs)
+    rows = [ex.prompt(t) + [at[s] for s in r[:-1]] for t, r in zip(texts, runs)]
+    p = len(ex.prompt(texts[0]))  # every prompt has this length
+    seq = torch.tensor([r + [r[-1]] * (p + n - 1 - len(r)) for r in rows], dtype=torch.long)
+    with torch.no_grad():
+        logits = bridge(seq)[:, p - 1:]
+    top = logits.topk(min(2, logits.shape[-1]), dim=-1).values.to(torch.float64)
+    out = []
+    for i, r in enumerate(runs):
+        k = len(r)
+        if margins is not None and top.shape[-1] == 2 and k:
+            margins.append(float((top[i, :k, 0] - top[i, :k, 1]).min()))
+        out.append([vocab[j] for j in logits[i, :k].argmax(-1).tolist()])
+    return out
+
+
 def first_difference(want: list[str], got: list[str]) -> tuple[int, str, str, str] | None:
     """``(step, field, expected, got)`` of the first token that differs, or None."""
     for k, (w, g) in enumerate(zip(want, got)):
@@ -115,7 +148,7 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
     for i in range(0, len(texts), BATCH):
         chunk = texts[i:i + BATCH]
         wants = [expected_tokens(m, text, steps)[:n] for text in chunk]
-        for text, want, got in zip(chunk, wants, decode(bridge, ex, chunk, n, margins)):
+        for text, want, got in zip(chunk, wants, teacher_forced(bridge, ex, chunk, wants, margins)):
             d = first_difference(want, got)
             if d is not None:
                 rep.engines["transformer_lens"] += 1
@@ -139,4 +172,4 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
     return rep
 
 
-__all__ = ["verify_exported", "expected_tokens", "decode", "first_difference", "machine_of"]
+__all__ = ["verify_exported", "expected_tokens", "decode", "teacher_forced", "first_difference", "machine_of"]

@@ -21,7 +21,7 @@ from tm2nn.emit.transformer_lens import (
     write_export,
 )
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.exported import decode, expected_tokens, first_difference, verify_exported
+from tm2nn.verify.exported import decode, expected_tokens, first_difference, teacher_forced, verify_exported
 
 from .native_models import COPY_FIRST, copy_first_model, random_model
 
@@ -89,6 +89,7 @@ def test_decoding_the_export_replays_the_machine_and_a_mutation_is_caught(export
                                                                ["H|0|R", "<halt>"], ["H|1|R", "<halt>"]]
     runner = NativeRunner(copy_first_model())
     assert [runner.greedy(ex.prompt(t), 2) for t in texts] == [[ex.contract["vocab"].index(s) for s in g] for g in got]
+    assert teacher_forced(bridge, ex, texts, got) == got  # verify's one-forward check reads the same run
     rep = verify_exported(exported)
     assert rep.ok and rep.mode == "exhaustive" and rep.n_inputs == 15 and rep.complete
     bad = write_export(copy_first_model(write_one="H|0|R"), tmp_path / "bad", dtype="float32", source=_source())
