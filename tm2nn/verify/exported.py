@@ -27,7 +27,7 @@ from tm2nn.emit.transformer_lens import GO, HALT, Exported, load_exported, read_
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.ir import Machine
-from tm2nn.limits import check_seed
+from tm2nn.limits import check_memory, check_seed, memory_limit
 from tm2nn.syntax import parse_text, select
 from tm2nn.verify.check import DEFAULT_BUDGET, InputSpace, Mismatch, VerifyReport
 from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
@@ -140,13 +140,21 @@ def verify_exported(folder, *, inputs: list[str] | None = None, budget: float = 
         texts = list(itertools.islice(space.random(seed), samples or 256))
     for text in texts:
         ex.prompt(text)  # refused before any work: too long, or a symbol that is no token
+    b = ex.bridge
+    length = int(t["max_input"]) + 2 + n - 1
+    # one input's forward: the residual stream, q k v, the scores, the MLP's hidden layer, the
+    # logits (float64 at worst, twice for what TransformerLens's hooks keep)
+    per_input = 2 * 8 * length * (8 * b["d_model"] + 3 * b["n_heads"] * b["d_head"] + b["n_heads"] * length
+                                  + b["d_mlp"] + b["d_vocab"])
+    check_memory(per_input, f"one input's forward over {length:,} positions")
+    batch = max(1, min(BATCH, memory_limit() // 4 // per_input))
     bridge = load_exported(folder)
     rep = VerifyReport("transformer-lens", mode, 0, seed if mode == "random" else None, engines={"transformer_lens": 0},
                        max_deviation={"transformer_lens": 0.0}, space=space.count, budget=budget, how=how,
                        reference="the interpreter", compares="every decoded token (state, write, move, halt)")
     t0, seen, margins = time.perf_counter(), set(), []
-    for i in range(0, len(texts), BATCH):
-        chunk = texts[i:i + BATCH]
+    for i in range(0, len(texts), batch):
+        chunk = texts[i:i + batch]
         wants = [expected_tokens(m, text, steps)[:n] for text in chunk]
         for text, want, got in zip(chunk, wants, teacher_forced(bridge, ex, chunk, wants, margins)):
             d = first_difference(want, got)

@@ -21,7 +21,13 @@ from tm2nn.emit.transformer_lens import (
     write_export,
 )
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.exported import decode, expected_tokens, first_difference, teacher_forced, verify_exported
+from tm2nn.verify.exported import (
+    decode,
+    expected_tokens,
+    first_difference,
+    teacher_forced,
+    verify_exported,
+)
 
 from .native_models import COPY_FIRST, copy_first_model, random_model
 
