@@ -89,6 +89,11 @@ def info(args) -> int:
 
 
 def verify(args) -> int:
+    given = [f for f, on in (("--find-beta", args.find_beta), ("--engines", args.engines), ("--no-onnx", args.no_onnx),
+                             ("--min-samples", args.min_samples), ("--device", args.device != "cpu")) if on]
+    if given:
+        raise Tm2nnError(f"{given[0]} does not apply to an exported folder: it runs in TransformerLens on the CPU "
+                         "against the interpreter (--input, --budget, --samples, --seed and --json apply)")
     with verify_progress(quiet=args.json) as bar:
         rep = verify_exported(args.source, inputs=args.input, budget=args.budget or DEFAULT_BUDGET,
                               samples=args.samples, seed=args.seed, progress=bar)

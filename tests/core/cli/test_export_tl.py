@@ -73,6 +73,8 @@ def test_bad_input_is_refused_with_exit_2(tmp_path, run_cli):
     _hand_built(tmp_path / "m")
     r = run_cli("verify", tmp_path / "m", "--input", "0000")
     assert r.code == 2 and "more than the export's max_input 3" in r.err
+    r = run_cli("verify", tmp_path / "m", "--find-beta")
+    assert r.code == 2 and "--find-beta does not apply to an exported folder" in r.err
 
 
 def test_a_plain_transformer_lens_process_replays_the_exports(tmp_path, run_cli):
