@@ -83,17 +83,19 @@ def test_a_plain_transformer_lens_process_replays_the_exports(tmp_path, run_cli)
     interpreter's, step for step: the hand-built model's folder, and (with the
     construction) bb3, bb4 and binary_increment as the CLI exports them."""
     first = load_str(COPY_FIRST)
-    jobs = {_hand_built(tmp_path / "copy-first-tl"): ["1", "0", "", "011"]}
+    jobs = {_hand_built(tmp_path / "copy-first-tl"): ["1", "0", "", "011", "<card>"]}
     want = {str(tmp_path / "copy-first-tl"): {t: expected_tokens(first, t, 1) for t in ["1", "0", "", "011"]}}
+    want[str(tmp_path / "copy-first-tl")]["<card>"] = expected_tokens(first, "", 1)  # the model card's snippet
     if CONSTRUCTION:
-        for name, steps, texts in (("bb3", 21, [""]), ("bb4", 107, [""]), ("binary_increment", 12, ["1011", "", "111"])):
+        for name, steps, texts in (("bb3", 21, ["", "<card>"]), ("bb4", 107, [""]),
+                                    ("binary_increment", 12, ["1011", "", "111"])):
             out = tmp_path / f"{name}-tl"
             r = run_cli("export", EXAMPLES / f"{name}.tm", "--to", "transformer-lens", "--steps", steps, "-o", out,
                         "--json")
             assert r.code == 0, r.err
             m = load(EXAMPLES / f"{name}.tm")
             jobs[out] = texts
-            want[str(out)] = {t: expected_tokens(m, t, steps) for t in texts}
+            want[str(out)] = {t: expected_tokens(m, "" if t == "<card>" else t, steps) for t in texts}
         r = run_cli("verify", tmp_path / "bb3-tl", "--input", "", "--input", "1101", "--json")
         assert r.code == 0 and json.loads(r.out)["ok"], r.err
     assert want[str(tmp_path / "copy-first-tl")]["1"] == ["H|1|R", "<halt>"]

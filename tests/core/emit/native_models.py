@@ -76,7 +76,7 @@ def copy_first_model(max_input: int = 3, beta: float = 30.0, *, write_one: str =
 
 #: the acceptance check: plain TransformerLens in an isolated interpreter (no tm2nn)
 PLAIN = r"""
-import json, sys, torch
+import ast, contextlib, io, json, os, sys, torch
 from safetensors.torch import load_file
 from transformer_lens.model_bridge import TransformerBridge
 torch.set_grad_enabled(False)
@@ -88,6 +88,15 @@ for folder, texts in json.loads(sys.argv[1]).items():
     model.load_state_dict(load_file(folder + "/model.safetensors"), strict=False)
     t = cfg["tm2nn"]
     for text in texts:
+        if text == "<card>":  # the model card's own snippet, run in the folder (input: the empty tape)
+            card = open(folder + "/README.md").read().split("```python\n")[1].split("```")[0]
+            here, shown = os.getcwd(), io.StringIO()
+            os.chdir(folder)
+            with contextlib.redirect_stdout(shown):
+                exec(card, {})
+            os.chdir(here)
+            runs.setdefault(folder, {})[text] = ast.literal_eval(shown.getvalue().strip())[t["max_input"] + 2:]
+            continue
         seq = [t["vocab"].index(s) for s in ["<bos>", *text.ljust(t["max_input"], t["blank"]), "<go>"]]
         while t["vocab"][seq[-1]] != "<halt>" and len(seq) <= cfg["bridge"]["n_ctx"]:
             seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
@@ -99,7 +108,8 @@ print(json.dumps(runs))
 
 def plain_runs(jobs: dict) -> dict[str, dict[str, list[str]]]:
     """``{folder: {text: token names}}``: what one plain TransformerLens process (``python
-    -I``, no tm2nn) decodes greedily for each folder's texts (``jobs``: folder -> texts)."""
+    -I``, no tm2nn) decodes greedily for each folder's texts (``jobs``: folder -> texts; the
+    text ``"<card>"`` runs the snippet of the folder's README.md, on the empty tape)."""
     out = subprocess.run([sys.executable, "-I", "-c", PLAIN, json.dumps({str(k): v for k, v in jobs.items()})],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
