@@ -7,6 +7,7 @@ The public API (re-exports only; docs/api.md walks through it):
 * ``compile``: source -> :class:`Compiled` (``.torch()``, ``.onnx()``, ``.save()``,
   ``.run()``, ``.verify()``, ``.info()``); ``load_model``: a saved model -> the same;
 * ``verify``: a compiled net against the reference interpreter;
+* ``export``: a machine as a folder plain TransformerLens loads (docs/transformer_lens.md);
 * ``learn``: the constructions trained by SGD;
 * ``backends``: the registry (``backends.names()``, ``backends.get(name)``,
   ``backends.register(backend)``); :class:`Backend` is what a construction declares.
@@ -14,7 +15,7 @@ The public API (re-exports only; docs/api.md walks through it):
 
 from tm2nn import backends
 from tm2nn._version import __version__
-from tm2nn.api import load, load_all, load_model, run, run_circuit
+from tm2nn.api import export, load, load_all, load_model, run, run_circuit
 from tm2nn.backends.protocol import Backend, Learned
 from tm2nn.compiler import compile, learn
 from tm2nn.errors import Tm2nnError
@@ -23,5 +24,5 @@ from tm2nn.options import OptionError
 from tm2nn.report import Report
 from tm2nn.verify import verify_compiled as verify
 
-__all__ = ["load", "load_all", "run", "run_circuit", "compile", "learn", "verify", "load_model", "backends",
+__all__ = ["load", "load_all", "run", "run_circuit", "compile", "learn", "verify", "load_model", "export", "backends",
            "Backend", "Compiled", "Learned", "Report", "Tm2nnError", "OptionError", "__version__"]

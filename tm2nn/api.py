@@ -3,23 +3,36 @@ backend).  Thin orchestration only."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from tm2nn import backends
 from tm2nn.codec import parse_bits
 from tm2nn.compiler import compile, load_ir
 from tm2nn.devices import is_cpu
+from tm2nn.emit.transformer_lens import DTYPES, write_export
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import read_input
 from tm2nn.handle import Compiled
 from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
 from tm2nn.interrupt import Interrupted
-from tm2nn.ir import Circuit, Machine
+from tm2nn.ir import Circuit, GridMachine, Machine
+from tm2nn.limits import check_int
 from tm2nn.options import OptionError
 from tm2nn.report import Report
-from tm2nn.source import SourceText
-from tm2nn.syntax import format_module, guess_format, load, load_all
+from tm2nn.source import SourceText, registered
+from tm2nn.syntax import format_module, guess_format, load, load_all, native_format, native_text
 
-__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model"]
+try:  # issue 37's decoder-only construction (Wei-Chen-Ma App. C as a TL-native transformer)
+    from tm2nn.backends.transformer.decoder_only import build_native
+except ModuleNotFoundError as e:  # only while that module is not there; any other failure is raised
+    if e.name != "tm2nn.backends.transformer.decoder_only":
+        raise
+    build_native = None
+
+__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model", "export"]
+#: what ``export(to=...)`` writes
+EXPORTS = ("transformer-lens",)
 
 
 def default_input(path: str | Path, fmt: str | None = None, name: str | None = None) -> str | None:
@@ -87,3 +100,44 @@ def load_model(path):
     from tm2nn.modelfile.load import load_model as load_file  # loads torch and onnx: not at import
 
     return Compiled.of(load_file(path))
+
+
+def export(source, steps: int, *, to: str = "transformer-lens", output=None, max_input: int | None = None,
+           dtype: str = "float32", format: str | None = None, name: str | None = None) -> Path:
+    """Compile the machine ``source`` (a path or a Machine) for ``steps`` steps on inputs of
+    up to ``max_input`` cells (default: the construction's) as a decoder-only transformer
+    (Wei-Chen-Ma App. C, decoder-only: docs/transformer_lens.md) and write it as a folder
+    plain TransformerLens loads (``to="transformer-lens"``; :mod:`tm2nn.emit.transformer_lens`)
+    at ``output`` (default: the source's stem + ``-tl``), its weights in ``dtype``
+    (float32 or float64, each exact up to the T the export reports).  Returns the folder."""
+    if to not in EXPORTS:
+        raise OptionError(f"{{to}} {to!r}: tm2nn exports to {', '.join(EXPORTS)}", "to")
+    if dtype not in DTYPES:
+        raise OptionError(f"{{dtype}} {dtype!r}: choose float32 or float64", "dtype")
+    steps = check_int("steps", steps, 1)
+    if max_input is not None:
+        max_input = check_int("max_input", max_input, 0)
+    ir = load_ir(source, format, name)
+    if not isinstance(ir, Machine) or isinstance(ir, GridMachine):
+        raise Tm2nnError(f"{ir.name!r} is not a one-tape machine: the TransformerLens export compiles Turing "
+                         "machines (Wei-Chen-Ma's construction)")
+    if build_native is None:
+        raise Tm2nnError("this tm2nn has no decoder-only transformer construction "
+                         "(tm2nn.backends.transformer.decoder_only) to export")
+    is_file = isinstance(source, (str, Path)) and Path(source).is_file()
+    out = Path(output) if output is not None else Path((Path(source).stem if is_file else ir.name) + "-tl")
+    model = build_native(ir, steps, max_input)
+    return write_export(model, out, dtype=dtype, source=_provenance(source, ir, is_file))
+
+
+def _provenance(source, ir: Machine, is_file: bool) -> dict:
+    """The source an export records: its path, name, sha256 (of the file's bytes, or of
+    the machine's tm2nn text), and that text (what ``tm2nn verify DIR`` replays)."""
+    text = native_text(ir)
+    if is_file:
+        loaded = registered(str(source))  # the bytes the parser read
+        data = loaded.data if loaded is not None else read_input(source)
+    else:
+        data = text.encode()
+    return {"path": str(source) if is_file else None, "name": ir.name, "sha256": hashlib.sha256(data).hexdigest(),
+            "format": native_format(ir), "text": text}

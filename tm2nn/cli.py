@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, interrupt, memwatch
+from tm2nn import __version__, backends, export_command, interrupt, memwatch
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for the compiled models and the picture "
                    "(default: tm2nn-demo/ in the current folder)")
     __import__("tm2nn.sweep.command", fromlist=["add_parser"]).add_parser(sub)  # tm2nn sweep (docs/sweep.md)
+    export_command.add_parser(sub)  # tm2nn export (docs/api.md, "In TransformerLens")
     return ap
 
 
@@ -324,6 +325,8 @@ def cmd_eval(args) -> int:
 
 def cmd_info(args) -> int:
     stats = _statistics_values(args)
+    if export_command.is_folder(args.source):  # an exported folder
+        return export_command.info(args)
 
     if Path(args.source).suffix in SUFFIXES:
 
@@ -359,6 +362,8 @@ def cmd_info(args) -> int:
 
 def cmd_verify(args) -> int:
     Compiled.checked_device(args.device)  # before compiling
+    if export_command.is_folder(args.source):  # an exported folder, run in TransformerLens
+        return export_command.verify(args)
     if args.find_beta and args.device != "cpu":
         raise Tm2nnError("--find-beta runs on the CPU; drop --device")
     if args.find_beta:

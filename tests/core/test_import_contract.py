@@ -20,9 +20,10 @@ FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "t
               "tm2nn.devices", "tm2nn.threads")
 #: what a backend must never import: the handle, the model files, the API and the faces
 ABOVE_BACKENDS = ("tm2nn.handle", "tm2nn.modelfile", "tm2nn.api", "tm2nn.compiler", "tm2nn.cli", "tm2nn.demo",
+                  "tm2nn.export_command",
                   "tm2nn.sweep", "tm2nn.viz", "tm2nn.lint", "tm2nn.flags", "tm2nn.console")
 #: the heavy libraries a start of the CLI must not load
-HEAVY = ("torch", "onnx", "onnxruntime", "numba", "matplotlib", "ray", "pyarrow")
+HEAVY = ("torch", "onnx", "onnxruntime", "numba", "matplotlib", "ray", "pyarrow", "transformer_lens")
 #: function-level imports kept for start-up time, (importer, imported) prefixes: each
 #: imported module loads one of HEAVY, and the importer is loaded when the CLI starts
 #: (every CLI call declares every backend: the flags come from their Options).

@@ -41,6 +41,7 @@ BASES = {
             ["weights", EX / "full_adder.circ", "-o", "{tmp}/w.png"]],
     # --dry-run: the spec is checked and expanded, nothing runs (a pool per case would take seconds)
     "sweep": [[EX / "sweep" / "first.toml", "--dry-run"], ["report", "{tmp}"]],
+    "export": [[EX / "bb3.tm", "--to", "transformer-lens", "--steps", "3", "-o", "{tmp}/bb3-tl"]],
 }
 #: Flags whose value is a path (drawn inside the case's folder).
 PATHS = {"output", "export_before", "export_after", "inputs", "train", "examples", "out"}
@@ -143,7 +144,7 @@ def _fuzz(verb: str, n: int, tmp_path: Path, model: str):
 
 #: Cases per verb in the fast profile (2,000 in all with the parser and model fuzz).
 PER_VERB = {"check": 60, "run": 80, "convert": 50, "compile": 60, "eval": 50, "info": 60, "verify": 40,
-            "margin": 30, "learn": 40, "viz": 30, "sweep": 30}
+            "margin": 30, "learn": 40, "viz": 30, "sweep": 30, "export": 30}
 
 
 @pytest.mark.parametrize("verb", sorted(PER_VERB))
