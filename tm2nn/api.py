@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 from tm2nn import backends
+from tm2nn.backends.transformer.decoder_only import build_native
 from tm2nn.codec import parse_bits
 from tm2nn.compiler import compile, load_ir
 from tm2nn.devices import is_cpu
@@ -22,13 +23,6 @@ from tm2nn.options import OptionError
 from tm2nn.report import Report
 from tm2nn.source import SourceText, registered
 from tm2nn.syntax import format_module, guess_format, load, load_all, native_format, native_text
-
-try:  # issue 37's decoder-only construction (Wei-Chen-Ma App. C as a TL-native transformer)
-    from tm2nn.backends.transformer.decoder_only import build_native
-except ModuleNotFoundError as e:  # only while that module is not there; any other failure is raised
-    if e.name != "tm2nn.backends.transformer.decoder_only":
-        raise
-    build_native = None
 
 __all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model", "export"]
 #: what ``export(to=...)`` writes
@@ -121,9 +115,6 @@ def export(source, steps: int, *, to: str = "transformer-lens", output=None, max
     if not isinstance(ir, Machine) or isinstance(ir, GridMachine):
         raise Tm2nnError(f"{ir.name!r} is not a one-tape machine: the TransformerLens export compiles Turing "
                          "machines (Wei-Chen-Ma's construction)")
-    if build_native is None:
-        raise Tm2nnError("this tm2nn has no decoder-only transformer construction "
-                         "(tm2nn.backends.transformer.decoder_only) to export")
     is_file = isinstance(source, (str, Path)) and Path(source).is_file()
     out = Path(output) if output is not None else Path((Path(source).stem if is_file else ir.name) + "-tl")
     model = build_native(ir, steps, max_input)

@@ -1,10 +1,8 @@
 """``tm2nn export --to transformer-lens``, and ``tm2nn info`` / ``tm2nn verify`` on the
-folder (issue 37).  The compiled machines need the decoder-only construction
-(tm2nn.backends.transformer.decoder_only); those tests skip only while it is absent."""
+folder (issue 37)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -24,8 +22,6 @@ from ..emit.native_models import COPY_FIRST, copy_first_model, plain_runs
 
 pytest.importorskip("transformer_lens")
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-CONSTRUCTION = importlib.util.find_spec("tm2nn.backends.transformer.decoder_only") is not None
-needs_construction = pytest.mark.skipif(not CONSTRUCTION, reason="the decoder-only construction is not merged yet")
 
 
 def load_str(text: str):
@@ -80,29 +76,27 @@ def test_bad_input_is_refused_with_exit_2(tmp_path, run_cli):
 def test_a_plain_transformer_lens_process_replays_the_exports(tmp_path, run_cli):
     """The acceptance check: one ``python -I`` process that imports torch, safetensors and
     transformer_lens only decodes each folder's documented prompts, and each run is the
-    interpreter's, step for step: the hand-built model's folder, and (with the
-    construction) bb3, bb4 and binary_increment as the CLI exports them."""
+    interpreter's, step for step: the hand-built model's folder, and bb3, bb4
+    and binary_increment as the CLI exports them."""
     first = load_str(COPY_FIRST)
     jobs = {_hand_built(tmp_path / "copy-first-tl"): ["1", "0", "", "011", "<card>"]}
     want = {str(tmp_path / "copy-first-tl"): {t: expected_tokens(first, t, 1) for t in ["1", "0", "", "011"]}}
     want[str(tmp_path / "copy-first-tl")]["<card>"] = expected_tokens(first, "", 1)  # the model card's snippet
-    if CONSTRUCTION:
-        for name, steps, texts in (("bb3", 21, ["", "<card>"]), ("bb4", 107, [""]),
-                                    ("binary_increment", 12, ["1011", "", "111"])):
-            out = tmp_path / f"{name}-tl"
-            r = run_cli("export", EXAMPLES / f"{name}.tm", "--to", "transformer-lens", "--steps", steps, "-o", out,
-                        "--json")
-            assert r.code == 0, r.err
-            m = load(EXAMPLES / f"{name}.tm")
-            jobs[out] = texts
-            want[str(out)] = {t: expected_tokens(m, "" if t == "<card>" else t, steps) for t in texts}
-        r = run_cli("verify", tmp_path / "bb3-tl", "--input", "", "--input", "1101", "--json")
-        assert r.code == 0 and json.loads(r.out)["ok"], r.err
+    for name, steps, texts in (("bb3", 21, ["", "<card>"]), ("bb4", 107, [""]),
+                                ("binary_increment", 12, ["1011", "", "111"])):
+        out = tmp_path / f"{name}-tl"
+        r = run_cli("export", EXAMPLES / f"{name}.tm", "--to", "transformer-lens", "--steps", steps, "-o", out,
+                    "--json")
+        assert r.code == 0, r.err
+        m = load(EXAMPLES / f"{name}.tm")
+        jobs[out] = texts
+        want[str(out)] = {t: expected_tokens(m, "" if t == "<card>" else t, steps) for t in texts}
+    r = run_cli("verify", tmp_path / "bb3-tl", "--input", "", "--input", "1101", "--json")
+    assert r.code == 0 and json.loads(r.out)["ok"], r.err
     assert want[str(tmp_path / "copy-first-tl")]["1"] == ["H|1|R", "<halt>"]
     assert plain_runs(jobs) == want
 
 
-@needs_construction
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(m=machines(grid=False, max_states=4, max_symbols=3, conventions=False))
 def test_random_machines_replay_through_transformer_lens(tmp_path_factory, m):
