@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tm2nn import backends
 from tm2nn.backends.transformer.decoder_only import build_native
+from tm2nn.backends.transformer.decoder_only.ground_truth import ground_truth
 from tm2nn.codec import parse_bits
 from tm2nn.compiler import compile, load_ir
 from tm2nn.devices import is_cpu
@@ -118,7 +119,8 @@ def export(source, steps: int, *, to: str = "transformer-lens", output=None, max
     is_file = isinstance(source, (str, Path)) and Path(source).is_file()
     out = Path(output) if output is not None else Path((Path(source).stem if is_file else ir.name) + "-tl")
     model = build_native(ir, steps, max_input)
-    return write_export(model, out, dtype=dtype, source=_provenance(source, ir, is_file))
+    return write_export(model, out, dtype=dtype, source=_provenance(source, ir, is_file),
+                        ground_truth=ground_truth(model))
 
 
 def _provenance(source, ir: Machine, is_file: bool) -> dict:

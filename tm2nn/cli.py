@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--find-beta", action="store_true",
                    help="transformer: search the smallest softmax beta with 0 mismatches (torch)")
     p.add_argument("--json", **js, help="print the verification report as JSON")
+    p.add_argument("--ground-truth", action="store_true", help="an exported folder: check its ground_truth.json by ablation")
     add_device(p, "the torch module (with the default engines onnxruntime still runs on the CPU)")
     _add_backend_options(p, "verify")
 
@@ -362,7 +363,7 @@ def cmd_info(args) -> int:
 
 def cmd_verify(args) -> int:
     Compiled.checked_device(args.device)  # before compiling
-    if export_command.is_folder(args.source):  # an exported folder, run in TransformerLens
+    if export_command.is_folder(args.source) or args.ground_truth:  # an exported folder, run in TransformerLens
         return export_command.verify(args)
     if args.find_beta and args.device != "cpu":
         raise Tm2nnError("--find-beta runs on the CPU; drop --device")

@@ -18,7 +18,7 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.flags import add_source
 from tm2nn.limits import flag_int
 from tm2nn.verify import DEFAULT_BUDGET
-from tm2nn.verify.exported import verify_exported
+from tm2nn.verify.exported import machine_of, verify_exported
 
 
 def add_parser(sub) -> None:
@@ -89,6 +89,8 @@ def info(args) -> int:
 
 
 def verify(args) -> int:
+    if args.ground_truth:
+        return verify_ground_truth(args)
     given = [f for f, on in (("--find-beta", args.find_beta), ("--engines", args.engines), ("--no-onnx", args.no_onnx),
                              ("--min-samples", args.min_samples), ("--device", args.device != "cpu")) if on]
     if given:
@@ -102,4 +104,26 @@ def verify(args) -> int:
     else:
         print_verify(rep)
         print(f"  smallest logit gap of a greedy choice: {rep.margin:.4g}", file=sys.stdout)
+    return 0 if rep.ok else 1
+
+
+def verify_ground_truth(args) -> int:
+    """``tm2nn verify --ground-truth DIR``: the folder's ``ground_truth.json`` checked by
+    ablation on the folder's own weights, run with TransformerLens's semantics
+    (:mod:`tm2nn.backends.transformer.decoder_only.faithfulness`): each listed component
+    changes the field it determines where it says, and everything unlisted changes nothing.
+    Exit 0 when faithful, 1 when not."""
+    if not is_folder(args.source):
+        raise Tm2nnError(f"--ground-truth checks an exported folder (tm2nn export SOURCE --to transformer-lens); "
+                         f"{args.source} is not one")
+    from tm2nn.backends.transformer.decoder_only.faithfulness import (
+        verify_ground_truth as check,  # torch
+    )
+
+    ex = read_export(args.source)
+    rep = check(ex.native(), Path(args.source), inputs=args.input, machine=machine_of(ex))
+    if args.json:
+        print(json.dumps(rep.to_json(), default=str))
+    else:
+        print("\n".join(rep.lines()))
     return 0 if rep.ok else 1

@@ -34,6 +34,8 @@ ALLOWED_LAZY = (
     ("tm2nn.cli", "tm2nn.viz"), ("tm2nn.cli", "tm2nn.demo"),
     # the sweep verb: the store (pyarrow), the pools and Ray
     ("tm2nn.sweep.command", "tm2nn.sweep."),
+    # the export verb's ground-truth check (torch) on an exported folder
+    ("tm2nn.export_command", "tm2nn.backends.transformer.decoder_only.faithfulness"),
     # each backend's own torch- and numba-loading modules, and the torch emitter
     ("tm2nn.backends.relu_circuit.backend", "tm2nn.backends.relu_circuit."),
     ("tm2nn.backends.rcnn.backend", "tm2nn.backends.rcnn."), ("tm2nn.backends.rcnn.runtime", "tm2nn.emit"),

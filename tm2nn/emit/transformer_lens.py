@@ -95,10 +95,13 @@ def export_bytes(model: NativeTransformer, dtype: str) -> int:
 
 
 def write_export(model: NativeTransformer, out: str | Path, *, dtype: str = "float32",
-                 source: dict | None = None) -> Path:
+                 source: dict | None = None, ground_truth: dict | None = None) -> Path:
     """Write ``model`` as a TransformerLens folder at ``out`` (see the module doc).
     ``source``: ``{"path", "name", "sha256", "format", "text"}`` of the machine it was
-    compiled from (``text`` lets ``tm2nn verify DIR`` replay it).  Returns the folder."""
+    compiled from (``text`` lets ``tm2nn verify DIR`` replay it).  ``ground_truth``: the
+    construction's ground-truth JSON (the decoder-only build's, in TransformerLens's hook
+    names); without it (a model built by hand) the file records ``model.components`` as
+    given.  Returns the folder."""
     check_dtype(model, dtype)
     check_memory(export_bytes(model, dtype), f"exporting a transformer of {model.parameters():,} parameters "
                  f"({human(model.nbytes(np.dtype(DTYPES[dtype]).itemsize))} in {dtype})", ("steps",))
@@ -107,8 +110,9 @@ def write_export(model: NativeTransformer, out: str | Path, *, dtype: str = "flo
     config = {"format": FORMAT, "bridge": bridge_config(model), "tm2nn": _contract(model, dtype, source or {})}
     tensors = {k: np.ascontiguousarray(_scaled(model, k, np.asarray(w, dtype=np.float64)).astype(DTYPES[dtype]))
                for k, w in model.weights.items()}
-    ground = {"format": FORMAT, "paper": model.meta.get("paper"), "construction": model.meta.get("construction"),
-              "residual_labels": list(model.residual_labels), "components": model.components}
+    ground = ground_truth if ground_truth is not None else {
+        "format": FORMAT, "paper": model.meta.get("paper"), "construction": model.meta.get("construction"),
+        "residual_labels": list(model.residual_labels), "components": model.components}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -160,7 +164,8 @@ def _contract(model: NativeTransformer, dtype: str, source: dict) -> dict:
             "source_format": source.get("format"), "source_text": source.get("text"),
             "paper": meta.get("paper"), "construction": meta.get("construction"), "beta": meta.get("beta"),
             "exact_T": exact_T(model), "exact_reason": meta.get("exact_reason"),
-            "parameters": model.parameters(), "residual_labels": list(model.residual_labels)}
+            "parameters": model.parameters(), "residual_labels": list(model.residual_labels),
+            "contract": meta.get("tokens")}  # the construction's token contract (start, halting states)
 
 
 def model_card(config: dict) -> str:
@@ -239,6 +244,19 @@ class Exported:
     @property
     def contract(self) -> dict:
         return self.config["tm2nn"]
+
+    def native(self) -> NativeTransformer:
+        """The folder's model as a :class:`NativeTransformer` (float64 weights as written,
+        the config's attention scale): what :class:`~tm2nn.emit.torch_native.NativeRunner`
+        runs with TransformerLens's semantics, e.g. to check the ground truth's ablations."""
+        b, t = self.bridge, self.contract
+        return NativeTransformer(vocab=list(t["vocab"]), residual_labels=list(t["residual_labels"]),
+                                 n_layers=b["n_layers"], n_heads=b["n_heads"], d_head=b["d_head"], d_mlp=b["d_mlp"],
+                                 n_ctx=b["n_ctx"], attn_scale=float(b.get("attn_scale", -1.0)),
+                                 weights={k: np.asarray(v, dtype=np.float64) for k, v in self.weights.items()},
+                                 meta={"steps": t.get("steps"), "max_input": t.get("max_input"),
+                                       "blank": t.get("blank"), "name": t.get("source_name"),
+                                       **({"tokens": t["contract"]} if t.get("contract") else {})})
 
     def prompt(self, text: str) -> list[int]:
         """The token ids of the prompt for input tape ``text`` (the token contract)."""

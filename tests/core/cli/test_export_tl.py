@@ -141,3 +141,32 @@ def test_the_export_verb_writes_what_its_builder_built(tmp_path, run_cli, monkey
     finally:
         set_memory_limit(previous)
     assert not (tmp_path / "two").exists() and not (tmp_path / "big").exists()
+
+
+def test_verify_ground_truth_checks_the_folders_file_by_ablation(tmp_path, run_cli):
+    """``tm2nn verify --ground-truth DIR`` (issue 37, deliverable 4): the exported
+    ``ground_truth.json`` is faithful on the folder's own float32 weights; with one claim's
+    component left out of the file, or one listed at another head, it is not (exit 1); a
+    source that is not an exported folder is exit 2."""
+    out = tmp_path / "bb3-tl"
+    assert run_cli("export", EXAMPLES / "bb3.tm", "--to", "transformer-lens", "--steps", 21, "-o", out).code == 0
+    r = run_cli("verify", "--ground-truth", out, "--json")
+    assert r.code == 0 and json.loads(r.out)["ok"], r.out
+    truth = json.loads((out / "ground_truth.json").read_text())
+    assert truth["schema"] == "tm2nn.ground_truth/1" and "Lemma C.7" in truth["claims"]
+    intact = json.dumps(truth)
+
+    left_out = json.loads(intact)
+    del left_out["components"]["C.6: the symbol step i' wrote"]
+    (out / "ground_truth.json").write_text(json.dumps(left_out))
+    r = run_cli("verify", "--ground-truth", out, "--json")
+    assert r.code == 1 and not json.loads(r.out)["ok"] and json.loads(r.out)["complement"]["changed"]
+
+    wrong = json.loads(intact)
+    c7, c4 = wrong["components"]["C.7: the input symbol at l_i"], wrong["components"]["C.4: some past step wrote l_i"]
+    c7["layer"], c7["heads"], c7["hooks"] = c4["layer"], c4["heads"], c4["hooks"]
+    (out / "ground_truth.json").write_text(json.dumps(wrong))
+    assert run_cli("verify", "--ground-truth", out).code == 1
+
+    r = run_cli("verify", "--ground-truth", EXAMPLES / "bb3.tm")
+    assert r.code == 2 and "exported folder" in r.err

@@ -3,7 +3,9 @@
 
 Over a set of inputs, with the run's tokens teacher-forced (one batched forward per
 ablation, :class:`~tm2nn.emit.torch_native.NativeRunner`), the decoded fields of every
-step's predicted token (state, write, move, halt) are compared with the unablated model's:
+step's predicted token (state, write, move, halt) are compared with the unablated model's
+(a step whose best two logits are within :data:`DECISION_GAP` decides nothing, which
+differs from every token):
 
 1. **necessary**: zero-ablating each listed component (its heads' ``hook_z``, its neurons'
    ``hook_post``, its embedding dimensions) changes a field it is said to ``determine`` at a
@@ -333,11 +335,31 @@ def _fields(c: Contract) -> list[tuple]:
     return out
 
 
+#: The smallest top-two logit gap of a decision: half the construction's margin (its
+#: logits are 0/1 indicators, so an intact step wins by 1).  An ablated step below it has
+#: no decided token (:data:`UNDECIDED`): without this, which of several tied logits
+#: argmax picks (ties of 0 when a component that lights the winner is zeroed) would
+#: depend on the weights' last bits, e.g. after a float32 round trip.
+DECISION_GAP = 0.5
+UNDECIDED = -1
+_NO_FIELDS = ("(no decision)",) * 4
+
+
+def decided(logits: torch.Tensor) -> np.ndarray:
+    """Per position the token the logits decide, :data:`UNDECIDED` where the best two are
+    within :data:`DECISION_GAP`."""
+    top = logits.topk(2, dim=-1)
+    out = top.indices[..., 0].numpy().copy()
+    out[(top.values[..., 0] - top.values[..., 1]).numpy() < DECISION_GAP] = UNDECIDED
+    return out
+
+
 def _changes(pred: np.ndarray, base: np.ndarray, first: int, fields: list[tuple]) -> list[tuple[int, int, list[str]]]:
-    """``(batch row, step, [fields changed])`` where ``pred`` differs from ``base``."""
+    """``(batch row, step, [fields changed])`` where ``pred`` differs from ``base`` (an
+    undecided step changes every field)."""
     out = []
     for b, p in zip(*np.nonzero(pred[:, first:] != base[:, first:])):
-        f0, f1 = fields[base[b, first + p]], fields[pred[b, first + p]]
+        f0, f1 = (_NO_FIELDS if t == UNDECIDED else fields[t] for t in (base[b, first + p], pred[b, first + p]))
         out.append((int(b), int(p) + 1, [FIELDS[k] for k in range(4) if f0[k] != f1[k]]))
     return out
 
@@ -405,7 +427,7 @@ def check_faithfulness(model: NativeTransformer, gt: dict, inputs: list[str] | N
 
     def predict(ab: Ablation | None) -> np.ndarray:
         logits, _ = runner.forward(tokens, ab)
-        return logits.argmax(-1).numpy()
+        return decided(logits)
 
     base = predict(None)
     rep = FaithfulnessReport(names, {})
