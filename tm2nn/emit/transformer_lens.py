@@ -51,7 +51,7 @@ def bridge_config(model: NativeTransformer) -> dict:
         # TransformerLens refuses attn_scale = 1 with d_head > 1 (NativeAttention); the
         # writer doubles W_Q and b_Q instead (exact: a power of two), see _scaled
         scale = 2.0
-    return {"architecture": "TransformerLensNative", "model_name": model.meta.get("name", "tm2nn"),
+    return {"architecture": "TransformerLensNative", "model_name": model.meta.get("name") or model.meta.get("machine") or "tm2nn",
             "n_layers": model.n_layers, "d_model": model.d_model, "d_head": model.d_head,
             "n_heads": model.n_heads, "d_mlp": model.d_mlp, "n_ctx": model.n_ctx,
             "d_vocab": model.d_vocab, "d_vocab_out": model.d_vocab, "act_fn": "relu",
