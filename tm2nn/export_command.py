@@ -2,7 +2,7 @@
 and what ``tm2nn info DIR`` and ``tm2nn verify DIR`` do on the folder it writes (issue 37;
 docs/transformer_lens.md).  The folder is written by :func:`tm2nn.api.export`; its
 verification boots it in TransformerLens (the ``tl`` extra) and replays every decoded token
-against the interpreter (:mod:`tm2nn.verify.exported`)."""
+against the interpreter (:mod:`tm2nn.backends.transformer.decoder_only.exported`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 from tm2nn.api import EXPORTS, export
+from tm2nn.backends.transformer.decoder_only.exported import machine_of, verify_exported
 from tm2nn.console import print_table, print_verify, verify_progress
 from tm2nn.emit.transformer_lens import DTYPES, is_export, read_export
 from tm2nn.errors import Tm2nnError
 from tm2nn.flags import add_source
 from tm2nn.limits import flag_int
 from tm2nn.verify import DEFAULT_BUDGET
-from tm2nn.verify.exported import machine_of, verify_exported
 
 
 def add_parser(sub) -> None:

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tm2nn
+from tm2nn.backends.transformer.decoder_only.exported import expected_tokens, verify_exported
 from tm2nn.emit.transformer_lens import read_export, write_export
 from tm2nn.limits import set_memory_limit
 from tm2nn.options import OptionError
 from tm2nn.syntax import load, parse_text
-from tm2nn.verify.exported import expected_tokens
 
 from ...strategies import machines
 from ..emit.native_models import COPY_FIRST, copy_first_model, plain_runs
@@ -178,3 +178,15 @@ def test_verify_ground_truth_checks_the_folders_file_by_ablation(tmp_path, run_c
 
     r = run_cli("verify", "--ground-truth", EXAMPLES / "bb3.tm")
     assert r.code == 2 and "exported folder" in r.err
+
+
+def test_verify_of_a_machine_that_counts_its_no_rule_step(tmp_path):
+    """A morphett machine halts on a missing rule and counts that step; the construction emits
+    ``<halt>`` for it, and ``tm2nn verify DIR`` expects exactly that (it once expected a
+    ``STATE|SYM|S`` token no vocabulary holds, and raised a KeyError)."""
+    m = parse_text("0 _ 1 r 1\n1 _ 0 r 2\n1 1 1 l 0\n", "morphett", "counts.txt")[0]
+    assert m.missing_rule_counts_step
+    out = tm2nn.export(m, 8, max_input=2, dtype="float64", output=tmp_path / "counts-tl")
+    rep = verify_exported(out)
+    assert rep.ok and rep.n_inputs == 13  # every tape of 0..2 cells over {_ 0 1}
+    assert expected_tokens(m, "", 8) == ["1|1|R", "2|0|R", "<halt>"]

@@ -12,6 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from tm2nn.backends.transformer.decoder_only.exported import (
+    decode,
+    expected_tokens,
+    first_difference,
+    teacher_forced,
+    verify_exported,
+)
 from tm2nn.emit.torch_native import NativeRunner
 from tm2nn.emit.transformer_lens import (
     bridge_config,
@@ -21,13 +28,6 @@ from tm2nn.emit.transformer_lens import (
     write_export,
 )
 from tm2nn.errors import Tm2nnError
-from tm2nn.verify.exported import (
-    decode,
-    expected_tokens,
-    first_difference,
-    teacher_forced,
-    verify_exported,
-)
 
 from .native_models import COPY_FIRST, copy_first_model, random_model
 

@@ -14,8 +14,9 @@ forwards.)  The smallest gap between the chosen logit and the next is reported, 
 reader sees how far a rounding would have to go to change a step.
 
 The replay reads the folder alone: the machine from ``tm2nn.source_text`` in
-``config.json``, the prompt and the tokens from its vocabulary; nothing of the
-construction that built it."""
+``config.json``, the prompt and the tokens from its vocabulary; the tokens expected are the
+token contract's (:mod:`.tokens`), the one definition the construction is built and tested
+against."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ import itertools
 import secrets
 import time
 
+from tm2nn.backends.transformer.decoder_only.tokens import Contract
+from tm2nn.backends.transformer.decoder_only.tokens import expected_tokens as contract_tokens
 from tm2nn.emit.transformer_lens import GO, HALT, Exported, load_exported, read_export
 from tm2nn.errors import Tm2nnError
-from tm2nn.interp import run_machine
 from tm2nn.ir import Machine
 from tm2nn.limits import check_memory, check_seed, memory_limit
 from tm2nn.syntax import parse_text, select
@@ -50,14 +52,11 @@ def machine_of(ex: Exported) -> Machine:
 
 def expected_tokens(m: Machine, text: str, steps: int) -> list[str]:
     """The token contract's outputs for ``m`` on ``text``: one ``STATE|WRITE|MOVE`` per step
-    of the interpreter's run (at most ``steps``), then ``<halt>`` if it halted by then."""
-    run = run_machine(m, text, steps, trace=True)
-    tr, out, head = run.trace, [], 0
-    for k in range(len(tr)):
-        move = {-1: "L", 0: "S", 1: "R"}[tr.head[k] - head]
-        head = tr.head[k]
-        out.append(f"{m.states[tr.state[k]]}|{m.alphabet[tr.write[k]]}|{move}")
-    return out + [HALT] if run.halted else out
+    of the interpreter's run (at most ``steps``), then ``<halt>`` if it halted by then; the
+    construction's own expectation (:func:`.tokens.expected_tokens`: a counted no-rule step
+    is the ``<halt>`` itself), without the prompt."""
+    toks, _ = contract_tokens(m, Contract.of(m, len(text)), text, steps)
+    return toks[len(text) + 2:]
 
 
 def decode(bridge, ex: Exported, texts: list[str], n: int, margins: list | None = None) -> list[list[str]]:
