@@ -32,6 +32,18 @@ def example_circuits() -> list[Path]:
 
 
 @pytest.fixture
+def xor_circuit(tmp_path):
+    """``xor_circuit(n)``: a ``.circ`` of one XOR over ``n`` inputs, written in
+    ``tmp_path`` (wide input spaces, cheap to run, no corpus needed)."""
+    def write(n: int) -> Path:
+        names = [f"x{i}" for i in range(n)]
+        path = tmp_path / f"wide{n}.circ"
+        path.write_text(f"circuit wide {{\n  input {' '.join(names)}\n  output y\n  y = XOR({', '.join(names)})\n}}\n")
+        return path
+    return write
+
+
+@pytest.fixture
 def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip("../shared/corpus is absent")

@@ -158,11 +158,8 @@ def test_another_runtime_error_is_not_called_out_of_memory(run_cli, monkeypatch)
 
 # -- point 9: every report says what share of its input space it covered --------------------------
 @pytest.fixture
-def wide32(tmp_path) -> Path:
-    names = [f"x{i}" for i in range(32)]
-    path = tmp_path / "wide32.circ"
-    path.write_text(f"circuit wide32 {{\n  input {' '.join(names)}\n  output y\n  y = XOR({', '.join(names)})\n}}\n")
-    return path
+def wide32(xor_circuit) -> Path:
+    return xor_circuit(32)
 
 
 def test_a_random_verify_of_one_input_is_not_complete(run_cli, wide32):

@@ -30,12 +30,9 @@ def _one_line_error(r, code: int = 2) -> str:
 
 
 @pytest.fixture
-def wide(tmp_path) -> Path:
+def wide(xor_circuit) -> Path:
     """A 36-input circuit (c432's input count) written by tm2nn, so no corpus is needed."""
-    names = [f"x{i}" for i in range(36)]
-    (tmp_path / "wide.circ").write_text(f"circuit wide {{\n  input {' '.join(names)}\n  output y\n"
-                                        f"  y = XOR({', '.join(names)})\n}}\n")
-    return tmp_path / "wide.circ"
+    return xor_circuit(36)
 
 
 # -- flag values ---------------------------------------------------------------------------------

@@ -16,12 +16,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.fixture
-def wide(tmp_path) -> Path:
+def wide(xor_circuit) -> Path:
     """A 24-input circuit: too many inputs for an exhaustive check, cheap to run."""
-    names = [f"x{i}" for i in range(24)]
-    path = tmp_path / "wide.circ"
-    path.write_text(f"circuit wide {{\n  input {' '.join(names)}\n  output y\n  y = XOR({', '.join(names)})\n}}\n")
-    return path
+    return xor_circuit(24)
 
 
 def test_a_budget_that_ends_after_one_input_warns_and_says_few(run_cli, wide):
