@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.interrupt import terminating
 from tm2nn.limits import check_int
 from tm2nn.sweep.tasks import failed_row, init_worker, run_task
 
@@ -292,18 +293,11 @@ def _work(job: dict) -> dict:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM stops the sweep as Ctrl-C does (in the main thread, unless the caller
-    handles SIGTERM already)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """SIGTERM stops the sweep as Ctrl-C does (:func:`tm2nn.interrupt.terminating`: its
+    :class:`~tm2nn.interrupt.Terminated` is a KeyboardInterrupt), unless the caller handles
+    SIGTERM already (the CLI does, with the same mechanism)."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
+    with terminating():
         yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
