@@ -84,7 +84,8 @@ def read_input(path: str | Path, what: str = "", limit: int | None = None) -> by
         os.close(fd)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -177,7 +178,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     path = output_target(path)
     stale_temps(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    mine = replace_atomic(path, raw, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
+    mine = replace_atomic(path, raw, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask())
     check_still_ours(path, mine)
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.fileio import current_umask
 from tm2nn.limits import check_memory, human
 from tm2nn.nets.native import NativeTransformer
 
@@ -119,7 +120,7 @@ def write_export(model: NativeTransformer, out: str | Path, *, dtype: str = "flo
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "tm2nn": FORMAT})
         (tmp / "ground_truth.json").write_text(json.dumps(ground, indent=1) + "\n")
         (tmp / "README.md").write_text(model_card(config))
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~current_umask())
         if out.exists():
             old = out.with_name(f".{out.name}.{os.getpid()}.old")
             os.replace(out, old)
@@ -134,12 +135,6 @@ def write_export(model: NativeTransformer, out: str | Path, *, dtype: str = "flo
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _check_target(out: Path) -> None:
@@ -287,16 +282,14 @@ def read_export(folder: str | Path) -> Exported:
         weights = load_file(str(folder / "model.safetensors"))
     except (OSError, ValueError, Exception) as e:  # safetensors raises its own SafetensorError
         raise Tm2nnError(f"{folder}/model.safetensors does not load: {e}") from None
+    ex = Exported(folder, config, weights)
     try:
-        NativeTransformer(vocab=list(t["vocab"]), residual_labels=list(t["residual_labels"]),
-                                   n_layers=b["n_layers"], n_heads=b["n_heads"], d_head=b["d_head"],
-                                   d_mlp=b["d_mlp"], n_ctx=b["n_ctx"],
-                                   weights={k: np.asarray(v, dtype=np.float64) for k, v in weights.items()})
+        ex.native()  # validates: every native key of the config's shapes, finite
     except (KeyError, TypeError) as e:
         raise Tm2nnError(f"{folder}/config.json: {e} missing or wrong") from None
     except Exception as e:  # NetIRError: a missing key, a wrong shape, a value not finite
         raise Tm2nnError(f"{folder}: the weights do not match the config: {e}") from None
-    return Exported(folder, config, weights)
+    return ex
 
 
 def load_exported(folder: str | Path, dtype: str | None = None):
