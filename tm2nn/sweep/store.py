@@ -95,6 +95,9 @@ class Store:
         #: the rows read so far: file name -> ((size, mtime), table), read again when the file changes
         self._read: dict[str, tuple[tuple, pa.Table]] = {}
         self._skipped: set[str] = set()  # damaged rows that could not be moved aside
+        # file -> sha256 of what the tasks read, hashed once per Store (one driver run): the
+        # driver's settle and run_local's settle compare the rows with the same hashes
+        self._sums: dict = {}
         self._lock_fd: int | None = None
         self._lock_depth = 0
         if self.folder.exists() and not self.folder.is_dir():
@@ -202,7 +205,6 @@ class Store:
         for t in tasks:
             job = t.to_json() if hasattr(t, "to_json") else t
             by_id.setdefault(job["id"], job)
-        sums: dict = {}
         moved = foreign = 0
         for p, table in self._tables():
             job = by_id.get(p.stem)
@@ -222,7 +224,7 @@ class Store:
             if differ:
                 why = f"a row of another task under this task's id (its {', '.join(differ)} differ)"
             else:
-                now = reads_sha256(job, sums)
+                now = reads_sha256(job, self._sums)
                 if row["source_sha256"] == now:
                     continue
                 why = (f"stale: {row['source']} changed since this row was written (sha256 "
