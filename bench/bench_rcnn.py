@@ -16,6 +16,15 @@ checked against the interpreter.
 **float64.** examples/sign_sum_3x2.tm (308 states, 13 digits: past float32's 12) compiled
 and run to halting in float64, torch and onnxruntime (:func:`bench_float64`).
 
+**Long runs, verified** (:func:`bench_long_verify`).  ``tm2nn verify
+examples/binary_counter.tm --backend rcnn --steps T --input 0…0 --engines fused``, the
+command a user runs, for the n-digit zero counter (T = its step count, it halts at T):
+wall time, CPU time and peak RSS of the whole process, with the load.  The baseline,
+measured in the same run at T = 502, is the path it replaced: the whole scan of states
+from the fused engine's ``run``, then the per-step decode
+(:func:`tm2nn.backends.rcnn.trace_decode.per_step_run`) and the same comparison with the
+interpreter.  (Before the streamed decode, compile refused T = 1013.)
+
 **Size.** Filter width d_rc and parameters for s = 2, 4, 8, 16 states
 (:func:`tm2nn.backends.rcnn.bounds.size_table`): d_rc = 80s + 130, nonzero parameters
 and distinct weight values are O(s); Definition 5's dense shapes are O(s²).
@@ -121,6 +130,84 @@ def bench_float64(inputs=("+++", "-+-"), steps: int = 26) -> dict:
     return row
 
 
+#: the zero counters of n digits whose verification :func:`bench_long_verify` times
+LONG_DIGITS = (7, 8, 9, 10)
+#: a command run in a child, its peak RSS read from the child's own rusage
+_MEASURE = ("import json, resource, subprocess, sys, time; t = time.perf_counter(); "
+            "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); w = time.perf_counter() - t; "
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(json.dumps({'rc': r.returncode, 'wall_s': w, 'cpu_s': u.ru_utime + u.ru_stime, "
+            "'peak_rss_mb': u.ru_maxrss / 1024, 'out': r.stdout[-2000:], 'err': r.stderr[-2000:]}))")
+
+
+def _measured(cmd: list[str]) -> dict:
+    """Wall time, CPU time and peak RSS of ``cmd`` run alone in a child."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True, env=env, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+def per_step_verify(steps: int, text: str) -> dict:
+    """The baseline of :func:`bench_long_verify` (run in a child, ``--per-step-verify``):
+    the fused engine's whole scan, the per-step decode, the comparison with the interpreter."""
+    import resource
+
+    import tm2nn
+    from tm2nn.backends.rcnn.runtime import GridModel
+    from tm2nn.backends.rcnn.trace_decode import per_step_run
+    from tm2nn.interp import run_machine
+    from tm2nn.syntax import load
+    from tm2nn.verify.runs import compare_runs
+
+    m = load(ROOT / "examples" / "binary_counter.tm")
+    c = tm2nn.compile(m, "rcnn", steps=steps)
+    gm = GridModel(c)
+    states = c.runner("fused")(gm.grids([text]), batch_size=1)
+    got = per_step_run(gm.chain, gm.code, gm.window, states[0], text, gm.steps)
+    diff = compare_runs(run_machine(m, text, steps, trace=True), got)
+    return {"ok": diff is None, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_long_verify(digits=LONG_DIGITS, baseline: bool = True) -> list[dict]:
+    """rcnn verification of long runs: the streamed decode (the CLI, as a user runs it)
+    and, at the first size, the per-step decode it replaced (module doc)."""
+    import os
+
+    import tm2nn
+    from tm2nn.interp import run_machine
+    from tm2nn.syntax import load
+
+    m = load(ROOT / "examples" / "binary_counter.tm")
+    rows = []
+    for i, n in enumerate(digits):
+        text = "0" * n
+        steps = run_machine(m, text, 10**7).steps
+        c = tm2nn.compile(m, "rcnn", steps=steps)
+        row = {"bench": f"rcnn verify binary_counter T={steps}", "input": text, "filter_steps": c.options["filter_steps"],
+               "grid": "x".join(map(str, c.options["window"][2:])), "threads": 1,
+               "load_1min": round(os.getloadavg()[0], 2)}
+        new = _measured([sys.executable, "-m", "tm2nn.cli", "verify", "examples/binary_counter.tm", "--backend",
+                         "rcnn", "--steps", str(steps), "--input", text, "--engines", "fused", "--threads", "1",
+                         "--json"])
+        assert new["rc"] == 0 and json.loads(new["out"])["ok"], new
+        row.update({"streamed_wall_s": round(new["wall_s"], 2), "streamed_cpu_s": round(new["cpu_s"], 2),
+                    "streamed_peak_rss_mb": round(new["peak_rss_mb"])})
+        if baseline and i == 0:
+            old = _measured([sys.executable, str(ROOT / "bench" / "bench_rcnn.py"), "--per-step-verify", str(steps),
+                             text])
+            assert old["rc"] == 0 and json.loads(old["out"].splitlines()[-1])["ok"], old
+            row.update({"per_step_wall_s": round(old["wall_s"], 2), "per_step_cpu_s": round(old["cpu_s"], 2),
+                        "per_step_peak_rss_mb": round(old["peak_rss_mb"]),
+                        "wall_ratio": round(old["wall_s"] / new["wall_s"], 1),
+                        "rss_ratio": round(old["peak_rss_mb"] / new["peak_rss_mb"], 1)})
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
 def size_rows() -> list[dict]:
     from tm2nn.backends.rcnn.bounds import size_table
 
@@ -145,11 +232,17 @@ def main(argv: list[str]) -> list[dict]:
         print(json.dumps(rows[-1]), file=sys.stderr)
     rows.append(bench_float64())
     print(json.dumps(rows[-1]), file=sys.stderr)
+    quick = "--quick" in argv
+    rows += bench_long_verify(LONG_DIGITS[1:2] if quick else LONG_DIGITS, baseline=not quick)
     rows += size_rows()
     return rows
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--per-step-verify"]:  # the baseline child of bench_long_verify
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(per_step_verify(int(sys.argv[2]), sys.argv[3])))
+        sys.exit(0)
     from rich.console import Console
 
     for r in main(sys.argv[1:]):

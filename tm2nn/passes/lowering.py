@@ -167,7 +167,7 @@ def _build(m: Machine, text: str, mp: Mapped, max_steps: int | None) -> RunResul
     return res
 
 
-def _check_only_head_written(k: int, head, before: dict, after: dict, blank: str) -> None:
+def check_only_head_written(k: int, head, before: dict, after: dict, blank: str) -> None:
     for cell in before.keys() | after.keys():
         if cell != head and before.get(cell, blank) != after.get(cell, blank):
             raise Tm2nnError(f"step {k}: the decoded tape changed at cell {cell} ({before.get(cell, blank)!r} -> "
@@ -192,7 +192,7 @@ def result_from_configurations(m: Machine, text: str, configs: Iterable, halted:
     steps = 0
     for k, state, head, cells in it:
         p = prev_head
-        _check_only_head_written(k, p, before, cells, blank)
+        check_only_head_written(k, p, before, cells, blank)
         before = dict(cells)  # configurations() may update one dict in place
         tr.read.append(m.symbol_index[under])
         tr.write.append(m.symbol_index[cells.get(p, blank)])

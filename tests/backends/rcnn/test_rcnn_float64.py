@@ -26,7 +26,7 @@ from tm2nn.backends.rcnn.filter_net import (
     max_digits,
     net_dtype,
 )
-from tm2nn.backends.rcnn.machine_io import value_tolerance
+from tm2nn.backends.rcnn.trace_decode import value_tolerance
 from tm2nn.emit.onnx_model import to_onnx
 from tm2nn.emit.onnx_runtime import run_onnx
 from tm2nn.errors import Tm2nnError

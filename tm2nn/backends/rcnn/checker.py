@@ -6,7 +6,6 @@ cell), step by step."""
 from __future__ import annotations
 
 from tm2nn.backends.protocol import Model
-from tm2nn.backends.rcnn.machine_io import max_deviation
 from tm2nn.backends.rcnn.runtime import GridModel
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
@@ -36,12 +35,12 @@ class GridChecker(Checker):
 
     def check(self, engine: str, texts: list[str], want):
         gm = self.gm
-        states = self.compiled.runner(engine)(gm.grids(texts), batch_size=gm.batch())
-        dev = max_deviation(states, gm.code.n_digits) / 3 ** (gm.code.n_digits - 1)
+        decs = gm.decoders(self.compiled.runner(engine), texts)  # every grid, streamed where the engine streams
+        dev = max((d.deviation for d in decs), default=0.0) / 3 ** (gm.code.n_digits - 1)
         out = []
-        for text, s, w in zip(texts, states, want):
+        for text, d, w in zip(texts, decs, want):
             try:
-                out.append(compare_runs(w, gm.decode(s, text)))
+                out.append(compare_runs(w, d.result(text, gm.steps)))
             except Tm2nnError as e:
                 out.append((None, "encoding", "a B.1.1 grid", str(e)))
         return out, dev, {}

@@ -179,17 +179,9 @@ def decode(code: CellCode, digits) -> Grids:
     if d.ndim != 4 or d.shape[-1] != code.n_digits:
         raise Tm2nnError(f"decode: expected digits [batch, rows, cols, {code.n_digits}], got {d.shape}")
     B, H, W, _ = d.shape
-    st = d[..., STATE:]
     is_head = d[..., HEAD] == 1
-    bad = ~np.isin(d, (-1, 0, 1)).all(-1)
-    bad |= (d[..., PAD] == -1) | (d[..., HEAD] == -1)
-    bad |= (d[..., PAD] == 1) & (d[..., 1:] != 0).any(-1)
-    bad |= ~is_head & (st != 0).any(-1)
-    zero, full = (st == 0).all(-1), (st != 0).all(-1)
-    bad |= is_head & ~zero & ~full
     n_heads = is_head.sum((1, 2))
-    _fail(bad, "is not a B.1.1 cell code (bad digit, padding with content, or state digits "
-               "off the head or partly 0)")
+    _fail(cell_faults(d), BAD_CELL)
     if (n_heads > 1).any():
         raise Tm2nnError(f"decode: grid {int(np.argmax(n_heads > 1))} has {int(n_heads.max())} heads")
     head = np.full((B, 2), -1, dtype=np.int64)
@@ -197,20 +189,54 @@ def decode(code: CellCode, digits) -> Grids:
     b, r, c = np.nonzero(is_head)
     head[b, 0], head[b, 1] = r, c
     if len(b):
-        hs = st[b, r, c].astype(np.int64)
-        is_start = (hs == 0).all(-1)
-        j = ((hs + 1) // 2) @ (1 << np.arange(code.n_state_digits - 1, -1, -1))
-        others = np.array([i for i, q in enumerate(code.states) if q != code.start], dtype=np.int64)
-        ok = is_start | (j < len(others))
-        if not ok.all():
-            i = int(np.argmin(ok))
-            raise Tm2nnError(f"decode: grid {b[i]} cell ({r[i]}, {c[i]}): state digits "
-                             f"{hs[i].tolist()} name no state")
-        idx = np.full(len(b), code.states.index(code.start), dtype=np.int64)
-        idx[~is_start] = others[j[~is_start]]
+        hs = d[b, r, c, STATE:]
+        idx = head_states(code, hs)
+        if (idx < 0).any():
+            i = int(np.argmax(idx < 0))
+            raise Tm2nnError(no_state(b[i], r[i], c[i], hs[i]))
         state[b] = idx
     return Grids(d[..., SYMBOL].astype(np.int8), head, state, d[..., PHASE].astype(np.int8),
                  d[..., PAD] == 1)
+
+
+#: what :func:`decode` says of a cell :func:`cell_faults` flags
+BAD_CELL = ("is not a B.1.1 cell code (bad digit, padding with content, or state digits off the head or "
+            "partly 0)")
+
+
+def cell_faults(d: np.ndarray) -> np.ndarray:
+    """Goel et al., B.1.1: which cells of digits ``[..., D]`` are not a cell code (a digit
+    outside −1..1, padding −1 or with content, a head digit −1, state digits off the head,
+    or on the head partly 0)."""
+    st = d[..., STATE:]
+    is_head = d[..., HEAD] == 1
+    bad = ~np.isin(d, (-1, 0, 1)).all(-1)
+    bad |= (d[..., PAD] == -1) | (d[..., HEAD] == -1)
+    bad |= (d[..., PAD] == 1) & (d[..., 1:] != 0).any(-1)
+    bad |= ~is_head & (st != 0).any(-1)
+    zero, full = (st == 0).all(-1), (st != 0).all(-1)
+    return bad | (is_head & ~zero & ~full)
+
+
+def head_states(code: CellCode, hs) -> np.ndarray:
+    """Goel et al., B.1.1/B.1.2 ("States"): the state digits ``[m, S]`` of head cells (each
+    all 0 or all ±1) -> state indices into ``code.states``, −1 where they name no state."""
+    hs = np.asarray(hs).astype(np.int64)
+    is_start = (hs == 0).all(-1)
+    j = ((hs + 1) // 2) @ (1 << np.arange(code.n_state_digits - 1, -1, -1))
+    others = np.array([i for i, q in enumerate(code.states) if q != code.start], dtype=np.int64)
+    ok = is_start | (j < len(others))
+    idx = np.full(len(hs), code.states.index(code.start), dtype=np.int64)
+    named = ~is_start & ok
+    idx[named] = others[j[named]]
+    idx[~ok] = -1
+    return idx
+
+
+def no_state(b, r, c, hs) -> str:
+    """:func:`decode`'s message for head cell ``(r, c)`` of grid ``b`` whose state digits
+    ``hs`` name no state."""
+    return f"decode: grid {b} cell ({r}, {c}): state digits {np.asarray(hs).astype(np.int64).tolist()} name no state"
 
 
 def _fail(bad: np.ndarray, what: str) -> None:
@@ -275,9 +301,20 @@ def from_value(values, n_digits: int, tol: float = 0.0) -> np.ndarray:
     dtype); otherwise it may be off by at most ``tol`` units of the last digit
     (``tol < 1/2``), as a network's float output may be."""
     v = np.asarray(values)
+    n, ok = round_values(v, n_digits, tol)
+    if not ok.all():
+        i = np.unravel_index(int(np.argmin(ok)), ok.shape)
+        raise Tm2nnError(not_a_value(v[i], i, n_digits))
+    return n
+
+
+def round_values(v: np.ndarray, n_digits: int, tol: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`from_value` without raising: ``(packed N, ok)``, ``ok`` False where a value is
+    not within ``tol`` of a ``n_digits``-digit B.1.1 value (Goel et al., B.1.1)."""
     dt = _check_value_dtype(n_digits, v.dtype)
     scaled = v.astype(np.float64) * float(3 ** (n_digits - 1))
-    n = np.rint(scaled).astype(np.int64)
+    with np.errstate(invalid="ignore"):  # a NaN or an infinity: not a value (below)
+        n = np.rint(scaled).astype(np.int64)
     if tol == 0:
         ok = to_value(n, n_digits, dt) == v
     else:
@@ -286,11 +323,12 @@ def from_value(values, n_digits: int, tol: float = 0.0) -> np.ndarray:
         ok = np.abs(scaled - n) <= tol
     top = (3 ** n_digits - 1) // 2
     ok &= np.abs(n) <= top
-    if not ok.all():
-        i = np.unravel_index(int(np.argmin(ok)), ok.shape)
-        raise Tm2nnError(f"from_value: {v[i]!r} at {tuple(int(x) for x in i)} is not a "
-                         f"{n_digits}-digit B.1.1 value")
-    return n
+    return n, ok
+
+
+def not_a_value(value, index, n_digits: int) -> str:
+    """:func:`from_value`'s message for ``value`` at ``index``."""
+    return f"from_value: {value!r} at {tuple(int(x) for x in index)} is not a {n_digits}-digit B.1.1 value"
 
 
 # -- machine configurations <-> grids ---------------------------------------------------------

@@ -51,6 +51,8 @@ CHUNK_SECONDS = 0.25
 #: first trip in 0.78x the time of tiles of 32 and 0.53x of 16; for sign_sum_3x2's, 24770
 #: wide in float64, tiles of 8, 3.2 MB, ran 1.2x faster than 32 and 1.6x than 4)
 TILE_BYTES = 4 << 20
+#: a streamed run's ring buffer holds about this many bytes of states (:meth:`GridEngine.stream`)
+STREAM_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -164,21 +166,56 @@ class GridEngine:
         returns.  ``progress(i, L)`` after each chunk of trips; Ctrl-C
         (:func:`tm2nn.interrupt.graceful`) raises :class:`~tm2nn.interrupt.Interrupted`
         with the states so far."""
-        p = self.prog
+        x = self._grids(grids)
+        nb, h, w = x.shape
+        trips, size = self.prog.trips, self.prog.dtype.itemsize
+        check_memory(nb * (trips + 1) * h * w * size + nb * h * w * 24,
+                     f"the states of {nb} grid(s) of {h}x{w} cells over {trips} filter steps", ("steps",))
+        states = np.empty((nb, trips + 1, h, w), dtype=self.prog.dtype)
+        for _k, _block in self._trips(x, states, progress, window=False):
+            pass  # the trips write into `states` in place
+        return states
+
+    def stream(self, grids: np.ndarray, progress=None, block_bytes: int = STREAM_BYTES):
+        """The same states as :meth:`run`, in step order and in bounded memory: yields
+        ``(k, block)``, ``block`` ``[B, n, H, W]`` the states ``k .. k + n - 1`` (the first
+        block is the start grids).  Each block is a view of one ring buffer of about
+        ``block_bytes`` (at least two steps), valid until the next one is asked for; once
+        every grid is at its fixed point, the last block is the fixed grids broadcast over
+        the remaining steps (no copy).  Ctrl-C raises
+        :class:`~tm2nn.interrupt.Interrupted` without states (the caller holds what it
+        decoded)."""
+        x = self._grids(grids)
+        nb, h, w = x.shape
+        size = self.prog.dtype.itemsize
+        cap = int(max(1, min(self.prog.trips, block_bytes // max(1, nb * h * w * size))))
+        check_memory(nb * (cap + 1) * h * w * size + nb * h * w * 24,
+                     f"a streamed block of {cap + 1} states of {nb} grid(s) of {h}x{w} cells", ("steps",))
+        buf = np.empty((nb, cap + 1, h, w), dtype=self.prog.dtype)
+        yield from self._trips(x, buf, progress, window=True)
+
+    @staticmethod
+    def _grids(grids) -> np.ndarray:
         x = np.asarray(grids)
         if x.ndim != 3:
             raise ValueError(f"the fused grid engine takes grids [batch, height, width], got shape {x.shape}")
+        return x
+
+    def _trips(self, x: np.ndarray, buf: np.ndarray, progress, window: bool):
+        """The loop of :meth:`run` (``window`` False: ``buf`` holds every state) and of
+        :meth:`stream` (True: ``buf`` is a ring of ``n + 1`` states, slot 0 the last state
+        of the chunk before).  Yields ``(k, states k .. k + n - 1)`` as views of ``buf``."""
+        p = self.prog
         nb, h, w = x.shape
         trips = p.trips
-        check_memory(nb * (trips + 1) * h * w * p.dtype.itemsize + nb * h * w * 24,
-                     f"the states of {nb} grid(s) of {h}x{w} cells over {trips} filter steps", ("steps",))
-        states = np.empty((nb, trips + 1, h, w), dtype=p.dtype)
-        states[:, 0] = x
+        buf[:, 0] = x
         self.stats = GridStats(cell_updates=nb * h * w * trips)
+        yield 0, buf[:, :1]
         if trips == 0 or nb == 0 or h * w == 0:
-            states[:, 1:] = states[:, :1]
-            return states
-        bits = states.view(np.uint32 if p.dtype.itemsize == 4 else np.uint64)
+            if trips:
+                yield 1, np.broadcast_to(buf[:, :1], (nb, trips, h, w)) if window else _fill(buf, 0)
+            return
+        bits = buf.view(np.uint32 if p.dtype.itemsize == 4 else np.uint64)
         weights = (p.meta, p.indptr, p.cols, p.vals, p.bias)
         tile = np.int64(self.tile)
         changed = np.zeros((nb, h * w), dtype=np.uint64)
@@ -189,34 +226,45 @@ class GridEngine:
         n_threads = max(1, min(nb, self.options.threads or thread_policy.count(thread_policy.BULK)))
         parts = [np.arange(k, nb, n_threads, dtype=np.uint64) for k in range(n_threads)]  # round robin
         pool = ThreadPoolExecutor(len(parts)) if len(parts) > 1 else None
-        done, chunk = 0, 16
+        cap = buf.shape[1] - 1 if window else trips
+        done, chunk, cap_used = 0, 16, 0
         try:
             while done < trips and not fixed_at.all():
-                n = min(chunk, trips - done)
+                n = min(chunk, cap, trips - done)
+                base = done if window else 0
+                if window and done:
+                    buf[:, 0] = buf[:, cap_used]  # the ring: the last state on slot 0
                 t0 = time.perf_counter()
-                args = (states, bits, np.int64(done + 1), np.int64(done + n), p.pad, *weights, p.reads, tile,
-                        np.int64(p.width), changed, nchanged, mark, fixed_at, evaluated, not self.options.incremental)
+                args = (buf, bits, np.int64(base), np.int64(done + 1), np.int64(done + n), p.pad, *weights, p.reads,
+                        tile, np.int64(p.width), changed, nchanged, mark, fixed_at, evaluated, not self.options.incremental)
                 if pool is None:
                     K.run_trips(*args, parts[0])
                 else:  # disjoint grids, one kernel call per thread (it releases the GIL)
                     list(pool.map(partial(K.run_trips, *args), parts))
-                done += n
+                yield done + 1, buf[:, done + 1 - base:done + n + 1 - base]
+                done, cap_used = done + n, n
                 chunk = int(max(16, min(chunk * 4, n * CHUNK_SECONDS / max(time.perf_counter() - t0, 1e-6))))
                 if progress is not None:
                     progress(done, trips)
                 if interrupt.requested() and done < trips and not fixed_at.all():
                     raise interrupt.Interrupted(done, trips, what="network steps",
-                                                partial=states[:, :done + 1].copy())
+                                                partial=None if window else buf[:, :done + 1].copy())
         finally:
             if pool is not None:
                 pool.shutdown()
         if done < trips:  # every grid is at a fixed point: the later states are copies
-            states[:, done + 1:] = states[:, done:done + 1]
+            last = buf[:, cap_used:cap_used + 1] if window else buf[:, done:done + 1]
+            yield done + 1, np.broadcast_to(last, (nb, trips - done, h, w)) if window else _fill(buf, done)
         if progress is not None and done < trips:
             progress(trips, trips)
         ran = int(fixed_at.max()) if fixed_at.all() else trips  # the trips the module runs
         self.stats = GridStats(trips=ran, evaluated=int(evaluated.sum()), cell_updates=nb * h * w * trips)
-        return states
+
+
+def _fill(states: np.ndarray, done: int) -> np.ndarray:
+    """``states[:, done + 1:]`` set to copies of ``states[:, done]`` (the fixed point); returns them."""
+    states[:, done + 1:] = states[:, done:done + 1]
+    return states[:, done + 1:]
 
 
 def runner(compiled, options: GridOptions = GridOptions()):
@@ -234,5 +282,11 @@ def runner(compiled, options: GridOptions = GridOptions()):
         chunks = [engine.run(x[s:s + batch_size], progress) for s in range(0, max(len(x), 1), batch_size)]
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
+    def stream(grids, progress=None):
+        """:meth:`GridEngine.stream` of all of ``grids`` at once (bounded memory whatever
+        their number of steps)."""
+        return engine.stream(np.asarray(grids), progress)
+
     run.engine = engine
+    run.stream = stream
     return run

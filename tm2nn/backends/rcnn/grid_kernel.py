@@ -111,10 +111,12 @@ def _changed(prev, cur, qs, n, out):
 
 
 @njit(cache=True, nogil=True)
-def grid_trips(states, bits, first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width, changed,
+def grid_trips(states, bits, base, first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width, changed,
                nchanged, mark, fixed_at, evaluated, every):
-    """Trips ``first .. last`` (inclusive) of one grid: ``states[t] = f(states[t - 1])``
-    for ``states`` ``[L + 1, H, W]`` (``bits`` is the same buffer viewed unsigned).
+    """Trips ``first .. last`` (inclusive) of one grid: ``states[t - base] = f(states[t - 1 - base])``
+    for ``states`` ``[L + 1, H, W]`` with ``base = 0`` (``bits`` is the same buffer viewed
+    unsigned), or a window of them: ``states[0]`` is the grid after trip ``base`` and the
+    buffer holds ``last - base + 1`` grids (the streamed run, :meth:`.grid_engine.GridEngine.stream`).
 
     Trip 1 evaluates every cell (every trip does, with ``every``: the dense baseline).  A
     later trip evaluates only the cells whose patch changed: cell ``c`` when a cell
@@ -126,6 +128,7 @@ def grid_trips(states, bits, first, last, pad, meta, indptr, cols, vals, bias, r
     a grid with no changed cell is at a fixed point from trip ``fixed_at[0]`` on (0: not
     yet) and its later states are copies.  ``evaluated[0]`` counts the filter evaluations."""
     _steps, h, w = states.shape
+    base = np.uint64(base)
     cells = np.uint64(h * w)
     tile = np.uint64(tile)
     wu, hu = np.uint64(w), np.uint64(h)
@@ -135,8 +138,8 @@ def grid_trips(states, bits, first, last, pad, meta, indptr, cols, vals, bias, r
     y = np.empty(tile, dtype=states.dtype)
     dirty = np.empty(cells, dtype=np.uint64)
     for tt in range(np.uint64(first), np.uint64(last) + _1):
-        cur = states[tt].reshape(-1)
-        prev_grid = states[tt - _1]
+        cur = states[tt - base].reshape(-1)
+        prev_grid = states[tt - base - _1]
         prev = prev_grid.reshape(-1)
         for q in range(cells):  # (a loop: a slice assignment costs 1.7 s more to compile)
             cur[q] = prev[q]
@@ -164,20 +167,20 @@ def grid_trips(states, bits, first, last, pad, meta, indptr, cols, vals, bias, r
             for t in range(n):
                 cur[dirty[q0 + t]] = y[t]
         evaluated[0] += nd
-        nchanged[0] = _changed(bits[tt - _1].reshape(-1), bits[tt].reshape(-1), dirty, nd, changed)
+        nchanged[0] = _changed(bits[tt - base - _1].reshape(-1), bits[tt - base].reshape(-1), dirty, nd, changed)
         if nchanged[0] == 0:
             fixed_at[0] = tt
 
 
 @njit(cache=True, nogil=True)
-def run_trips(states, bits, first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width, changed,
+def run_trips(states, bits, base, first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width, changed,
               nchanged, mark, fixed_at, evaluated, every, grids):
-    """:func:`grid_trips` for the grids ``grids`` of ``states`` ``[B, L + 1, H, W]``
+    """:func:`grid_trips` for the grids ``grids`` of ``states`` ``[B, L + 1, H, W]`` (or a window, ``base``)
     (``changed``, ``mark`` ``[B, H·W]``; ``nchanged``, ``fixed_at``, ``evaluated`` ``[B]``),
     without the GIL: :mod:`.grid_engine` runs one call per thread on disjoint grids.
     (Python threads, not ``prange``: numba's parallel compilation would add 2 s to the
     first run on a fresh machine, for the same split.)"""
     for k in range(np.uint64(grids.shape[0])):
         g = grids[k]
-        grid_trips(states[g], bits[g], first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width,
+        grid_trips(states[g], bits[g], base, first, last, pad, meta, indptr, cols, vals, bias, reads, tile, width,
                    changed[g], nchanged[g:g + _1], mark[g], fixed_at[g:g + _1], evaluated[g:g + _1], every)

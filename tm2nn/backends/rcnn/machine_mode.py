@@ -6,22 +6,28 @@ grid (:mod:`.machine_io`), keeping every state so that each step can be decoded 
 
 from __future__ import annotations
 
+import numpy as np
+
 from tm2nn.backends.protocol import Model
 from tm2nn.backends.rcnn.build import filter_for, machine_net
 from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.backends.rcnn.filter_net import MAX_DIGITS_FLOAT32, MAX_DIGITS_FLOAT64, net_dtype
-from tm2nn.backends.rcnn.machine_io import value_tolerance
 from tm2nn.backends.rcnn.plain_tables import decode_table, start_grid_table
+from tm2nn.backends.rcnn.trace_decode import value_tolerance
 from tm2nn.backends.rcnn.window import head_window, source_columns
 from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Machine
+from tm2nn.limits import human
 from tm2nn.options import OptionError
 from tm2nn.passes.rcnn_form import rcnn_form_from_json, to_rcnn_form
 from tm2nn.syntax import dump
 
-#: Refuse a machine-mode model whose per-input output (grids before and after every
-#: step) would exceed this many floats.
-MAX_GRID_FLOATS = 50_000_000
+#: Refuse a machine-mode model whose run reads more cells than this, (L + 1)·H·W: every
+#: engine produces every cell of every grid (the torch and onnxruntime engines return them
+#: all, their memory is checked when they run; the fused engine streams them through a
+#: fixed buffer, and it and the decoder touch each about once, 0.7 ns a cell measured:
+#: docs/rcnn.md, "Long runs"), so this bounds the work, about a minute of the fused engine.
+MAX_SCAN_CELLS = 100_000_000_000
 
 
 def machine_form(m, enc: dict | None = None):
@@ -59,11 +65,12 @@ def compile(m, opts) -> Model:
     except Tm2nnError as e:
         raise Tm2nnError(f"refusing to compile: {m.name!r} lowers to {n_states:,} states (B.1.2 form), "
                          f"{e.message}. Use another backend, or fewer states") from None
-    if est["floats"] > MAX_GRID_FLOATS:
+    if est["floats"] > MAX_SCAN_CELLS:
         _t, _l, h, w = est["window"]
         raise OptionError(
-            f"refusing to compile: T = {steps} needs {est['filter_steps']} filter steps on a {h}x{w} grid, "
-            f"{est['floats']:,} floats of output per input (limit {MAX_GRID_FLOATS:,}); "
+            f"refusing to compile: T = {steps} needs {est['filter_steps']:,} filter steps on a {h}x{w} grid, "
+            f"{est['floats']:,} grid cells per input over the run (limit {MAX_SCAN_CELLS:,}; the torch and "
+            f"onnxruntime engines would hold {human(est['floats'] * np.dtype(dtype).itemsize)} of them per input); "
             "lower {steps} or {max_input}", "steps", "max_input")
     chain, code = est["chain"], est["code"]
     filt = filter_for(chain.machine, code)

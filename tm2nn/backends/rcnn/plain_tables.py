@@ -95,7 +95,7 @@ def decode_table(chain, code: CellCode, n_digits: int, tolerance: float) -> dict
     """How the grids after each filter step give the source machine's run report.
 
     A grid is read cell by cell: round ``value·3^(D−1)`` (within ``tolerance`` units,
-    :func:`.machine_io.value_tolerance`) to ``digits`` balanced-ternary digits, most
+    :func:`.trace_decode.value_tolerance`) to ``digits`` balanced-ternary digits, most
     significant first (B.1.1); ``digit`` says which is the tape letter (1), the head (3)
     and where the head cell's state digits start (4; keys below are those digits as
     letters ``-0+``).

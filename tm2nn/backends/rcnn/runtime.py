@@ -14,9 +14,12 @@ import numpy as np
 from tm2nn.backends.protocol import Model
 from tm2nn.backends.rcnn.machine_io import decode_run, start_grids
 from tm2nn.backends.rcnn.machine_mode import machine_form
+from tm2nn.backends.rcnn.trace_decode import TraceDecoder, feed_blocks
+from tm2nn.errors import Tm2nnError
 from tm2nn.interp import configurations as run_configurations
-from tm2nn.interrupt import partial_reports
+from tm2nn.interrupt import Interrupted, partial_reports
 from tm2nn.ir.machine import check_input
+from tm2nn.limits import check_memory
 from tm2nn.options import OptionError
 from tm2nn.report import Report
 
@@ -53,6 +56,41 @@ class GridModel:
     def decode(self, states: np.ndarray, text: str):
         return decode_run(self.chain, self.code, self.window, states, text, self.steps)
 
+    def decoders(self, run, texts: list[str], progress=None) -> list[TraceDecoder]:
+        """Each input's :class:`~.trace_decode.TraceDecoder`, fed every state of its run by
+        the runner ``run``: streamed block by block when the runner streams (the fused
+        engine: memory for one block whatever L), else from the whole scan the runner
+        returns (torch, onnxruntime: ``[n, L + 1, H, W]``, the net's output, checked
+        against the memory limit first)."""
+        x = self.grids(texts)
+        decs = [TraceDecoder(self.chain, self.code, self.window) for _ in texts]
+        stream = getattr(run, "stream", None)
+        try:
+            if stream is not None:
+                for _k, block in stream(x, progress):
+                    for d, b in zip(decs, block):
+                        d.feed(b)
+                return decs
+            _top, _left, h, w = self.window
+            batch = min(len(texts), self.batch())
+            check_memory(2 * batch * (self.filter_steps + 1) * h * w * self.dtype.itemsize,
+                         f"the states of {batch} grid(s) of {h}x{w} cells over {self.filter_steps:,} filter steps "
+                         "(the net's output, and its copy)", ("steps", "max_input"))
+            for d, s in zip(decs, run(x, batch_size=self.batch())):
+                feed_blocks(d, np.asarray(s))
+        except Interrupted as e:  # a streamed run: what was decoded so far
+            if e.partial is None and e.reports is None:
+                e.reports = [_partial(d, t, self.steps) for d, t in zip(decs, texts)]
+            raise
+        return decs
+
+
+def _partial(dec: TraceDecoder, text: str, steps: int):
+    try:
+        return Report.of_run(dec.result(text, steps))
+    except Tm2nnError:
+        return None
+
 
 def run_grids(compiled: Model, texts: list[str], engine: str = "torch", progress=None) -> list:
     """The source machine's decoded runs (RunResults with traces) of ``texts``;
@@ -60,13 +98,13 @@ def run_grids(compiled: Model, texts: list[str], engine: str = "torch", progress
     gm = GridModel(compiled)
     run = compiled.runner(engine)
     if engine == "fused":
-        states = run(gm.grids(texts), batch_size=gm.batch(), progress=progress)
+        decs = gm.decoders(run, texts, progress)
     else:
         from tm2nn.emit.torch_emit import loop_progress  # loads torch
 
         with loop_progress(compiled.module() if engine == "torch" else None, progress):
-            states = run(gm.grids(texts), batch_size=gm.batch())
-    return [gm.decode(np.asarray(s), t) for s, t in zip(states, texts)]
+            decs = gm.decoders(run, texts)
+    return [d.result(t, gm.steps) for d, t in zip(decs, texts)]
 
 
 def encode(compiled: Model, texts: list[str]) -> np.ndarray:
