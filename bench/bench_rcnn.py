@@ -137,7 +137,7 @@ _MEASURE = ("import json, resource, subprocess, sys, time; t = time.perf_counter
             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); w = time.perf_counter() - t; "
             "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
             "print(json.dumps({'rc': r.returncode, 'wall_s': w, 'cpu_s': u.ru_utime + u.ru_stime, "
-            "'peak_rss_mb': u.ru_maxrss / 1024, 'out': r.stdout[-2000:], 'err': r.stderr[-2000:]}))")
+            "'peak_rss_mb': u.ru_maxrss / 1024, 'out': r.stdout, 'err': r.stderr[-2000:]}))")
 
 
 def _measured(cmd: list[str]) -> dict:

@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 
 import tm2nn
+from tm2nn import interrupt
 from tm2nn.backends.rcnn import trace_decode
 from tm2nn.backends.rcnn.encoding import HEAD, unpack
 from tm2nn.backends.rcnn.grid_engine import GridEngine
 from tm2nn.backends.rcnn.runtime import GridModel
 from tm2nn.backends.rcnn.trace_decode import per_step_run
 from tm2nn.errors import Tm2nnError
+from tm2nn.interp import run_machine
 from tm2nn.limits import set_memory_limit
 from tm2nn.syntax import load
 from tm2nn.verify.check import verify_compiled
@@ -188,3 +190,15 @@ def test_the_refusals_are_the_new_memory_model():
             c.run("101", engine="torch")
     finally:
         set_memory_limit(before)
+
+
+def test_ctrl_c_reports_the_steps_streamed_so_far(monkeypatch):
+    """Ctrl-C during a streamed run: the report of what was decoded, a run cut short."""
+    m = load(EXAMPLES / "binary_counter.tm")
+    c = compile_rcnn(m, steps=6, max_input=3)
+    monkeypatch.setattr(interrupt, "requested", lambda: True)
+    with pytest.raises(interrupt.Interrupted) as e:
+        c.run("000", engine="fused")
+    (rep,) = e.value.reports
+    assert e.value.partial is None and rep is not None and 0 < rep["steps"] < 6 and rep["halted"] is False
+    assert rep == run_machine(m, "000", rep["steps"]).report()

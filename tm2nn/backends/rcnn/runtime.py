@@ -86,9 +86,11 @@ class GridModel:
 
 
 def _partial(dec: TraceDecoder, text: str, steps: int):
+    """The report of the steps ``dec`` decoded before a Ctrl-C (None when they do not map
+    back: a run stopped in the middle of a source step)."""
     try:
         return Report.of_run(dec.result(text, steps))
-    except Tm2nnError:
+    except (Tm2nnError, ValueError):
         return None
 
 
