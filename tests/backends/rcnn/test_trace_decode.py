@@ -17,7 +17,7 @@ from tm2nn.backends.rcnn import trace_decode
 from tm2nn.backends.rcnn.encoding import HEAD, unpack
 from tm2nn.backends.rcnn.grid_engine import GridEngine
 from tm2nn.backends.rcnn.runtime import GridModel
-from tm2nn.backends.rcnn.trace_decode import per_step_run
+from tm2nn.backends.rcnn.trace_decode import per_step_lowered, per_step_run, value_tolerance
 from tm2nn.errors import Tm2nnError
 from tm2nn.interp import run_machine
 from tm2nn.limits import set_memory_limit
@@ -65,10 +65,14 @@ def test_the_streamed_decode_is_the_per_step_decode(case, block, monkeypatch):
     for s, text in zip(states, texts):
         want = per_step_decode(gm, s, text)
         assert gm.decode(s, text) == want and want.trace is not None
+        # the lowered machine's run too (the chain maps a few different ones to one source run)
+        assert trace_decode.decode_grids(gm.chain, gm.code, gm.window, s).lowered(text) == \
+            per_step_lowered(gm.chain, gm.code, gm.window, s, text)
 
 
 def corruptions(gm: GridModel, s: np.ndarray, rng) -> list[np.ndarray]:
-    """Grids of a run with one thing broken: at random places, a value off the code, a
+    """Grids of a run with one thing broken: at random places, a value just off the code
+    (and one off by less than the tolerance, which decodes), a
     tape digit flipped (at one step, and from a step on), a NaN; then a second head, the
     start grid's head gone, the head's state digits moved, a tape cell away from the head
     written."""
@@ -82,7 +86,8 @@ def corruptions(gm: GridModel, s: np.ndarray, rng) -> list[np.ndarray]:
 
     for _ in range(2):
         k, r, c = int(rng.integers(n)), int(rng.integers(h)), int(rng.integers(w))
-        for change in (0.3 * unit, 3 ** (D - 2) * unit, -(3 ** (D - 2)) * unit, 3 ** (D - 4) * unit, np.nan):
+        tol = value_tolerance(D) * unit  # just past the decode's tolerance, and well within it
+        for change in (1.5 * tol, -0.5 * tol, 3 ** (D - 2) * unit, -(3 ** (D - 2)) * unit, 3 ** (D - 4) * unit, np.nan):
             x = s.copy()
             x[k, r, c] += np.float32(change) if s.dtype == np.float32 else change
             out.append(x)

@@ -279,11 +279,15 @@ class TraceDecoder:
 
 def per_step_run(chain, code: CellCode, window, grids: np.ndarray, text: str, steps: int) -> RunResult:
     """The reference the streamed decode is checked against, and the benchmark's baseline:
-    the per-step decode it replaced.  Every grid's digits at once
+    the per-step decode it replaced (:func:`per_step_lowered`, mapped back through the chain)."""
+    return chain.source_result(per_step_lowered(chain, code, window, grids, text), max_steps=steps)
+
+
+def per_step_lowered(chain, code: CellCode, window, grids: np.ndarray, text: str) -> RunResult:
+    """The lowered run of :func:`per_step_run`: every grid's digits at once
     (:func:`~.encoding.from_value`, :func:`~.encoding.decode`), one configuration dict per
     step (:func:`~.encoding.configs_from_grids`), the lowered run built from them
-    (:func:`~tm2nn.passes.lowering.result_from_configurations`), mapped back through the
-    chain.  Its memory is about 30 bytes per cell of ``grids`` (the digits and their
+    (:func:`~tm2nn.passes.lowering.result_from_configurations`).  Its memory is about 30 bytes per cell of ``grids`` (the digits and their
     checks), and its time a Python loop over the steps and their cells."""
     g = chain.machine
     digits = unpack(from_value(grids, code.n_digits, tol=value_tolerance(code.n_digits)), code.n_digits)
@@ -297,8 +301,7 @@ def per_step_run(chain, code: CellCode, window, grids: np.ndarray, text: str, st
         if lowered_halted(g, state, head, cells):
             halted = True
             break
-    return chain.source_result(result_from_configurations(g, chain.lower_input(text), configs, halted),
-                               max_steps=steps)
+    return result_from_configurations(g, chain.lower_input(text), configs, halted)
 
 
 def feed_blocks(dec: TraceDecoder, grids: np.ndarray) -> TraceDecoder:
