@@ -74,8 +74,8 @@ def corruptions(gm: GridModel, s: np.ndarray, rng) -> list[np.ndarray]:
     """Grids of a run with one thing broken: at random places, a value just off the code
     (and one off by less than the tolerance, which decodes), a
     tape digit flipped (at one step, and from a step on), a NaN; then a second head, the
-    start grid's head gone, the head's state digits moved, a tape cell away from the head
-    written."""
+    start grid's head gone, the head's state digits moved, the grid frozen mid-run, a tape
+    cell away from the head written."""
     D = gm.code.n_digits
     unit = 3.0 ** -(D - 1)
     out = []
@@ -104,6 +104,9 @@ def corruptions(gm: GridModel, s: np.ndarray, rng) -> list[np.ndarray]:
     out.append(x)
     x = s.copy()
     x[1, r1, c1] += s.dtype.type(2 * unit)  # the state digits of step 1's head
+    out.append(x)
+    x = s.copy()  # a net stuck from step 2 on: the same grid, with its head, again and again
+    x[3:] = x[2]
     out.append(x)
     x = s.copy()  # a tape cell away from the head written from step 2 on
     far = (c1 + w // 2) % w
