@@ -126,6 +126,8 @@ def test_corrupted_grids_give_the_per_step_decodes_answer(case):
         for x in corruptions(gm, s, rng):
             want = outcome(per_step_decode, gm, x, text)
             assert outcome(gm.decode, x, text) == want
+            assert outcome(lambda: trace_decode.decode_grids(gm.chain, gm.code, gm.window, x).lowered(text)) == \
+                outcome(per_step_lowered, gm.chain, gm.code, gm.window, x, text)
             seen.add(want[1].split(" ")[0] if want[0] == "error" else "ok")
     assert {"from_value:", "decode:", "step", "the"} <= seen  # value, cell/heads, tape, start grid
 
