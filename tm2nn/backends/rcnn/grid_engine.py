@@ -19,6 +19,10 @@ function (docs/rcnn.md, "The fused engine"):
   every cell).  A machine's head changes a few cells per step, so a trip costs a copy
   of the grid (the scan's output) and a few dozen filter evaluations.
 
+:meth:`GridEngine.run` returns every state, ``[B, L + 1, H, W]``, as the module does;
+:meth:`GridEngine.stream` yields the same states block by block from a ring buffer of
+fixed size, for decoding long runs in bounded memory (docs/rcnn.md, "Long runs").
+
 The loop's ``until_fixed`` is kept per grid: a grid with no changed cell is at a fixed
 point, and its later states are copies (as the module's, which stops when every grid of
 its batch is fixed; the filter is a function, so the values agree either way, and with
