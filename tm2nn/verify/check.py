@@ -23,6 +23,7 @@ import abc
 import itertools
 import math
 import secrets
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -106,7 +107,7 @@ class VerifyReport:
         """Lines for a reader: a check that says little because the budget cut it short."""
         if not self.few:
             return []
-        of = f" of {self.space:,}" if self.space else ""
+        of = f" of {count_text(self.space)}" if self.space else ""
         return [f"the {self.budget:g} s budget stopped the check after {self.n_inputs:,} input"
                 f"{'s' if self.n_inputs != 1 else ''}{of} (fewer than {self.few_threshold}): this says little about "
                 "the net; raise --budget or ask for --min-samples N"]
@@ -118,7 +119,7 @@ class VerifyReport:
         if self.space is None:
             return f"checked {at_least}{self.distinct:,} distinct inputs (the input space's size is not known)"
         share = "all" if self.complete else f"{self.coverage:.2g}"
-        return f"checked {at_least}{self.distinct:,} of {self.space:,} inputs ({share})"
+        return f"checked {at_least}{self.distinct:,} of {count_text(self.space)} inputs ({share})"
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -127,7 +128,24 @@ class VerifyReport:
         d["samples_checked"] = self.n_inputs
         d["few"] = self.few
         d["warnings"] = self.warnings
+        if self.space is not None and not _printable(self.space):
+            d["space"] = count_text(self.space)  # past the digits Python writes (json.dumps would raise)
         return d
+
+
+def _printable(n: int) -> bool:
+    """Whether ``str(n)`` stays within Python's limit on the digits of an int as text."""
+    limit = sys.get_int_max_str_digits()
+    return limit == 0 or n.bit_length() <= (limit - 1) * 3.32
+
+
+def count_text(n: int) -> str:
+    """A count of inputs with thousands separators; one past the digits Python writes as
+    text (an input space of 3^9000 tapes) as ``about 4.9·10^4321``."""
+    if _printable(n):
+        return f"{n:,}"
+    e = math.log10(n)
+    return f"about {10 ** (e - math.floor(e)):.2g}·10^{math.floor(e)}"
 
 
 class InputSpace:

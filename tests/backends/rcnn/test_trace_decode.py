@@ -216,3 +216,17 @@ def test_ctrl_c_reports_the_steps_streamed_so_far(monkeypatch):
     (rep,) = e.value.reports
     assert e.value.partial is None and rep is not None and 0 < rep["steps"] < 6 and rep["halted"] is False
     assert rep == run_machine(m, "000", rep["steps"]).report()
+
+
+def test_a_long_runs_input_space_is_reported_not_a_traceback():
+    """rcnn verify at T = 16369 checked its input and then crashed printing the space of
+    3^16370 tapes (past the 4300 digits Python writes as text), in the console and in JSON."""
+    import json
+
+    from tm2nn.verify.check import VerifyReport, count_text
+
+    assert count_text(12345) == "12,345" and count_text(3 ** 16370) == "about 3·10^7810"
+    rep = VerifyReport("rcnn", "given", 1, None, space=3 ** 16370, distinct=1, coverage=0.0)
+    assert "of about 3·10^7810 inputs" in rep.covered
+    assert json.loads(json.dumps(rep.to_json()))["space"] == "about 3·10^7810"
+    assert VerifyReport("rcnn", "given", 1, None, space=3 ** 500, coverage=0.0).to_json()["space"] == 3 ** 500
