@@ -190,6 +190,19 @@ def test_verify_catches_a_corrupted_cell_in_the_stream(monkeypatch):
     assert not rep.ok and rep.first.field == "encoding" and "the decoded tape changed" in str(rep.first.got)
 
 
+def test_a_run_that_halts_mid_step_is_a_mismatch_not_a_traceback(monkeypatch):
+    """A decoded run the source machine cannot map back (the lowered machine halted
+    mid-step, a ``ValueError`` of the chain's mapping) is a verify failure with its reason."""
+    c = compile_rcnn(load(EXAMPLES / "binary_increment.tm"), steps=6, max_input=3)
+
+    def mid_step(self, text, steps):
+        raise ValueError("lowered run halted in 'inc~-', which is mid-step")
+
+    monkeypatch.setattr(trace_decode.TraceDecoder, "result", mid_step)
+    rep = verify_compiled(c, inputs=["101"], use_onnx=False, engines=["fused"])
+    assert not rep.ok and rep.first.field == "encoding" and "mid-step" in str(rep.first.got)
+
+
 def test_the_refusals_are_the_new_memory_model():
     """Compile refuses on the work, (L + 1)·H·W cells, and names what torch would hold;
     torch and onnxruntime, which return every grid, are refused at run time against the

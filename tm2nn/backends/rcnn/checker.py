@@ -41,6 +41,6 @@ class GridChecker(Checker):
         for text, d, w in zip(texts, decs, want):
             try:
                 out.append(compare_runs(w, d.result(text, gm.steps)))
-            except Tm2nnError as e:
+            except (Tm2nnError, ValueError) as e:  # ValueError: a run no source step maps to (mid-step)
                 out.append((None, "encoding", "a B.1.1 grid", str(e)))
         return out, dev, {}
