@@ -24,6 +24,7 @@ from tm2nn.options import OptionError, make
 from tm2nn.report import Report
 from tm2nn.source import SourceText, registered
 from tm2nn.syntax import format_module, guess_format, load, load_all, native_format, native_text
+from tm2nn.training.options import TrainOptions
 
 __all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model", "export", "train"]
 #: what ``export(to=...)`` writes
@@ -143,7 +144,6 @@ def train(source, backend: str | None = None, *, format: str | None = None, name
     fields and the backend's own (``backends.get(name).training.Options``); ``steps`` the
     step bound T a machine is compiled for.  Returns a :class:`tm2nn.training.session.Trained`
     (``summary``, ``lines``, ``model``: the best weights, a :class:`Compiled` to save)."""
-    from tm2nn.training.options import TrainOptions
     from tm2nn.training.session import train as run_training  # loads torch: not at import
 
     ir = load_ir(source, format, name)

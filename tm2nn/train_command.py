@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=flag_int(1), metavar="T", help="machines: the step bound T the net is compiled for")
     p.add_argument("-o", "--output", metavar="PATH", help="write the best weights (.onnx, .pt or .safetensors)")
     p.add_argument("--json", action="store_true", help="print the training summary as one JSON line")
-    for f, owner in _option_fields():
+    for f, _owner in _option_fields():
         flag = f.flag
         if f.kind is bool:
             p.add_argument(flag, dest=f.name, action="store_const", const=not f.default, default=argparse.SUPPRESS,

@@ -160,7 +160,7 @@ def fit(task: Task, opts: TrainOptions, train: list[str], test: list[str], *, ma
             loss = task.loss(chunk)
             loss.backward()
             opt.step()
-            total_loss += float(loss) * len(chunk)
+            total_loss += float(loss.detach()) * len(chunk)
             n += len(chunk)
             done += 1
             if progress is not None:

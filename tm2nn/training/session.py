@@ -30,6 +30,8 @@ class Trained:
     lines: list[str] = field(default_factory=list)
     model: object = None
     epochs: list = field(default_factory=list)
+    #: the inputs drawn (:class:`tm2nn.training.data.Draws`)
+    draws: object = None
 
 
 def certified(compiled, model) -> object:
@@ -93,7 +95,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None) 
              "lemma23": lemma23(compiled), "seconds": round(time.perf_counter() - t0, 3),
              "epochs": [report.epoch_json(r) for r in rows]}
     facts["exact"] = best.test_error == 0 and (space_error in (None, 0))
-    return Trained(facts, report.lines(facts, rows), model, rows)
+    return Trained(facts, report.lines(facts, rows), model, rows, draws)
 
 
 __all__ = ["Trained", "train", "certified", "lemma23"]

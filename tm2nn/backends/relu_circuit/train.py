@@ -52,10 +52,15 @@ def _targets(compiled: Model):
     circuit = src if isinstance(src, Circuit) else unroll_machine(src, Options(**{
         k: compiled.build["options"][k] for k in ("steps", "tape", "origin", "max_gates")}))[0]
 
+    memo: dict = {}
+
     def of(texts: list[str]):
-        x = np.asarray(codec.encode(compiled, texts), dtype=np.float64)
-        y = eval_circuit(circuit, x > 0.5)
-        return x, y
+        new = [t for t in dict.fromkeys(texts) if t not in memo]
+        if new:  # each input is encoded and run through the interpreter once
+            x = np.asarray(codec.encode(compiled, new), dtype=np.float64)
+            memo.update(zip(new, zip(x, eval_circuit(circuit, x > 0.5))))
+        rows = [memo[t] for t in texts]
+        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
     return of
 
 
