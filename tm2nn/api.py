@@ -163,6 +163,9 @@ def train(source, backend: str | None = None, *, format: str | None = None, name
         if not isinstance(ir, Machine):
             raise OptionError("{steps} is the step bound of a machine; this is a circuit", "steps")
         values[spec.stepping.option if spec.stepping else "steps"] = check_int("steps", steps, 1)
-    compiled = compile(ir, spec.name, source_path=str(source) if isinstance(source, (str, Path)) else None,
-                       **values)
-    return run_training(compiled, opts, extra, progress=progress, on_epoch=on_epoch)
+    path = str(source) if isinstance(source, (str, Path)) else None
+    compiled = compile(ir, spec.name, source_path=path, **values)
+    # Lemma 2.3's class is the construction's as compiled by default (the transformer's hard-max one)
+    plain = {k: v for k, v in values.items() if k not in spec.training.compile}
+    bound = compile(ir, spec.name, source_path=path, **plain) if spec.training.compile else compiled
+    return run_training(compiled, opts, extra, progress=progress, on_epoch=on_epoch, bound=bound)

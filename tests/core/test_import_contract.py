@@ -42,6 +42,7 @@ ALLOWED_LAZY = (
     ("tm2nn.backends.relu_circuit.backend", "tm2nn.backends.relu_circuit."),
     ("tm2nn.backends.rcnn.backend", "tm2nn.backends.rcnn."), ("tm2nn.backends.rcnn.runtime", "tm2nn.emit"),
     ("tm2nn.backends.transformer.runtime", "tm2nn.emit"),
+    ("tm2nn.backends.transformer.backend", "tm2nn.backends.transformer.train"),
     ("tm2nn.backends.transformer.runtime", "tm2nn.backends.transformer.engines"),
     ("tm2nn.backends.transformer.perturbed_decode", "tm2nn.emit"),
     ("tm2nn.backends.transformer.pictures", "tm2nn.emit"),

@@ -50,3 +50,8 @@ def parse_init(text: str) -> tuple[str, float]:
             raise OptionError(f"{{init}} {text!r}: the noise EPS must be a finite number > 0", "init")
         return kind, eps
     raise OptionError(f"{{init}} {text!r}: choose construction, perturbed:EPS or scratch", "init")
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The train options of a backend that takes none of its own."""

@@ -54,8 +54,9 @@ def lemma23(compiled, eps: float = 0.1) -> object:
             "w": s["w"], "d": s["d"]}
 
 
-def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None) -> Trained:
-    """Train ``compiled`` (a :class:`tm2nn.handle.Compiled`) by its backend's training hook."""
+def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, bound=None) -> Trained:
+    """Train ``compiled`` (a :class:`tm2nn.handle.Compiled`) by its backend's training hook;
+    ``bound``: the model whose class Lemma 2.3's n is computed for (default ``compiled``)."""
     spec = compiled.spec
     torch.manual_seed(opts.seed)
     task = spec.training.task(compiled, opts, extra)
@@ -92,7 +93,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None) 
              "test_error": space_error if space_error is not None else best.test_error,
              "held_out_error": best.test_error, "train_error": best.train_error, "l2": l2, "max_abs": mx,
              "certified_margin": report.epoch_json(best)["certified_margin"],
-             "lemma23": lemma23(compiled), "seconds": round(time.perf_counter() - t0, 3),
+             "lemma23": lemma23(bound if bound is not None else compiled), "seconds": round(time.perf_counter() - t0, 3),
              "epochs": [report.epoch_json(r) for r in rows]}
     facts["exact"] = best.test_error == 0 and (space_error in (None, 0))
     return Trained(facts, report.lines(facts, rows), model, rows, draws)
