@@ -122,3 +122,31 @@ def test_cli_json(tmp_path, capsys):
                  "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["output"] == str(out) and out.exists()
+
+
+def test_acceptance_transformer_bb3_teacher_forced(tmp_path):
+    """issue 38's acceptance for the transformer (bb3, T = 12, softmax): the reported test
+    error is what verify finds on the same inputs, and the saved model loads as bb3's
+    construction with trained weights."""
+    res = train("examples/bb3.tm", "transformer", steps=12, init="perturbed:0.01", samples=16, test=24, epochs=1,
+                batch=16, margin=False)
+    s = res.summary
+    assert s["test_mode"] == "random" and s["overlap"] == 0 and s["epochs_run"] == 1
+    assert isinstance(s["lemma23"], dict) and s["lemma23"]["n"] > 0  # the hard-max class's n
+    out = tmp_path / "t.safetensors"
+    res.model.save(out)
+    loaded = load_model(out)
+    assert loaded.edited and loaded.build["trained"]["samples"] == 16
+    rep = loaded.verify(inputs=res.draws.test, onnx=False)
+    assert rep.engines["torch"] / len(res.draws.test) == pytest.approx(s["test_error"])
+
+
+def test_pad_width_keeps_the_function_and_is_not_saved(capsys, tmp_path):
+    """--pad-width K: the padded construction computes the same function (its extra units
+    start at zero, also under noise), a scratch start fills them; it is not saved."""
+    res = _train(init="construction", epochs=0, pad_width=4)
+    assert res.summary["test_error"] == 0 and res.model is None and "padded to 4·" in res.summary["what"]
+    noisy = _train(init="perturbed:0.01", epochs=0, pad_width=4)
+    assert noisy.summary["start"]["l2"] < 0.01 * 60  # the padding stayed zero: noise on the original entries only
+    assert main(["train", ADDER, "--pad-width", "4", "--epochs", "0", "-o", str(tmp_path / "p.pt")]) == 2
+    assert "not the construction's shape" in capsys.readouterr().err

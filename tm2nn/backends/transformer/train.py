@@ -21,7 +21,6 @@ is the share of teacher-forced steps whose rounded tap differs from the teacher'
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from tm2nn.backends.protocol import Model, model_fields
