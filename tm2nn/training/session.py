@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.threads import use_torch
 from tm2nn.training import report
 from tm2nn.training.data import draw, overlap
 from tm2nn.training.loop import distance, fit, initialise
@@ -58,6 +59,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, 
     """Train ``compiled`` (a :class:`tm2nn.handle.Compiled`) by its backend's training hook;
     ``bound``: the model whose class Lemma 2.3's n is computed for (default ``compiled``)."""
     spec = compiled.spec
+    threads = use_torch()  # small per-step graphs: the STEP count (tm2nn.threads; --threads N)
     torch.manual_seed(opts.seed)
     task = spec.training.task(compiled, opts, extra)
     draws = draw(spec.reference(compiled).space(), opts.samples, opts.test, opts.seed)
@@ -93,7 +95,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, 
              "test_error": space_error if space_error is not None else best.test_error,
              "held_out_error": best.test_error, "train_error": best.train_error, "l2": l2, "max_abs": mx,
              "certified_margin": report.epoch_json(best)["certified_margin"],
-             "lemma23": lemma23(bound if bound is not None else compiled), "seconds": round(time.perf_counter() - t0, 3),
+             "lemma23": lemma23(bound if bound is not None else compiled), "seconds": round(time.perf_counter() - t0, 3), "threads": threads,
              "epochs": [report.epoch_json(r) for r in rows]}
     facts["exact"] = best.test_error == 0 and (space_error in (None, 0))
     return Trained(facts, report.lines(facts, rows), model, rows, draws)
