@@ -67,14 +67,22 @@ def _values(args) -> dict:
 
 def run(args) -> int:
     out = check_model_path(args.output, "-o") if args.output else None
+    values = _values(args)
+    if out is not None and out.suffix == ".pt" and values.get("mask", "all") != "wiring":
+        raise Tm2nnError("-o: a .pt holds the construction's stored weight entries only (its torch module's packed "
+                         "parameters), and --mask all trains every entry: write .safetensors or .onnx, or train "
+                         "with --mask wiring")
     c = None if args.json else console()
     show = (lambda row: c.print(epoch_line(row))) if c is not None else None
     with progress("training", quiet=args.json) as bar, interrupt.graceful():
         res = train(args.source, args.backend, format=args.format, name=args.name, steps=args.steps,
-                    progress=bar, on_epoch=show, **_values(args))
+                    progress=bar, on_epoch=show, **values)
     if out is not None:
         if res.model is None:
             raise Tm2nnError("a width-padded net (--pad-width) is not the construction's shape: it is not saved")
+        if out.suffix == ".pt" and res.summary["outside_wiring"]:  # checked up front; a safeguard
+            raise Tm2nnError(f"the trained net has {res.summary['outside_wiring']:,} weights outside the "
+                             "construction's stored entries, which a .pt cannot hold")
         res.model.save(out)
         res.summary["output"] = str(out)
     if args.json:

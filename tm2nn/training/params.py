@@ -64,3 +64,26 @@ def frozen(trained: Net, construction: Net) -> Net:
         t, tb = flags[op.name]
         return dataclasses.replace(op, weight=SparseMatrix.from_dense(op.weight.dense()), trainable=t, train_bias=tb)
     return _map(trained, fn)
+
+
+def outside_wiring(trained: Net, construction: Net) -> int:
+    """How many nonzero weight entries of ``trained`` lie where ``construction`` stores none
+    (a ``.pt`` holds the construction's stored entries only: docs/learning.md)."""
+    pattern = {}
+
+    def note(op):
+        if isinstance(op, Affine):
+            w = op.weight
+            pattern[op.name] = set(zip(w.rows[w.vals != 0].tolist(), w.cols[w.vals != 0].tolist()))
+        return op
+    _map(construction, note)
+    count = [0]
+
+    def look(op):
+        if isinstance(op, Affine) and op.name in pattern:
+            w = op.weight
+            nz = w.vals != 0
+            count[0] += sum(1 for rc in zip(w.rows[nz].tolist(), w.cols[nz].tolist()) if rc not in pattern[op.name])
+        return op
+    _map(trained, look)
+    return count[0]

@@ -18,6 +18,7 @@ from tm2nn.training import report
 from tm2nn.training.data import draw, overlap
 from tm2nn.training.loop import distance, fit, initialise
 from tm2nn.training.options import TrainOptions
+from tm2nn.training.params import outside_wiring
 from tm2nn.verify.statistics import statistics_report
 
 
@@ -97,6 +98,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, 
              "certified_margin": report.epoch_json(best)["certified_margin"],
              "lemma23": lemma23(bound if bound is not None else compiled), "seconds": round(time.perf_counter() - t0, 3), "threads": threads,
              "epochs": [report.epoch_json(r) for r in rows]}
+    facts["outside_wiring"] = outside_wiring(model.net, compiled.net) if model is not None else None
     facts["exact"] = best.test_error == 0 and (space_error in (None, 0))
     return Trained(facts, report.lines(facts, rows), model, rows, draws)
 

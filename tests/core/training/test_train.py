@@ -148,5 +148,17 @@ def test_pad_width_keeps_the_function_and_is_not_saved(capsys, tmp_path):
     assert res.summary["test_error"] == 0 and res.model is None and "padded to 4·" in res.summary["what"]
     noisy = _train(init="perturbed:0.01", epochs=0, pad_width=4)
     assert noisy.summary["start"]["l2"] < 0.01 * 60  # the padding stayed zero: noise on the original entries only
-    assert main(["train", ADDER, "--pad-width", "4", "--epochs", "0", "-o", str(tmp_path / "p.pt")]) == 2
+    assert main(["train", ADDER, "--pad-width", "4", "--epochs", "0", "-o", str(tmp_path / "p.safetensors")]) == 2
     assert "not the construction's shape" in capsys.readouterr().err
+
+
+def test_memory_is_estimated_before_allocating(capsys):
+    assert main(["train", ADDER, "--pad-width", "100000", "--epochs", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "training" in err and "weights of the relu-circuit net would need about" in err and "--pad-width" in err
+
+
+def test_pt_needs_the_wiring_mask(capsys, tmp_path):
+    """A .pt holds the construction's packed entries: --mask all is refused up front."""
+    assert main(["train", ADDER, "--epochs", "0", "-o", str(tmp_path / "t.pt")]) == 2
+    assert "--mask wiring" in capsys.readouterr().err and not (tmp_path / "t.pt").exists()

@@ -30,6 +30,7 @@ from tm2nn.backends.relu_circuit.options import Options, TrainOptions
 from tm2nn.errors import OptionError, Tm2nnError
 from tm2nn.interp import eval_circuit
 from tm2nn.ir import Circuit
+from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Net, ReLU, Slice, SparseMatrix
 from tm2nn.training.loop import Task
 
@@ -75,6 +76,10 @@ def training(compiled: Model, opts, extra: TrainOptions) -> Task:
         if extra.pad_width * r < r:
             raise OptionError("{pad_width} must be at least 1", "pad_width")
         width = {name: extra.pad_width * r for name in hidden}
+    widths = [width.get(op.name, op.weight.shape[0]) for op in affines]
+    entries = sum(o * (i + 1) for o, i in zip(widths, [affines[0].weight.shape[1], *widths[:-1]])) if affines else 0
+    # each entry: the parameter, the construction's copy, its gradient, Adam's two moments, a mask (float64)
+    check_memory(entries * 8 * 6, f"training {entries:,} weights of the relu-circuit net", ("pad_width",))
     params, ref, masks, keep_zero, fan_in = {}, {}, {}, {}, {}
     prev_w = affines[0].weight.shape[1] if affines else 0
     for op in affines:
