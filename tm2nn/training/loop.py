@@ -124,8 +124,9 @@ def fit(task: Task, opts: TrainOptions, train: list[str], test: list[str], *, ma
         on_epoch=None) -> dict:
     """Train (module doc).  ``margin() -> value`` is called after each epoch when given;
     ``progress(done, total, description)`` follows the optimizer steps; ``on_epoch(Epoch)``
-    sees each row.  Returns ``{"epochs": [Epoch], "best": Epoch, "interrupted": bool,
-    "start": Epoch}``; the task's tensors hold the best weights."""
+    sees each row; ``opts.budget`` seconds end the run after the step that passes them.
+    Returns ``{"epochs": [Epoch], "best": Epoch, "interrupted": bool, "start": Epoch,
+    "stopped_by": "epochs" | "budget" | "interrupt"}``; the task's tensors hold the best weights."""
     params = list(task.params.values())
     for name, p in task.params.items():
         m = task.grad_masks.get(name)
@@ -150,7 +151,7 @@ def fit(task: Task, opts: TrainOptions, train: list[str], test: list[str], *, ma
     with torch.no_grad():
         start_loss = float(task.loss(train))
     start = measure(0, start_loss, t0)
-    rows, best, snap, interrupted, done = [start], start, _snapshot(task), False, 0
+    rows, best, snap, interrupted, done, stopped = [start], start, _snapshot(task), False, 0, "epochs"
     for k in range(1, opts.epochs + 1):
         perm = torch.randperm(len(train), generator=order).tolist()
         total_loss, n = 0.0, 0
@@ -168,11 +169,15 @@ def fit(task: Task, opts: TrainOptions, train: list[str], test: list[str], *, ma
             if interrupt.requested():
                 interrupted = True
                 break
+            if opts.budget is not None and time.perf_counter() - t0 > opts.budget:
+                stopped = "budget"
+                break
         row = measure(k, total_loss / max(n, 1), t0)
         rows.append(row)
         if (row.test_error, row.loss) < (best.test_error, best.loss) or math.isnan(best.test_error):
             best, snap = row, _snapshot(task)
-        if interrupted:
+        if interrupted or stopped == "budget":
             break
     _restore(task, snap)
-    return {"epochs": rows, "best": best, "interrupted": interrupted, "start": start}
+    return {"epochs": rows, "best": best, "interrupted": interrupted, "start": start,
+            "stopped_by": "interrupt" if interrupted else stopped}

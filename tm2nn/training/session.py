@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
 from tm2nn.threads import use_torch
 from tm2nn.training import report
 from tm2nn.training.data import draw, overlap
@@ -77,6 +78,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, 
     torch.manual_seed(opts.seed)
     task = spec.training.task(compiled, opts, extra)
     draws = draw(spec.reference(compiled).space(), opts.samples, opts.test, opts.seed)
+    check_memory(opts.epochs * 4096, f"the report of {opts.epochs:,} epochs", ("epochs",))
     initialise(task, opts)
     handle = type(compiled).of
 
@@ -104,7 +106,7 @@ def train(compiled, opts: TrainOptions, extra, *, progress=None, on_epoch=None, 
              "seed": opts.seed, "samples": opts.samples, "optimizer": opts.optimizer, "lr": opts.lr,
              "mask": opts.mask, "epochs_run": len(rows) - 1, "batch": opts.batch,
              "test_inputs": len(draws.test), "test_mode": draws.mode, "space_size": draws.size,
-             "overlap": overlap(draws), "space_error": space_error, "interrupted": out["interrupted"],
+             "overlap": overlap(draws), "space_error": space_error, "interrupted": out["interrupted"], "stopped_by": out["stopped_by"],
              "best": report.epoch_json(best), "start": report.epoch_json(out["start"]),
              "test_error": space_error if space_error is not None else best.test_error,
              "held_out_error": best.test_error, "train_error": best.train_error, "l2": l2, "max_abs": mx,
