@@ -162,3 +162,19 @@ def test_pt_needs_the_wiring_mask(capsys, tmp_path):
     """A .pt holds the construction's packed entries: --mask all is refused up front."""
     assert main(["train", ADDER, "--epochs", "0", "-o", str(tmp_path / "t.pt")]) == 2
     assert "--mask wiring" in capsys.readouterr().err and not (tmp_path / "t.pt").exists()
+
+
+def _transformer_start_loss() -> float:
+    res = train("examples/bb3.tm", "transformer", steps=12, init="construction", samples=4, test=4, epochs=0,
+                margin=False)
+    return res.summary["start"]["loss"]
+
+
+def test_teacher_forcing_feeds_step_i_the_teachers_o_i_minus_1(monkeypatch):
+    """At the construction, teacher-forced taps are the teacher's own: loss 0.  A teacher
+    input one step off (o_i for step i) is caught."""
+    assert _transformer_start_loss() < 1e-12
+    from tm2nn.backends.transformer import train as ttrain
+
+    monkeypatch.setattr(ttrain, "teacher_input", lambda o, i: o[min(i, o.shape[0] - 1)])
+    assert _transformer_start_loss() > 1e-6

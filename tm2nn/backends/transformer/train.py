@@ -31,6 +31,12 @@ from tm2nn.training.loop import Task
 from tm2nn.training.params import frozen, trainable
 
 
+def teacher_input(o_teacher: torch.Tensor, i: int) -> torch.Tensor:
+    """What decoder step ``i`` reads under teacher forcing: the teacher's ``o_{i-1}`` (§4.1:
+    step i computes ``body(o_{i-1} + β(i), memory)``); ``o_teacher[k]`` is the o fed to step k + 1."""
+    return o_teacher[i - 1]
+
+
 def _decoder(module) -> DecodeModule:
     found = [m for m in module.modules() if isinstance(m, DecodeModule)]
     if len(found) != 1:
@@ -89,7 +95,7 @@ def training(compiled: Model, opts, extra) -> Task:
         real = DecodeModule.step
 
         def step(i, o, mem, ctx):
-            return real(dec, i, o_teacher[i - 1], mem, ctx)
+            return real(dec, i, teacher_input(o_teacher, i), mem, ctx)
         dec.step = step
         try:
             return module(x)
