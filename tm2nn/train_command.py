@@ -13,7 +13,7 @@ from tm2nn import backends, interrupt
 from tm2nn.api import train
 from tm2nn.console import console, progress
 from tm2nn.errors import Tm2nnError
-from tm2nn.flags import add_source
+from tm2nn.flags import add_source, option_help
 from tm2nn.limits import flag_int
 from tm2nn.modelfile import check_model_path
 from tm2nn.options import fields_of
@@ -42,11 +42,11 @@ def add_parser(sub) -> None:
         flag = f.flag
         if f.kind is bool:
             p.add_argument(flag, dest=f.name, action="store_const", const=not f.default, default=argparse.SUPPRESS,
-                           help=f.help)
+                           help=option_help(f))
         else:
             p.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, metavar=f.metavar or f.name.upper(),
                            choices=[str(c) for c in f.choices] if f.choices else None,
-                           help=f.help + (f" (default: {f.default})" if f.default is not None else ""))
+                           help=option_help(f).replace("%", "%%"))
     p.set_defaults(handler=run)
 
 
