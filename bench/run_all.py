@@ -14,6 +14,7 @@ import bench_gd_trace  # noqa: E402
 import bench_gpu  # noqa: E402
 import bench_interp  # noqa: E402
 import bench_layout  # noqa: E402
+import bench_learning  # noqa: E402
 import bench_long_run  # noqa: E402
 import bench_margin_study  # noqa: E402
 import bench_parse  # noqa: E402
@@ -38,6 +39,7 @@ def main() -> int:
             + bench_gd_trace.main(sys.argv[1:])
             + bench_api.main(sys.argv[1:]) + bench_layout.main(sys.argv[1:]) + bench_parse.main(sys.argv[1:])
             + bench_margin_study.main(sys.argv[1:])
+            + bench_learning.main([])  # quick form; --full: docs/learning.md's tables
             + bench_gpu.main(sys.argv[1:])  # skipped, with a line saying why, without CUDA
             + bench_sweep.main(["--quick"]))  # the whole bb corpus: bench/bench_sweep.py alone
     out = Path(__file__).resolve().parent / "results"

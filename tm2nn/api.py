@@ -20,12 +20,13 @@ from tm2nn.interp import DEFAULT_MAX_STEPS, eval_circuit, run_machine
 from tm2nn.interrupt import Interrupted
 from tm2nn.ir import Circuit, GridMachine, Machine
 from tm2nn.limits import check_int
-from tm2nn.options import OptionError
+from tm2nn.options import OptionError, make
 from tm2nn.report import Report
 from tm2nn.source import SourceText, registered
 from tm2nn.syntax import format_module, guess_format, load, load_all, native_format, native_text
+from tm2nn.training.options import TrainOptions
 
-__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model", "export"]
+__all__ = ["load", "load_all", "run", "run_circuit", "default_input", "parse_bits", "load_model", "export", "train"]
 #: what ``export(to=...)`` writes
 EXPORTS = ("transformer-lens",)
 
@@ -134,3 +135,37 @@ def _provenance(source, ir: Machine, is_file: bool) -> dict:
         data = text.encode()
     return {"path": str(source) if is_file else None, "name": ir.name, "sha256": hashlib.sha256(data).hexdigest(),
             "format": native_format(ir), "text": text}
+
+
+def train(source, backend: str | None = None, *, format: str | None = None, name: str | None = None,
+          steps: int | None = None, progress=None, on_epoch=None, **options):
+    """Train the construction of ``backend`` in its own architecture (issue 38, ``tm2nn
+    train``; :mod:`tm2nn.training`): ``options`` are :class:`~tm2nn.training.options.TrainOptions`'
+    fields and the backend's own (``backends.get(name).training.Options``); ``steps`` the
+    step bound T a machine is compiled for.  Returns a :class:`tm2nn.training.session.Trained`
+    (``summary``, ``lines``, ``model``: the best weights, a :class:`Compiled` to save)."""
+    from tm2nn.training.session import train as run_training  # loads torch: not at import
+
+    ir = load_ir(source, format, name)
+    spec = backends.get(backend) if backend is not None else next(
+        (b for b in backends.all() if b.training is not None and b.takes and isinstance(ir, tuple(b.takes))), None)
+    if spec is None or spec.training is None:
+        who = f"the {spec.name} backend does not" if spec is not None else "no backend can"
+        raise Tm2nnError(f"{who} train in its own architecture (backends that do: "
+                         f"{', '.join(b.name for b in backends.all() if b.training is not None)})")
+    spec.check_source(ir)
+    shared = {f for f in TrainOptions.__dataclass_fields__}
+    opts = make(TrainOptions, {k: v for k, v in options.items() if k in shared}, "tm2nn train")
+    extra = make(spec.training.Options, {k: v for k, v in options.items() if k not in shared},
+                 f"training with the {spec.name} backend")
+    values = dict(spec.training.compile)
+    if steps is not None:
+        if not isinstance(ir, Machine):
+            raise OptionError("{steps} is the step bound of a machine; this is a circuit", "steps")
+        values[spec.stepping.option if spec.stepping else "steps"] = check_int("steps", steps, 1)
+    path = str(source) if isinstance(source, (str, Path)) else None
+    compiled = compile(ir, spec.name, source_path=path, **values)
+    # Lemma 2.3's class is the construction's as compiled by default (the transformer's hard-max one)
+    plain = {k: v for k, v in values.items() if k not in spec.training.compile}
+    bound = compile(ir, spec.name, source_path=path, **plain) if spec.training.compile else compiled
+    return run_training(compiled, opts, extra, progress=progress, on_epoch=on_epoch, bound=bound)

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, export_command, interrupt, memwatch
+from tm2nn import __version__, backends, export_command, interrupt, memwatch, train_command
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: tm2nn-demo/ in the current folder)")
     __import__("tm2nn.sweep.command", fromlist=["add_parser"]).add_parser(sub)  # tm2nn sweep (docs/sweep.md)
     export_command.add_parser(sub)  # tm2nn export (docs/api.md, "In TransformerLens")
+    train_command.add_parser(sub)  # tm2nn train (docs/learning.md)
     return ap
 
 
@@ -219,7 +220,8 @@ def _spec(args, learning: bool = False):
 def _compile(args, verb: str):
     """The source compiled with the chosen backend and the options given (the model
     records the source file's hash)."""
-
+    if verb == "verify" and Path(args.source).suffix in SUFFIXES:  # a model file (tm2nn train -o)
+        return load_model(args.source)
     ir = load_ir(args.source, args.format, args.name)
     spec = backends.get(args.backend) if args.backend else default_backend(ir)
     return compile_source(ir, spec.name, source_path=args.source, **_backend_values(args, spec, verb))

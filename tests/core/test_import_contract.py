@@ -14,13 +14,13 @@ import sys
 from ..import_graph import PACKAGE, circles, imports, package_of
 
 #: the packages below the backends (and the foundation's modules): none may import tm2nn.backends
-CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines")
+CORE = ("nets", "ir", "interp", "syntax", "passes", "learners", "emit", "verify", "engines", "training")
 FOUNDATION = ("tm2nn.errors", "tm2nn.source", "tm2nn.fileio", "tm2nn.limits", "tm2nn.memwatch", "tm2nn.options", "tm2nn.report",
               "tm2nn.codec", "tm2nn.interrupt", "tm2nn.datasets", "tm2nn.gc_pause", "tm2nn._version",
               "tm2nn.devices", "tm2nn.threads")
 #: what a backend must never import: the handle, the model files, the API and the faces
 ABOVE_BACKENDS = ("tm2nn.handle", "tm2nn.modelfile", "tm2nn.api", "tm2nn.compiler", "tm2nn.cli", "tm2nn.demo",
-                  "tm2nn.export_command",
+                  "tm2nn.export_command", "tm2nn.train_command",
                   "tm2nn.sweep", "tm2nn.viz", "tm2nn.lint", "tm2nn.flags", "tm2nn.console")
 #: the heavy libraries a start of the CLI must not load
 HEAVY = ("torch", "onnx", "onnxruntime", "numba", "matplotlib", "ray", "pyarrow", "transformer_lens")
@@ -30,6 +30,8 @@ HEAVY = ("torch", "onnx", "onnxruntime", "numba", "matplotlib", "ray", "pyarrow"
 ALLOWED_LAZY = (
     # the handle and the API: torch and onnx when a model is built, saved or loaded
     ("tm2nn.handle", "tm2nn.modelfile"), ("tm2nn.handle", "tm2nn.emit"), ("tm2nn.api", "tm2nn.modelfile"),
+    # tm2nn train: the training loop (torch)
+    ("tm2nn.api", "tm2nn.training.session"),
     # the verbs that draw (matplotlib) and the demo (it draws)
     ("tm2nn.cli", "tm2nn.viz"), ("tm2nn.cli", "tm2nn.demo"),
     # the sweep verb: the store (pyarrow), the pools and Ray
@@ -40,6 +42,7 @@ ALLOWED_LAZY = (
     ("tm2nn.backends.relu_circuit.backend", "tm2nn.backends.relu_circuit."),
     ("tm2nn.backends.rcnn.backend", "tm2nn.backends.rcnn."), ("tm2nn.backends.rcnn.runtime", "tm2nn.emit"),
     ("tm2nn.backends.transformer.runtime", "tm2nn.emit"),
+    ("tm2nn.backends.transformer.backend", "tm2nn.backends.transformer.train"),
     ("tm2nn.backends.transformer.runtime", "tm2nn.backends.transformer.engines"),
     ("tm2nn.backends.transformer.perturbed_decode", "tm2nn.emit"),
     ("tm2nn.backends.transformer.pictures", "tm2nn.emit"),

@@ -185,6 +185,20 @@ class Trainer:
 
 
 @dataclass(frozen=True)
+class Training:
+    """A backend that ``tm2nn train`` trains in its own architecture (issue 38,
+    :mod:`tm2nn.training`): ``Options`` (its own train options, beside the shared
+    :class:`tm2nn.training.options.TrainOptions`) and ``task(compiled, opts, extra) ->
+    Task`` (which tensors train, how outputs decode and compare with the interpreter, the
+    loss, the model the trained weights make).  ``compile`` the compile options a training
+    run compiles with (e.g. the transformer's softmax attention)."""
+
+    Options: type
+    task: Callable
+    compile: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Example:
     """One row of ``tm2nn demo``'s table of compiled networks: an example file (under
     ``examples/``) and the ``tm2nn`` command lines that show it (``{ex}``: the examples
@@ -222,6 +236,8 @@ class Backend:
     #: the dense engines its models run on (gd-trace's optimizer runs in torch only)
     dense: tuple[str, ...] = DENSE
     trainer: Trainer | None = None
+    #: ``tm2nn train``: the construction's own architecture trained by Adam/SGD
+    training: Training | None = None
     analyses: Mapping[str, Callable] = field(default_factory=dict)
     #: the metadata a model file of this backend must carry beyond every model's: what
     #: its rebuild and decoding read, ``"tm2nn.key"`` or ``"tm2nn.key/field/..."`` -> a
@@ -302,5 +318,5 @@ class Backend:
         return f"<backend {self.name}: {self.summary}>"
 
 
-__all__ = ["ANALYSES", "BITS", "DENSE", "Backend", "Codec", "Example", "Learned", "Model", "Stepping", "Table", "Trainer",
+__all__ = ["ANALYSES", "BITS", "DENSE", "Backend", "Codec", "Example", "Learned", "Model", "Stepping", "Table", "Trainer", "Training",
            "model_fields"]

@@ -42,6 +42,8 @@ BASES = {
     # --dry-run: the spec is checked and expanded, nothing runs (a pool per case would take seconds)
     "sweep": [[EX / "sweep" / "first.toml", "--dry-run"], ["report", "{tmp}"]],
     "export": [[EX / "bb3.tm", "--to", "transformer-lens", "--steps", "3", "-o", "{tmp}/bb3-tl"]],
+    "train": [[EX / "full_adder.circ", "--epochs", "1", "--samples", "8", "--test", "8", "--budget", "0.5",
+               "--no-margin"]],
 }
 #: Flags whose value is a path (drawn inside the case's folder).
 PATHS = {"output", "export_before", "export_after", "inputs", "train", "examples", "out"}
@@ -144,7 +146,7 @@ def _fuzz(verb: str, n: int, tmp_path: Path, model: str):
 
 #: Cases per verb in the fast profile (2,000 in all with the parser and model fuzz).
 PER_VERB = {"check": 60, "run": 80, "convert": 50, "compile": 60, "eval": 50, "info": 60, "verify": 40,
-            "margin": 30, "learn": 40, "viz": 30, "sweep": 30, "export": 30}
+            "margin": 30, "learn": 40, "viz": 30, "sweep": 30, "export": 30, "train": 15}
 
 
 @pytest.mark.parametrize("verb", sorted(PER_VERB))

@@ -6,13 +6,13 @@ directly; line machines are unrolled into a circuit for T steps over an N-cell w
 
 from __future__ import annotations
 
-from tm2nn.backends.protocol import Backend, Example, Stepping
+from tm2nn.backends.protocol import Backend, Example, Stepping, Training
 from tm2nn.backends.relu_circuit.bounds import function_class
 from tm2nn.backends.relu_circuit.build import compile
 from tm2nn.backends.relu_circuit.check import reference
 from tm2nn.backends.relu_circuit.codec import CODEC
 from tm2nn.backends.relu_circuit.margin import certified_margin
-from tm2nn.backends.relu_circuit.options import Options
+from tm2nn.backends.relu_circuit.options import Options, TrainOptions
 from tm2nn.ir import Circuit, Machine
 
 __all__ = ["BACKEND"]
@@ -48,6 +48,14 @@ def options_for_run(values: dict, texts: list[str]) -> dict:
     return values
 
 
+def train_task(compiled, opts, extra):
+    """``tm2nn train``'s hook (:func:`.train.training`; it loads torch, so it is imported
+    when a training run starts)."""
+    from tm2nn.backends.relu_circuit.train import training
+
+    return training(compiled, opts, extra)
+
+
 def fused(engine: str):
     """The factory of ``--engine fused`` / ``fused-float``: ``factory(compiled) -> run``
     (:func:`.layered_engine.runner`; numba loads with the engine, when one is asked for)."""
@@ -74,6 +82,7 @@ BACKEND = Backend(
     stepping=Stepping("steps", 50, options_for_run),
     #: ``fused`` exact in integers on 0/1 inputs, ``fused-float`` every row in floats
     fused={"fused": fused("fused"), "fused-float": fused("fused-float")},
+    training=Training(TrainOptions, train_task),
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class,
               "statistics_bracket": statistics_bracket},
     examples=(

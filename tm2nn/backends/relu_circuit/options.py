@@ -22,3 +22,15 @@ class Options:
 
     def __post_init__(self):
         validate(self)
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The relu-circuit backend's own ``train`` options."""
+
+    pad_width: int | None = option(None, "relu-circuit: widen every hidden layer to K*r units (r: the widest "
+                                   "hidden layer), the extra units zero at the construction (Theorem 3.1: log w)",
+                                   metavar="K", low=1)
+
+    def __post_init__(self):
+        validate(self)

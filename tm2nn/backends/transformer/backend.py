@@ -7,7 +7,7 @@ long-run decoder (:mod:`.engines`), its analyses :mod:`.margin`, :mod:`.beta`,
 
 from __future__ import annotations
 
-from tm2nn.backends.protocol import Backend, Codec, Example, Stepping
+from tm2nn.backends.protocol import Backend, Codec, Example, Stepping, Training
 from tm2nn.backends.transformer.beta import softmax_beta
 from tm2nn.backends.transformer.bounds import function_class_of
 from tm2nn.backends.transformer.decoding import TraceDecoder, description
@@ -20,6 +20,7 @@ from tm2nn.backends.transformer.statistics import statistics_bracket
 from tm2nn.interrupt import partial_reports
 from tm2nn.ir import Machine
 from tm2nn.report import Report
+from tm2nn.training.options import NoOptions
 
 
 def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
@@ -34,6 +35,14 @@ def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
 def configurations(compiled, text: str, engine: str = "torch") -> list:
     """Every step's configuration, replayed from the writes the taps record."""
     return TraceDecoder(compiled.output_encoding).configurations(run_taps(compiled, [text], engine)[0], text)
+
+
+def train_task(compiled, opts, extra):
+    """``tm2nn train``'s hook (:func:`.train.training`: teacher-forced, softmax attention;
+    it loads torch, so it is imported when a training run starts)."""
+    from tm2nn.backends.transformer.train import training
+
+    return training(compiled, opts, extra)
 
 
 def describe(compiled) -> dict:
@@ -56,6 +65,7 @@ BACKEND = Backend(
     stepping=Stepping("steps", 1000),
     #: the long-run decoder (:mod:`.engines.index_engine`): the codec's run drives it
     fused={"index": None},
+    training=Training(NoOptions, train_task, {"attention": "softmax"}),
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class_of,
               "find_beta": softmax_beta, "configurations": configurations, "statistics_bracket": statistics_bracket},
     #: what a model file must hold: rebuild's step bound, the token and tap encodings

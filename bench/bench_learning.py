@@ -1,0 +1,255 @@
+"""Learning, measured (issue 38, Deliver 3; docs/learning.md): the constructions trained in
+their own architecture by ``tm2nn train`` (:func:`tm2nn.api.train`).
+
+Sections are a registry, :data:`SECTIONS`: ``(name, quick, full)``; ``quick()`` returns
+rows for ``make bench`` (bench/run_all.py), ``full()`` the markdown of the section's table
+(``--full``).  Other modules add theirs with :func:`register` (tables c and d:
+bench/learning_goel.py, bench/learning_precision.py, imported below when present).
+
+* **a. The basin.**  Start from the construction plus Gaussian noise whose per-tensor ℓ2
+  norm is about ε·γ (γ the construction's certified radius, per parameter block; each
+  entry's standard deviation is ε·γ/√N with N the largest trained tensor's entry count, so
+  no tensor's expected norm exceeds ε·γ), for ε up to and beyond the attack radius of
+  ``tm2nn margin``; train; report how often the net ends exact on every input, its distance
+  to the construction and the certified margin of the weights it ends with.
+* **b. From scratch.**  Test error (held-out inputs, drawn on another seed stream) against
+  the number of training samples, next to Lemma 2.3's n for the construction's class; for
+  relu-circuit also at widths w = 4r and 16r (``--pad-width``), Theorem 3.1's log w claim.
+
+Single-threaded torch (``TM2NN_THREADS=1`` is set here); each row prints the load.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TM2NN_THREADS", "1")
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "examples"
+
+C17 = """circuit c17 {
+  # ISCAS-85 c17: six NAND gates
+  input n1 n2 n3 n6 n7
+  output n22 n23
+  n10 = NAND(n1, n3)
+  n11 = NAND(n3, n6)
+  n16 = NAND(n2, n11)
+  n19 = NAND(n11, n7)
+  n22 = NAND(n10, n16)
+  n23 = NAND(n16, n19)
+}
+"""
+
+
+def adder_text(n: int) -> str:
+    """An n-bit ripple-carry adder in the circuit DSL (examples/ripple_adder4.circ, widened)."""
+    lines = [f"circuit ripple_adder{n} {{", f"  input a[{n}] b[{n}] cin", f"  output s[{n}] cout"]
+    for i in range(n):
+        cin = "cin" if i == 0 else f"c[{i - 1}]"
+        lines += [f"  p[{i}] = XOR(a[{i}], b[{i}])", f"  s[{i}] = XOR(p[{i}], {cin})",
+                  f"  c[{i}] = OR(AND(a[{i}], b[{i}]), AND(p[{i}], {cin}))"]
+    lines += [f"  cout = BUF(c[{n - 1}])", "}"]
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS: list = []
+
+
+def register(name: str, quick, full) -> None:
+    """Add a section: ``quick() -> [row dict]``, ``full() -> [markdown line]``."""
+    SECTIONS.append((name, quick, full))
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _sources(tmp: Path) -> dict:
+    (tmp / "c17.circ").write_text(C17)
+    (tmp / "ripple_adder8.circ").write_text(adder_text(8))
+    from gen_circuits import circuit_text, random_layered_circuit
+
+    (tmp / "random20.circ").write_bytes(circuit_text(random_layered_circuit(30, 20, 10, seed=0, name="random20"),
+                                                     "circ"))
+    return {"c17": (tmp / "c17.circ", "relu-circuit", {}),
+            "ripple_adder4": (EX / "ripple_adder4.circ", "relu-circuit", {}),
+            "even_ones (unrolled, T=4)": (EX / "even_ones.tm", "relu-circuit", {"steps": 4}),
+            "bb3 (T=12)": (EX / "bb3.tm", "transformer", {"steps": 12}),
+            "bb4 (T=16)": (EX / "bb4.tm", "transformer", {"steps": 16}),
+            "ripple_adder8": (tmp / "ripple_adder8.circ", "relu-circuit", {}),
+            # bench/gen_circuits.py: 30 random gates in 3 layers of 10 over 20 inputs (2^20 inputs)
+            "random20": (tmp / "random20.circ", "relu-circuit", {})}
+
+
+def _gamma_and_scale(path, backend: str, kw: dict) -> tuple[float, int, float | None]:
+    """(γ of the construction, the largest trained tensor's entry count, the per-layer
+    gradient attack's ε where measured)."""
+    from tm2nn import backends
+    from tm2nn.api import compile
+    from tm2nn.training.options import TrainOptions
+
+    spec = backends.get(backend)
+    c = compile(str(path), backend, **{**spec.training.compile, **kw})
+    gamma = float(spec.analysis("certified_margin")(compile(str(path), backend, **kw))["radius"])
+    task = spec.training.task(c, TrainOptions(), spec.training.Options())
+    n = max(p.numel() for p in task.params.values())
+    attack = None
+    if backend == "relu-circuit" and not kw:
+        from tm2nn.api import load
+        t = spec.analysis("margin")(load(str(path)), spec.options(), samples=8, trials=2, seed=0)
+        attack = float(t.json[0]["eps_gradient"])
+    return gamma, n, attack
+
+
+def _short(m) -> str:
+    return f"{m:.3g}" if isinstance(m, float) else str(m).split(";")[0][:60]
+
+
+def basin(names, eps_list, seeds, epochs: int, samples: int) -> list[dict]:
+    from tm2nn.api import train
+    from tm2nn.training.session import certified
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        src = _sources(Path(d))
+        for name in names:
+            path, backend, kw = src[name]
+            gamma, n, attack = _gamma_and_scale(path, backend, kw)
+            lr = 1e-3 if backend == "relu-circuit" else 1e-4
+            for eps in eps_list:
+                sigma = eps * gamma / math.sqrt(n)
+                runs = []
+                t0 = time.perf_counter()
+                for seed in seeds:
+                    res = train(str(path), backend, init=f"perturbed:{sigma:.6g}", seed=seed, samples=samples,
+                                epochs=epochs, batch=32, lr=lr, test=1024, margin=False, **kw)
+                    r = res.summary
+                    r["margin_end"] = certified(res.model, res.model)  # the best weights' certificate
+                    runs.append(r)
+                exact = [r for r in runs if r["exact"]]
+                start_exact = [r for r in runs if r["start"]["test_error"] == 0 and r["start"]["train_error"] == 0]
+                rows.append({"bench": f"learning a: {name}", "eps_x_gamma": eps, "gamma": f"{gamma:.3g}",
+                             "attack": f"{attack:.3g}" if attack else "-", "sigma": f"{sigma:.3g}",
+                             "start_exact": f"{len(start_exact)}/{len(runs)}",
+                             "end_exact": f"{len(exact)}/{len(runs)}",
+                             "test_error": "/".join(f"{r['test_error']:.3g}" for r in runs),
+                             "l2_end": "/".join(f"{r['l2']:.3g}" for r in runs),
+                             "l2_start": "/".join(f"{r['start']['l2']:.3g}" for r in runs),
+                             "margin_end": _short(runs[0]["margin_end"]),
+                             "cmd": f"tm2nn train {Path(path).name} --backend {backend}"
+                                    + "".join(f" --{k} {v}" for k, v in kw.items())
+                                    + f" --init perturbed:{sigma:.3g} --samples {samples} --epochs {epochs} "
+                                      f"--batch 32 --lr {lr:g} --seed S",
+                             "seeds": ",".join(map(str, seeds)), "seconds": round(time.perf_counter() - t0, 1),
+                             "load": _load(), "threads": runs[0]["threads"]})
+    return rows
+
+
+def scratch(names, sample_list, pads, steps_budget: int) -> list[dict]:
+    from tm2nn.api import train
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        src = _sources(Path(d))
+        for name in names:
+            path, backend, kw = src[name]
+            for pad in pads:
+                for n in sample_list:
+                    batch = 64
+                    epochs = max(1, round(steps_budget * batch / n))
+                    extra = {"pad_width": pad} if pad else {}
+                    t0 = time.perf_counter()
+                    r = train(str(path), backend, init="scratch", seed=0, samples=n, epochs=epochs, batch=batch,
+                              lr=3e-3, test=2048, margin=False, **kw, **extra).summary
+                    lem = r["lemma23"]
+                    rows.append({"bench": f"learning b: {name}", "w": f"{pad}r" if pad else "r (construction)",
+                                 "samples": n, "epochs": epochs, "test_error": f"{r['test_error']:.4f}",
+                                 "test_bit_error": f"{r['best']['test_step_error']:.4f}",
+                                 "train_error": f"{r['train_error']:.4f}", "test_mode": r["test_mode"],
+                                 "test_inputs": r["test_inputs"],
+                                 "lemma23_n": f"{lem['n']:.3g}" if isinstance(lem, dict) else str(lem),
+                                 "cmd": f"tm2nn train {Path(path).name} --backend {backend} --init scratch "
+                                        f"--samples {n} --epochs {epochs} --batch {batch} --lr 0.003 --test 2048"
+                                        + (f" --pad-width {pad}" if pad else "") +
+                                        "".join(f" --{k} {v}" for k, v in kw.items()) + " --seed 0",
+                                 "seconds": round(time.perf_counter() - t0, 1), "load": _load(),
+                                 "threads": r["threads"]})
+                    print(rows[-1], file=sys.stderr, flush=True)  # a long run's rows as they come
+    return rows
+
+
+def _table(rows: list[dict], keys: list[str]) -> list[str]:
+    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    out += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return out
+
+
+A_KEYS = ["bench", "eps_x_gamma", "gamma", "attack", "sigma", "start_exact", "end_exact", "test_error", "l2_start",
+          "l2_end", "margin_end", "seeds", "seconds", "load", "threads", "cmd"]
+B_KEYS = ["bench", "w", "samples", "epochs", "train_error", "test_error", "test_bit_error", "test_inputs", "test_mode", "lemma23_n",
+          "seconds", "load", "threads", "cmd"]
+
+
+def quick_a() -> list[dict]:
+    return basin(["c17"], [1.0, 16.0], [0], epochs=3, samples=64)
+
+
+def full_a() -> list[str]:
+    rows = basin(["c17", "ripple_adder4", "even_ones (unrolled, T=4)"], [0.5, 1, 2, 4, 16], [0, 1, 2], epochs=20,
+                 samples=256)
+    rows += basin(["bb3 (T=12)", "bb4 (T=16)"], [1, 4, 16], [0, 1], epochs=3, samples=64)
+    rows += beyond()
+    return ["### a. The basin", ""] + _table(rows, A_KEYS)
+
+
+def beyond() -> list[dict]:
+    """Past the break: the ε where the nets above were still exact at the start."""
+    rows = basin(["ripple_adder4", "even_ones (unrolled, T=4)"], [64, 256], [0, 1], epochs=20, samples=256)
+    return rows + basin(["bb3 (T=12)"], [64, 256], [0, 1], epochs=3, samples=64)
+
+
+def quick_b() -> list[dict]:
+    return scratch(["random20"], [100], [0], steps_budget=50)
+
+
+def full_b() -> list[str]:
+    # 300 optimizer steps per row: a 16r-padded net has ~100x the construction's weights (CPU time)
+    rows = scratch(["random20"], [100, 1000, 10000, 100000], [0, 4], steps_budget=300)
+    rows += scratch(["random20"], [1000], [16], steps_budget=100)  # 8.9M weights: 100 steps
+    return ["### b. From scratch", ""] + _table(rows, B_KEYS)
+
+
+register("a. The basin", quick_a, full_a)
+register("b. From scratch", quick_b, full_b)
+for _mod in ("learning_goel", "learning_precision"):  # tables c and d, where their modules exist
+    if (Path(__file__).resolve().parent / f"{_mod}.py").exists():
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        __import__(_mod)
+
+
+def main(argv=None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--full" in argv:
+        only = [a for a in argv if not a.startswith("--")]
+        for name, _quick, full in SECTIONS:
+            if not only or any(name.startswith(o) for o in only):
+                print("\n".join(full()), flush=True)
+                print()
+        return []
+    rows = []
+    for _name, quick, _full in SECTIONS:
+        rows += quick()
+    return rows
+
+
+if __name__ == "__main__":
+    out = main()
+    for r in out:
+        print(r)
