@@ -124,7 +124,7 @@ class Extended:
     ``B_stop`` and ``eps``."""
 
     def __init__(self, m: Machine, layout: Layout, B_stop: float | None = None,
-                 constants: Constants | None = None):
+                 constants: Constants | None = None, vertices: str = "reachable"):
         self.m, self.layout = m, layout
         bad = [d for d in layout.digits if d not in m.symbol_index]
         if bad:
@@ -139,7 +139,11 @@ class Extended:
         # (4): B_stop bounds |f_theta(x) - y|^2 / 2 over the layout's formats (Layout.B_stop)
         self.k = constants if constants is not None else Constants.choose(
             B_stop if B_stop is not None else layout.B_stop, self.low.machine.tapes, eps=layout.eps)
-        self.ts = TapeSimplex(self.low.machine, tau, left, b=self.k.b, gamma=self.k.gamma, c=self.k.c)
+        # the vertices of the tripled states a run reaches (tape_simplex.reachable_rounds):
+        # the same iterates as the paper's full Qbar x {-1, 1}^d, a third of it for an
+        # acyclic learner such as the perceptron (docs/gd_trace.md, "Reachable vertices")
+        self.ts = TapeSimplex(self.low.machine, tau, left, b=self.k.b, gamma=self.k.gamma, c=self.k.c,
+                              vertices=vertices)
         self.ro_map = self._ro_map()
         self.net = self.build()
 

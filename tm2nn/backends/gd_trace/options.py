@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tm2nn.limits import SEED_MAX
 from tm2nn.options import option, validate
@@ -23,6 +24,9 @@ class Options:
     b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))", above=0.0)
     gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)", above=0.0)
     c: float = option(0.0, "the constant c of the loss (21)")
+    vertices: Literal["all", "reachable"] = option(
+        "all", "the §4.4 simplex's vertices: all of Qbar x {-1,1}^d (the paper), or only those of the tripled "
+        "states a run can reach (the same iterates, fewer dimensions)")
     max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension", low=1)
     extended: dict | None = option(None, "Welper §5: build the extended network for this data layout "
                                    "({samples, features, theta, steps}, a machine file's '# gd-trace:' header; "

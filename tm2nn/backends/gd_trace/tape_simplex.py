@@ -64,6 +64,9 @@ if TYPE_CHECKING:
     import torch
 
 MU = 0.25
+#: the vertex sets of the §4.4 simplex: the paper's ``Qbar x {-1, 1}^d``, or the vertices
+#: of the tripled states a run can reach (:func:`reachable_rounds`; docs/gd_trace.md)
+VERTEX_SETS = ("all", "reachable")
 #: the label of simplex vertex ``([q, r], t)``: ``t`` the symbols under the heads, tape 0
 #: first, as ``+`` / ``-`` (model files record it: :mod:`.portable`)
 VERTEX_LABEL = "s:{state}|{round}|{symbols}"
@@ -77,6 +80,39 @@ def choose_b(d: int = 1) -> int:
                and b * b > b and b ** 3 > 8 * b * b * d + 3 * d):
         b += 1
     return b
+
+
+def reachable_rounds(mm: MultiTapeMachine) -> frozenset[tuple[str, int]]:
+    """The tripled states ``[q, r]`` of ``Qbar = Q x {0, 1, 2}`` (Welper §4.4, before (20))
+    that a path of the rule graph reaches from ``[q0, 0]``: ``[q, r] -> [delta_1(q, t), r +
+    1 mod 3]`` for every ``t`` with a rule.  Every run of the machine, on any tapes, visits
+    only these (its ``k``-th state is ``[q_k, k mod 3]``), so the vertices ``([q, r], t)``
+    with ``[q, r]`` outside this set are never an iterate of (22) and carry no edge of (17)
+    that an iterate can take.  A machine whose every path to ``q`` has the same length mod 3
+    (an acyclic machine with fixed-length passes, such as the perceptron) keeps one round
+    in three.  This is an over-approximation (it ignores the tapes), so it is exact."""
+    syms = list(product((-1, 1), repeat=mm.tapes))
+    seen = {(mm.start, 0)}
+    todo = [(mm.start, 0)]
+    while todo:
+        q, r = todo.pop()
+        if q in mm.halting:
+            continue
+        for t in syms:
+            rule = mm.delta.get((q, t))
+            if rule is not None and (rule.next, (r + 1) % 3) not in seen:
+                seen.add((rule.next, (r + 1) % 3))
+                todo.append((rule.next, (r + 1) % 3))
+    return frozenset(seen)
+
+
+def vertex_count(mm: MultiTapeMachine, vertices: str = "all") -> int:
+    """``|V|``: ``3 |Q| 2^d`` (``"all"``, the paper's ``Qbar x {-1, 1}^d``), or ``2^d`` per
+    reachable tripled state (``"reachable"``, :func:`reachable_rounds`)."""
+    if vertices not in VERTEX_SETS:
+        raise Tm2nnError(f"vertices must be one of {', '.join(VERTEX_SETS)}, got {vertices!r}")
+    q = 3 * len(mm.states) if vertices == "all" else len(reachable_rounds(mm))
+    return q * 2 ** mm.tapes
 
 
 def lbar_all(x: torch.Tensor) -> torch.Tensor:
@@ -129,7 +165,7 @@ class TapeSimplex:
     every tape."""
 
     def __init__(self, mm: MultiTapeMachine, tau: int, left: int, b: float | None = None,
-                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM):
+                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM, vertices: str = "all"):
         if not isinstance(mm, MultiTapeMachine):
             raise Tm2nnError("the §4.4 GD trace takes a machine in Welper §4.1 form "
                              "(tm2nn.passes.welper_form lowers ordinary machines)")
@@ -143,13 +179,16 @@ class TapeSimplex:
         self.ro = sorted(mm.read_only)
         self.rw = list(mm.writable)
         syms = list(product((-1, 1), repeat=d))
-        n_v = 3 * len(mm.states) * len(syms)
+        n_v = vertex_count(mm, vertices)
         n_e = n_v * len(syms)
+        self.vertices = vertices
         dim = n_v + 2 * tau * d
         if dim > max_dim or n_e > 20 * max_dim:
             raise Tm2nnError(f"§4.4 variables would have dimension {dim} with {n_e} edge units "
                              f"(limit {max_dim}); use a smaller tape or raise the limit")
-        self.verts = [(q, r, t) for q in mm.states for r in range(3) for t in syms]
+        keep = reachable_rounds(mm) if vertices == "reachable" else None
+        self.verts = [(q, r, t) for q in mm.states for r in range(3) if keep is None or (q, r) in keep
+                      for t in syms]
         self.vidx = {v: i for i, v in enumerate(self.verts)}
         m = len(self.verts)
         b, g = self.b, self.gamma
