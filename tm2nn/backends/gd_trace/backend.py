@@ -155,6 +155,12 @@ def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None
     header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path),
                              validate=Layout.from_header)
     X, Y = data["train"]
+    if opts.primary is not None:   # the primary network named on the command line
+        header = {**header, "primary": opts.primary}
+        try:
+            Layout.from_header(header)
+        except Tm2nnError as e:
+            raise OptionError(f"{{primary}}: {e.message}", "primary") from None
     layout = Layout.from_header(header)
     if X.shape != (layout.n, layout.M):
         raise OptionError(f"{source_path} is laid out for {layout.n} samples of {layout.M} features; "

@@ -446,8 +446,7 @@ def sign_sum_layout(n: int, M: int) -> Layout:
 
 def perceptron_layout(p) -> Layout:
     """The layout of a :class:`.perceptron.Perceptron` machine."""
-    return Layout(p.n, p.M, tuple(perceptron.output_cells(p)), perceptron.step_bound(p),
-                  "affine" if p.bias else "linear",
+    return Layout(p.n, p.M, tuple(perceptron.output_cells(p)), perceptron.step_bound(p), p.primary,
                   p.x_format, FixedPoint(), p.w_format, ("0", "1"))
 
 

@@ -43,6 +43,9 @@ class LearnOptions:
                         data="csv-reals")
     test: int = option(20, "fresh random datasets on which F = f_theta is checked", low=0)
     seed: int = option(0, "seed of the fresh datasets", low=0, high=SEED_MAX)
+    primary: str | None = option(None, "the primary network f_theta that reads the machine's weights (default: the "
+                                 "header's primary=): linear, affine, or relu:H (one hidden ReLU layer of H units, "
+                                 "weights w_k, c_k per unit, then a, then b; Welper §2)", metavar="NET")
 
     def __post_init__(self):
         validate(self)
