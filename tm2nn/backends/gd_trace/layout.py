@@ -169,6 +169,10 @@ class Layout:
     y: FixedPoint = field(default_factory=FixedPoint)
     w: FixedPoint = field(default_factory=FixedPoint)
     digits: tuple[str, str] = ("+", "-")
+    #: the source cells ``(lo, hi)`` that hold the head and every written cell during the
+    #: run, when the machine declares them (``cells=LO,HI``); default ``[-steps, len +
+    #: steps]``, which the step bound alone guarantees.  Sizes the tape window ``tau``.
+    cells: tuple[int, int] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "theta_cells", tuple(int(c) for c in self.theta_cells))
@@ -189,6 +193,12 @@ class Layout:
         cells = [c + i for c in self.theta_cells for i in range(self.w.width)]
         if len(set(cells)) != len(cells):
             raise Tm2nnError("the weights' cells overlap (each weight takes 1 + wbits cells)")
+        if self.cells is not None:
+            object.__setattr__(self, "cells", tuple(int(c) for c in self.cells))
+            if len(self.cells) != 2 or not self.cells[0] <= min(0, *cells) or \
+                    not self.cells[1] >= max(self.text_len - 1, *cells):
+                raise Tm2nnError(f"cells must be LO,HI with LO <= 0 and HI >= {max(self.text_len - 1, *cells)} "
+                                 f"(the input and the weights' cells), got {','.join(map(str, self.cells))}")
 
     @classmethod
     def from_header(cls, h: dict) -> "Layout":
@@ -197,7 +207,17 @@ class Layout:
         fmt = lambda bits: FixedPoint(bits, frac if bits else 0)  # noqa: E731
         return cls(h["samples"], h["features"], tuple(h["theta"]), h["steps"], h.get("primary", "linear"),
                    fmt(h.get("xbits", 0)), fmt(h.get("ybits", 0)), fmt(h.get("wbits", 0)),
-                   tuple(h.get("digits", "+-")))
+                   tuple(h.get("digits", "+-")), tuple(h["cells"]) if "cells" in h else None)
+
+    @property
+    def text_len(self) -> int:
+        """Source cells of the machine input: per sample the label's bits and every feature's."""
+        return self.n * (self.y.width + self.M * self.x.width)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The source cells the tape window must hold (``cells``, or what ``steps`` bounds)."""
+        return self.cells if self.cells is not None else (-self.steps, self.text_len + self.steps)
 
     @property
     def shape(self) -> PrimaryShape:

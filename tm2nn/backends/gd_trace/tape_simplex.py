@@ -106,6 +106,47 @@ def reachable_rounds(mm: MultiTapeMachine) -> frozenset[tuple[str, int]]:
     return frozenset(seen)
 
 
+def reachable_reads(mm: MultiTapeMachine, ro_fixed: dict[int, int], lo: int, hi: int):
+    """A finer exact reduction when the read-only tape's cells are known up to the data
+    (§5: the cells no data bit changes, :meth:`Extended._ro_map`): a path of the rule graph
+    over ``([q, r], h)``, ``h`` the read-only head's cell, reading ``ro_fixed[h]`` where the
+    cell is fixed and either symbol where data sits (or outside ``[lo, hi]``, where ``h``
+    is no longer followed).  Returns ``(vertices, succ)``: the vertices ``([q, r], t)``
+    that some such path visits, and for each the read-only symbols its successor can read.
+    The §4.1 lowering's simulation phase reads the fixed cells ``-2`` and ``-1`` in turn,
+    so half of its (17) edges go to vertices no run takes next.  Only a machine with one
+    read-only tape is refined; an over-approximation, so exact."""
+    (j0,) = mm.read_only
+    syms = list(product((-1, 1), repeat=mm.tapes))
+    free = (-1, 1)
+
+    def vals(h):
+        return free if h is None else (ro_fixed[h],) if h in ro_fixed else free
+    start = (mm.start, 0, 0)
+    seen = {start}
+    todo = [start]
+    verts: set = set()
+    succ: dict = {}
+    while todo:
+        q, r, h = todo.pop()
+        here = vals(h)
+        for t in syms:
+            if t[j0] not in here:
+                continue
+            verts.add((q, r, t))
+            rule = None if q in mm.halting else mm.delta.get((q, t))
+            if rule is None:
+                continue
+            h2 = None if h is None else h + rule.move[j0]
+            h2 = h2 if h2 is not None and lo <= h2 <= hi else None
+            nxt = (rule.next, (r + 1) % 3, h2)
+            succ.setdefault((q, r, t), set()).update(vals(h2))
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return frozenset(verts), succ
+
+
 def vertex_count(mm: MultiTapeMachine, vertices: str = "all") -> int:
     """``|V|``: ``3 |Q| 2^d`` (``"all"``, the paper's ``Qbar x {-1, 1}^d``), or ``2^d`` per
     reachable tripled state (``"reachable"``, :func:`reachable_rounds`)."""
@@ -165,7 +206,8 @@ class TapeSimplex:
     every tape."""
 
     def __init__(self, mm: MultiTapeMachine, tau: int, left: int, b: float | None = None,
-                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM, vertices: str = "all"):
+                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM, vertices: str = "all",
+                 ro_fixed: dict[int, int] | None = None):
         if not isinstance(mm, MultiTapeMachine):
             raise Tm2nnError("the §4.4 GD trace takes a machine in Welper §4.1 form "
                              "(tm2nn.passes.welper_form lowers ordinary machines)")
@@ -182,13 +224,18 @@ class TapeSimplex:
         n_v = vertex_count(mm, vertices)
         n_e = n_v * len(syms)
         self.vertices = vertices
+        succ = None
+        if vertices == "reachable" and ro_fixed is not None and len(mm.read_only) == 1:
+            keep_t, succ = reachable_reads(mm, ro_fixed, left, left + tau - 1)
+            n_v = len(keep_t)
+            n_e = sum(len(v) for v in succ.values()) * 2 ** (d - 1)
         dim = n_v + 2 * tau * d
         if dim > max_dim or n_e > 20 * max_dim:
             raise Tm2nnError(f"§4.4 variables would have dimension {dim} with {n_e} edge units "
                              f"(limit {max_dim}); use a smaller tape or raise the limit")
         keep = reachable_rounds(mm) if vertices == "reachable" else None
         self.verts = [(q, r, t) for q in mm.states for r in range(3) if keep is None or (q, r) in keep
-                      for t in syms]
+                      for t in syms if succ is None or (q, r, t) in keep_t]
         self.vidx = {v: i for i, v in enumerate(self.verts)}
         m = len(self.verts)
         b, g = self.b, self.gamma
@@ -207,6 +254,8 @@ class TapeSimplex:
             self.arrow[:, i] = rule.write
             self.shift[:, i] = rule.move
             for t2 in syms:  # (17): every t' is a legitimate successor symbol
+                if succ is not None and t2[self.ro[0]] not in succ[(q, r, t)]:
+                    continue   # a read-only symbol the next cell cannot hold (reachable_reads)
                 same = sum(a == c2 for a, c2 in zip(t, t2))
                 edges.append((i, self.vidx[(rule.next, (r + 1) % 3, t2)], -(b ** 3 + b * same) * g))
         pairs = {(v, w) for v, w, _ in edges}
