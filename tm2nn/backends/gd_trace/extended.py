@@ -16,7 +16,7 @@ features, one row of the batch; labels ``y`` are ``n`` numbers, ``m = 1``):
 * ``f_TM = sqrt(2 l_TM) f_perp(\\z\\)`` (§5.4) with App. C's orthogonal unit vector;
 * ``theta`` — App. B's de-quantisation of the output tape ``\\T\\``
   (:func:`.fixed_point.dequantise_ops`); ``f_theta(x)`` — the primary network the layout
-  names (:data:`.layout.PRIMARIES`: ``theta^T x_i``, or ``theta^T x_i + b``) per sample;
+  names (:func:`.layout.primary_shape`: ``theta^T x_i``, ``theta^T x_i + b``, or one hidden ReLU layer ``relu:H``) per sample;
 * ``s_net(f, u) = (1 - phi(|u|^2)) f + phi(|u|^2) u`` (§5.3) and ``s_init(u, z) = (1 -
   psi(|z|^2)) u + psi(|z|^2) z`` (§5.2), ``phi``, ``psi`` ReLU cutoffs (nested, so they
   are exactly 0 or 1 off their ramps: :func:`_switch`);
