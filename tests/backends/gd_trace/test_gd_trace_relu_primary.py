@@ -232,3 +232,19 @@ def test_declared_cells_size_the_window():
         dataclasses.replace(lay, cells=(-1, 10))
     with pytest.raises(Tm2nnError, match="cells must be LO,HI"):
         dataclasses.replace(lay, cells=(1, 20))
+
+
+def test_model_files_record_the_vertex_set():
+    """``learn`` stores ``vertices: reachable`` with the layout; a model file written before
+    (no such key) is rebuilt with the paper's full vertex set, the net it was saved from."""
+    from tm2nn.backends.gd_trace.backend import extended_model
+    from tm2nn.syntax import gd_layout
+
+    ex = ROOT / "examples" / "sign_sum_3x2.tm"
+    header = gd_layout.parse(ex.read_text(encoding="utf-8"), str(ex))
+    m = load(ex)
+
+    def size(model):
+        return next(op.value.size for op in model.net.nodes if op.name == "s")
+    assert size(extended_model(m, header)) == 3696
+    assert size(extended_model(m, {**header, "vertices": "reachable"})) == 1428
