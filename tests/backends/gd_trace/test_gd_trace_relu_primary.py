@@ -248,3 +248,20 @@ def test_model_files_record_the_vertex_set():
         return next(op.value.size for op in model.net.nodes if op.name == "s")
     assert size(extended_model(m, header)) == 3696
     assert size(extended_model(m, {**header, "vertices": "reachable"})) == 1428
+
+
+def test_mutation_pruning_the_taken_edge_is_caught(monkeypatch):
+    """If the reduction dropped the edge a run takes (no successor where the read-only
+    symbol is fixed), Prop. 2.1's checks fail: the reduction is checked, not trusted."""
+    from tm2nn.backends.gd_trace import tape_simplex
+
+    orig = tape_simplex.reachable_reads
+
+    def flipped(*a, **k):
+        verts, succ = orig(*a, **k)
+        return verts, {v: (set() if len(s) == 1 else s) for v, s in succ.items()}
+    monkeypatch.setattr(tape_simplex, "reachable_reads", flipped)
+    p = Perceptron(2, 1, 1, 0)
+    bad = Extended(parse_text(perceptron_machine(2, 1, 1, 0), "tm", "<p>")[0], perceptron_layout(p))
+    rep = learn_report(bad, np.array([[1.0], [-1.0]]), np.array([-1.0, 1.0]), tests=0)
+    assert not (rep["bounds_23_29_33"] and rep["trace_matches"])
