@@ -27,6 +27,7 @@ those checks.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -155,6 +156,113 @@ def perceptron_row(datasets: int) -> dict:
             "checks_s_mean (20 fresh datasets, torch + ONNX)": round(sum(check_s) / datasets, 2)}
 
 
+def _load() -> dict:
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def vertices_rows(full: bool) -> list[dict]:
+    """Issue 38: the §4.4 simplex over all of ``Qbar x {-1,1}^d`` (the paper, before) and
+    over the reachable tripled states (after), in the same run.  The perceptron 3x1: both
+    train, with the same iterates (asserted) and Prop. 2.1 checked; the perceptron 3x2
+    (2 features): the full set is refused over the 200,000 cap, the reachable one trains
+    (``full`` only: about 30 s).  And the ``relu:2`` primary: the perceptron on the fixed
+    hidden layer relu(x), relu(-x), 3 samples of sign + 2 magnitude bits."""
+    import numpy as np
+
+    from tm2nn.backends.gd_trace.check import learn_report
+    from tm2nn.backends.gd_trace.extended import Extended, perceptron_layout, train
+    from tm2nn.backends.gd_trace.perceptron import (
+        Perceptron,
+        perceptron_machine,
+        split_features,
+        theta_of,
+    )
+    from tm2nn.errors import Tm2nnError
+    from tm2nn.syntax import parse_text
+
+    rows = []
+    shapes = [((3, 1, 2, 1), ()), ((3, 1, 2, 1), split_features(1))] + ([((3, 2, 2, 1), ())] if full else [])
+    for args, hidden in shapes:
+        p = Perceptron(*args, True, 1, hidden)
+        t0 = time.perf_counter()
+        m = parse_text(perceptron_machine(*args, True, 1, hidden), "tm", "<p>")[0]
+        t_gen = time.perf_counter() - t0
+        rng = np.random.default_rng(0)
+        X, Y = perceptron_layout(p).random_x(rng), rng.choice([-1.0, 1.0], p.n)
+        row = {"bench": f"gd-trace §5 {p.name} ({p.primary})", "states": len(m.states), "generate_s": round(t_gen, 2)}
+        runs = {}
+        for vs in ("all", "reachable"):
+            t0 = time.perf_counter()
+            try:
+                ext = Extended(m, perceptron_layout(p), vertices=vs)
+            except Tm2nnError as e:
+                row[f"{vs}: vertices"] = f"refused: {e.message.split(' (limit')[0].split('dimension ')[-1]}"
+                continue
+            t_build = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rep = learn_report(ext, X, Y, tests=20)
+            t_train = time.perf_counter() - t0
+            assert rep["bounds_23_29_33"] and rep["trace_matches"] and rep["theta_matches"], rep
+            assert rep["theta"] == (theta_of(p, X, Y) + 0.0).tolist() and rep["test_agreement"] == 1.0
+            runs[vs] = train(ext, X, Y).configs if vs == "all" else None
+            row.update({f"{vs}: vertices": ext.ts.m, f"{vs}: edge units": len(ext.ts.edges),
+                        f"{vs}: build_s": round(t_build, 2), f"{vs}: train+check_s": round(t_train, 2)})
+            if vs == "reachable" and runs.get("all") is not None:
+                assert train(ext, X, Y).configs == runs["all"], "reachable vertices changed the iterates"
+            row["optimizer_steps"] = rep["optimizer_steps"]
+        rows.append({**row, **_load()})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def sign_sum_16x8_row(steps: int = 100) -> dict:
+    """sign_sum 16x8 (issue 38), before and after in the same run: the paper's full vertex
+    set with the window the step bound gives (before), and the reachable vertices with the
+    declared cells (after).  Build time, the optimizer steps one dataset needs (the §4.1
+    machine's, + 1), and the time of ``steps`` optimizer steps, projected to the whole
+    run; ``--sign-sum-16x8-full`` also trains the reduced net to the end with every Prop. 2.1
+    check (``learn_report``)."""
+    import dataclasses
+
+    import numpy as np
+
+    from tm2nn.backends.gd_trace import sign_sum
+    from tm2nn.backends.gd_trace.check import learn_report, lowered_run
+    from tm2nn.backends.gd_trace.extended import Extended, sign_sum_layout, train
+    from tm2nn.errors import Tm2nnError
+    from tm2nn.syntax import parse_text
+
+    n, M = 16, 8
+    m = parse_text(sign_sum.sign_sum_machine(n, M), "tm", "<s>")[0]
+    lay = sign_sum_layout(n, M)
+    rng = np.random.default_rng(0)
+    X, Y = rng.choice([-1, 1], (n, M)), rng.choice([-1, 1], n)
+    row: dict = {"bench": "gd-trace §5 sign_sum 16x8"}
+    for tag, layout, vs in (("before", dataclasses.replace(lay, cells=None), "all"), ("after", lay, "reachable")):
+        t0 = time.perf_counter()
+        ext = Extended(m, layout, vertices=vs)
+        t_build = time.perf_counter() - t0
+        total = lowered_run(ext, X, Y, max_steps=ext.low.lowered_steps(lay.steps, ext.text_len)).steps + 1
+        t0 = time.perf_counter()
+        try:
+            train(ext, X, Y, max_steps=steps)
+        except Tm2nnError:
+            pass   # (4) cannot hold this early: the run is cut on purpose
+        per = (time.perf_counter() - t0) / steps
+        row.update({f"{tag}: vertices": ext.ts.m, f"{tag}: tau": ext.tau, f"{tag}: edge units": len(ext.ts.edges),
+                    f"{tag}: build_s": round(t_build, 1), f"{tag}: s_per_step": round(per, 4),
+                    f"{tag}: projected_train_s": round(per * total)})
+        row["optimizer_steps_needed"] = total
+    if "--sign-sum-16x8-full" in sys.argv:
+        t0 = time.perf_counter()
+        rep = learn_report(ext, X, Y, tests=5)
+        assert rep["trace_matches"] and rep["theta_matches"] and rep["bounds_23_29_33"] and rep["test_agreement"] == 1
+        row["after: full train + Prop. 2.1 checks_s"] = round(time.perf_counter() - t0, 1)
+    return {**row, **_load()}
+
+
 def main(argv: list[str]) -> list[dict]:
     quick = "--quick" in argv
     machine_row(*MACHINES[0])  # warm-up: torch's first module and autograd set-up
@@ -166,6 +274,10 @@ def main(argv: list[str]) -> list[dict]:
     rows += extended_rows(2 if quick else 5)
     for r in rows[-4:]:
         print(json.dumps(r), file=sys.stderr)
+    rows += vertices_rows(full=not quick)
+    if "--sign-sum-16x8" in argv or "--sign-sum-16x8-full" in argv:
+        rows.append(sign_sum_16x8_row())
+        print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 

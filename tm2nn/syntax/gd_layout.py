@@ -1,5 +1,5 @@
 """The ``# gd-trace: samples=N features=M theta=C1,.. steps=T [primary=P xbits=B ybits=B
-wbits=B frac=F digits=AB]`` header comment: how a machine for Welper §5 (``tm2nn learn
+wbits=B frac=F digits=AB cells=LO,HI]`` header comment: how a machine for Welper §5 (``tm2nn learn
 --backend gd-trace``) reads a dataset and where it leaves the weights (docs/gd_trace.md,
 "§5 layouts").  Parsed here; the backend builds its
 :class:`~tm2nn.backends.gd_trace.layout.Layout` from the fields and validates them there
@@ -13,6 +13,7 @@ HEADER = "# gd-trace:"
 REQUIRED = ("samples", "features", "theta", "steps")
 INTS = ("samples", "features", "steps", "xbits", "ybits", "wbits", "frac")
 WORDS = ("primary", "digits")
+LISTS = ("theta", "cells")
 
 
 def parse(text: str, path: str = "<source>", validate=None) -> dict:
@@ -28,17 +29,17 @@ def parse(text: str, path: str = "<source>", validate=None) -> dict:
         for tok in line[len(HEADER):].split():
             col = line.index(tok, col - 1) + 1
             key, eq, val = tok.partition("=")
-            if not eq or key not in REQUIRED + INTS + WORDS or key in fields:
+            if not eq or key not in REQUIRED + INTS + WORDS + LISTS or key in fields:
                 raise Tm2nnError(f"gd-trace header: expected samples=N features=M theta=C1,C2,.. steps=T "
-                                 f"[primary=P xbits=B ybits=B wbits=B frac=F digits=AB], got {tok!r}",
+                                 f"[primary=P xbits=B ybits=B wbits=B frac=F digits=AB cells=LO,HI], got {tok!r}",
                                  file=path, line=ln, col=col, snippet=line)
             if key in WORDS:
                 fields[key] = val
                 continue
             try:
-                fields[key] = [int(v) for v in val.split(",")] if key == "theta" else int(val)
+                fields[key] = [int(v) for v in val.split(",")] if key in LISTS else int(val)
             except ValueError:
-                raise Tm2nnError(f"gd-trace header: {key} must be {'integers' if key == 'theta' else 'an integer'}",
+                raise Tm2nnError(f"gd-trace header: {key} must be {'integers' if key in LISTS else 'an integer'}",
                                  file=path, line=ln, col=col + len(key) + 1, snippet=line) from None
         missing = [k for k in REQUIRED if k not in fields]
         if missing:

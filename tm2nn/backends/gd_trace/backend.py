@@ -62,7 +62,9 @@ def extended_model(m, header: dict, net=None, ext=None) -> Model:
     """§5's extended network (trained when ``net`` is given): input the dataset's
     ``n x M`` features (signs, or numbers for a fixed-point layout), output ``F(x)``,
     one value per sample.  ``ext``: the :class:`Extended` already built for ``m``."""
-    ext = ext if ext is not None else Extended(m, Layout.from_header(header))
+    # a model file records the vertex set it was built with; one written before issue 38
+    # (no "vertices" key) has the paper's full set, and is rebuilt with it
+    ext = ext if ext is not None else Extended(m, Layout.from_header(header), vertices=header.get("vertices", "all"))
     lay = ext.layout
     net = net if net is not None else ext.net
     info = net.info()
@@ -155,7 +157,14 @@ def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None
     header = gd_layout.parse(read_input(source_path).decode("utf-8", errors="replace"), str(source_path),
                              validate=Layout.from_header)
     X, Y = data["train"]
+    if opts.primary is not None:   # the primary network named on the command line
+        header = {**header, "primary": opts.primary}
+        try:
+            Layout.from_header(header)
+        except Tm2nnError as e:
+            raise OptionError(f"{{primary}}: {e.message}", "primary") from None
     layout = Layout.from_header(header)
+    header = {**header, "vertices": "reachable"}   # the reachable vertices (tape_simplex.reachable_reads)
     if X.shape != (layout.n, layout.M):
         raise OptionError(f"{source_path} is laid out for {layout.n} samples of {layout.M} features; "
                           f"{{train}} has {X.shape[0]} samples of {X.shape[1]}", "train")
@@ -163,7 +172,7 @@ def learn(ir, opts: LearnOptions, *, data: dict, source_path=None, progress=None
         layout.check_data(X, Y)
     except Tm2nnError as e:
         raise OptionError(f"{{train}}: {e.message}", "train") from None
-    ext = Extended(ir, layout)
+    ext = Extended(ir, layout, vertices=header["vertices"])
     before = extended_model(ir, header, ext=ext)
     total = ext.low.lowered_steps(layout.steps, ext.text_len) + 1
     rep = learn_report(ext, X, Y, tests=opts.test, seed=opts.seed, device=device,

@@ -16,7 +16,7 @@ features, one row of the batch; labels ``y`` are ``n`` numbers, ``m = 1``):
 * ``f_TM = sqrt(2 l_TM) f_perp(\\z\\)`` (§5.4) with App. C's orthogonal unit vector;
 * ``theta`` — App. B's de-quantisation of the output tape ``\\T\\``
   (:func:`.fixed_point.dequantise_ops`); ``f_theta(x)`` — the primary network the layout
-  names (:data:`.layout.PRIMARIES`: ``theta^T x_i``, or ``theta^T x_i + b``) per sample;
+  names (:func:`.layout.primary_shape`: ``theta^T x_i``, ``theta^T x_i + b``, or one hidden ReLU layer ``relu:H``) per sample;
 * ``s_net(f, u) = (1 - phi(|u|^2)) f + phi(|u|^2) u`` (§5.3) and ``s_init(u, z) = (1 -
   psi(|z|^2)) u + psi(|z|^2) z`` (§5.2), ``phi``, ``psi`` ReLU cutoffs (nested, so they
   are exactly 0 or 1 off their ramps: :func:`_switch`);
@@ -124,7 +124,7 @@ class Extended:
     ``B_stop`` and ``eps``."""
 
     def __init__(self, m: Machine, layout: Layout, B_stop: float | None = None,
-                 constants: Constants | None = None):
+                 constants: Constants | None = None, vertices: str = "reachable"):
         self.m, self.layout = m, layout
         bad = [d for d in layout.digits if d not in m.symbol_index]
         if bad:
@@ -133,14 +133,22 @@ class Extended:
         self.low = to_welper_form(m)
         n, M = layout.n, layout.M
         text_len = len(layout.text_of_bits(np.zeros((n, M, layout.x.width)), np.zeros((n, layout.y.width))))
-        # within T source steps the head and every written cell stay in [-T, len + T]
-        left, tau = self.low.window(-layout.steps, text_len + layout.steps, text_len)
+        # within T source steps the head and every written cell stay in [-T, len + T], or
+        # in the cells the machine declares (a head leaving them fails Prop. 4.3's check)
+        left, tau = self.low.window(*layout.window, text_len)
         self.left, self.tau, self.text_len = left, tau, text_len
         # (4): B_stop bounds |f_theta(x) - y|^2 / 2 over the layout's formats (Layout.B_stop)
         self.k = constants if constants is not None else Constants.choose(
             B_stop if B_stop is not None else layout.B_stop, self.low.machine.tapes, eps=layout.eps)
-        self.ts = TapeSimplex(self.low.machine, tau, left, b=self.k.b, gamma=self.k.gamma, c=self.k.c)
         self.ro_map = self._ro_map()
+        # the vertices a run reaches (tape_simplex.reachable_rounds, reachable_reads, with
+        # the read-only cells no data bit changes): the same iterates as the paper's full
+        # Qbar x {-1, 1}^d, a third of it for an acyclic learner such as the perceptron,
+        # half the edges for sign_sum (docs/gd_trace.md, "Reachable vertices")
+        A, a = self.ro_map
+        fixed = {left + i: int(a[i]) for i in np.flatnonzero(~A.any(axis=1))}
+        self.ts = TapeSimplex(self.low.machine, tau, left, b=self.k.b, gamma=self.k.gamma, c=self.k.c,
+                              vertices=vertices, ro_fixed=fixed)
         self.net = self.build()
 
     # -- the read-only tape as an affine function of the quantised bits ----------------------
@@ -414,7 +422,10 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
             try:
                 cfg, h = ext.ts.decode(v["s"], v["T"], v["H"], ro[0].detach().cpu().numpy())
             except ValueError as e:   # Prop. 4.3: every iterate is a vertex with ±1 tapes
-                raise BoundViolation(k, "Prop. 4.3 (the iterate is a configuration)", "a vertex", str(e)) from None
+                where = (f" (did the head leave the declared cells={','.join(map(str, ext.layout.cells))}?)"
+                         if ext.layout.cells is not None else "")
+                raise BoundViolation(k, "Prop. 4.3 (the iterate is a configuration)", "a vertex",
+                                     str(e) + where) from None
             configs.append(cfg)
             halted.append(h)
         check_step(ext, k, ell, f2, h)
@@ -437,13 +448,13 @@ def train(ext: Extended, x: np.ndarray, y: np.ndarray, max_steps: int = 100_000,
 
 def sign_sum_layout(n: int, M: int) -> Layout:
     """The layout of :mod:`.sign_sum`'s machine (±1 data and weights, ``linear``)."""
-    return Layout(n, M, tuple(sign_sum.output_cells(n, M)), sign_sum.step_bound(n, M))
+    return Layout(n, M, tuple(sign_sum.output_cells(n, M)), sign_sum.step_bound(n, M),
+                  cells=sign_sum.cell_bound(n, M))
 
 
 def perceptron_layout(p) -> Layout:
     """The layout of a :class:`.perceptron.Perceptron` machine."""
-    return Layout(p.n, p.M, tuple(perceptron.output_cells(p)), perceptron.step_bound(p),
-                  "affine" if p.bias else "linear",
+    return Layout(p.n, p.M, tuple(perceptron.output_cells(p)), perceptron.step_bound(p), p.primary,
                   p.x_format, FixedPoint(), p.w_format, ("0", "1"))
 
 

@@ -15,7 +15,9 @@ The primary networks (Welper §2: "the structure of f_theta is not important"; e
 is labelled ``f_theta:<kind>`` in the network IR):
 
 * ``linear``: ``f_theta(x_i) = theta^T x_i`` (``M`` weights);
-* ``affine``: ``f_theta(x_i) = theta^T x_i + b`` (``M + 1`` weights, the bias last).
+* ``affine``: ``f_theta(x_i) = theta^T x_i + b`` (``M + 1`` weights, the bias last);
+* ``relu:H``: one hidden ReLU layer, ``f_theta(x_i) = sum_k a_k relu(w_k^T x_i + c_k) + b``
+  (``H (M + 1) + H + 1`` weights: ``w_k`` then ``c_k`` per unit, then ``a``, then ``b``).
 """
 
 from __future__ import annotations
@@ -25,61 +27,133 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tm2nn.errors import Tm2nnError
-from tm2nn.nets import Affine, Concat, Mul, Space, SparseMatrix
+from tm2nn.nets import Affine, Concat, Mul, ReLU, Space, SparseMatrix
 
 from .fixed_point import FixedPoint
+
+
+def _neuron_ops(pre: str, theta: str, P: int, inp: str, n: int, width: int, units: list[tuple[list[int], int | None]],
+                labels: list[str], cite: str, name: str | None = None) -> tuple[list, str]:
+    """``n x U`` neurons ``sum_j theta[w_j] inp_{i,j} + theta[c]`` (no activation): per
+    sample ``i`` (``inp`` holds ``n`` rows of ``width`` values, sample-major; ``theta``
+    holds ``P`` values) and unit
+    ``(w, c)`` of ``units`` (``c`` None: no bias).  The weights are a hidden layer (§5:
+    "theta [is] read from the output tape ... and not trainable"), so a weight times an
+    input is a product node, allowed by Welper (1); the sums are affine maps.  Returns
+    ``(ops, output name)``, the output (``name``, default ``<pre>/sum``) labelled ``labels``
+    (``n x U``, sample-major)."""
+    U = len(units)
+    rep = np.zeros((n * U * width, P))
+    xrep = np.zeros((n * U * width, n * width))
+    for i in range(n):
+        for k, (w, _c) in enumerate(units):
+            for j, t in enumerate(w):
+                r = (i * U + k) * width + j
+                rep[r, t] = 1.0
+                xrep[r, i * width + j] = 1.0
+    lab = tuple(f"{pre}/wx:{i}.{k}.{j}" for i in range(n) for k in range(U) for j in range(width))
+    ops = [Affine(f"{pre}/theta_rep", (theta,), weight=SparseMatrix.from_dense(rep),
+                  out=Space(tuple(s.replace("/wx:", "/w:") for s in lab))),
+           Affine(f"{pre}/x_rep", (inp,), weight=SparseMatrix.from_dense(xrep),
+                  out=Space(tuple(s.replace("/wx:", "/x:") for s in lab))),
+           Mul(f"{pre}/wx", (f"{pre}/theta_rep", f"{pre}/x_rep"), out=Space(lab)),
+           Concat(f"{pre}/wx_theta", (f"{pre}/wx", theta))]
+    W = np.zeros((n * U, n * U * width + P))
+    for i in range(n):
+        for k, (_w, c) in enumerate(units):
+            W[i * U + k, (i * U + k) * width:(i * U + k + 1) * width] = 1.0
+            if c is not None:
+                W[i * U + k, n * U * width + c] = 1.0
+    name = name or f"{pre}/sum"
+    ops.append(Affine(name, (f"{pre}/wx_theta",), weight=SparseMatrix.from_dense(W),
+                      out=Space(tuple(labels)), cite=cite))
+    return ops, name
 
 
 @dataclass(frozen=True)
 class PrimaryShape:
     """One primary network: its weight names, its ops, a numpy reference and a bound on
-    ``|f_theta(x_i)|`` over the formats (for ``B_stop``)."""
+    ``|f_theta(x_i)|`` over the formats (for ``B_stop``).  ``hidden = H > 0``: one hidden
+    ReLU layer, ``f_theta(x_i) = sum_k a_k relu(w_k^T x_i + c_k) + b`` (always with the
+    biases ``c_k`` and ``b``)."""
 
     kind: str
     bias: bool
     doc: str
+    hidden: int = 0
 
     def param_names(self, M: int) -> list[str]:
+        if self.hidden:
+            H = self.hidden
+            return ([n for k in range(1, H + 1) for n in [f"w{k}.{j + 1}" for j in range(M)] + [f"c{k}"]]
+                    + [f"a{k}" for k in range(1, H + 1)] + ["b"])
         return [f"w{j + 1}" for j in range(M)] + (["b"] if self.bias else [])
+
+    def split(self, theta: np.ndarray, M: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """A hidden-layer network's ``(W (H x M), c, a, b)`` from ``theta`` in
+        :meth:`param_names` order."""
+        H = self.hidden
+        Wc = np.asarray(theta[:H * (M + 1)], dtype=np.float64).reshape(H, M + 1)
+        return Wc[:, :M], Wc[:, M], np.asarray(theta[H * (M + 1):H * (M + 2)], dtype=np.float64), \
+            float(theta[H * (M + 2)])
 
     def reference(self, x: np.ndarray, theta: np.ndarray) -> np.ndarray:
         """``f_theta(x_i)`` per sample, in float64."""
         x = np.asarray(x, dtype=np.float64)
         theta = np.asarray(theta, dtype=np.float64)
         M = x.shape[1]
+        if self.hidden:
+            W, c, a, b = self.split(theta, M)
+            return np.maximum(x @ W.T + c, 0.0) @ a + b
         return x @ theta[:M] + (theta[M] if self.bias else 0.0)
 
     def bound(self, M: int, x: FixedPoint, w: FixedPoint) -> float:
         """The largest ``|f_theta(x_i)|`` for features in format ``x`` and weights in ``w``."""
+        if self.hidden:   # each hidden unit <= M x_max w_max + w_max, times a_k, plus b
+            return self.hidden * w.max * (M * x.max * w.max + w.max) + w.max
         return M * x.max * w.max + (w.max if self.bias else 0.0)
 
     def ops(self, x: str, theta: str, n: int, M: int) -> tuple[list, str]:
         """The primary network as ops reading the dataset ``x`` (``n*M``) and the weights
-        ``theta``; returns ``(ops, output name)`` (``n`` values)."""
-        P = M + (1 if self.bias else 0)
+        ``theta``; returns ``(ops, output name)`` (``n`` values, output ``f_theta``)."""
         pre = f"f_theta:{self.kind}"
-        rep = np.zeros((n * M, P))
-        for i in range(n):
-            rep[i * M:(i + 1) * M, :M] = np.eye(M)
-        ops = [Affine(f"{pre}/theta_rep", (theta,), weight=SparseMatrix.from_dense(rep),
-                      out=Space(tuple(f"{pre}/w:{i}.{j}" for i in range(n) for j in range(M)))),
-               Mul(f"{pre}/wx", (f"{pre}/theta_rep", x), out=Space(tuple(f"{pre}/wx:{i}.{j}" for i in range(n)
-                                                                           for j in range(M)))),
-               Concat(f"{pre}/wx_theta", (f"{pre}/wx", theta))]
-        W = np.zeros((n, n * M + P))
-        W[:, : n * M] = np.kron(np.eye(n), np.ones((1, M)))
-        if self.bias:
-            W[:, n * M + M] = 1.0
-        ops.append(Affine("f_theta", (f"{pre}/wx_theta",), weight=SparseMatrix.from_dense(W),
-                          out=Space(tuple(f"f:{i}" for i in range(n))),
-                          cite=f"primary network f_theta ({self.kind}): {self.doc}"))
-        return ops, "f_theta"
+        cite = f"primary network f_theta ({self.kind}): {self.doc}"
+        if not self.hidden:
+            units = [(list(range(M)), M if self.bias else None)]
+            return _neuron_ops(pre, theta, len(self.param_names(M)), x, n, M, units, [f"f:{i}" for i in range(n)],
+                               f"{cite}; Welper §2, theta a hidden layer (§5, Figure 1)", name="f_theta")
+        H = self.hidden
+        units = [([k * (M + 1) + j for j in range(M)], k * (M + 1) + M) for k in range(H)]
+        ops, pre_h = _neuron_ops(f"{pre}/hidden", theta, len(self.param_names(M)), x, n, M, units,
+                                 [f"{pre}/h:{i}.{k}" for i in range(n) for k in range(H)],
+                                 "Welper §2 (1): the primary network's hidden pre-activations "
+                                 "w_k^T x_i + c_k, theta a hidden layer (§5, Figure 1)")
+        # Welper §2 (1): the primary network's hidden ReLU layer h_ik = relu(w_k^T x_i + c_k)
+        ops.append(ReLU(f"{pre}/h", (pre_h,)))
+        out_units = [(list(range(H * (M + 1), H * (M + 2))), H * (M + 2))]
+        more, out = _neuron_ops(f"{pre}/out", theta, len(self.param_names(M)), f"{pre}/h", n, H, out_units, [f"f:{i}" for i in range(n)],
+                                f"{cite}: the output layer a^T h_i + b (Welper §2)", name="f_theta")
+        return ops + more, out
 
 
 PRIMARIES = {
     "linear": PrimaryShape("linear", False, "theta^T x_i"),
     "affine": PrimaryShape("affine", True, "theta^T x_i + b"),
 }
+#: ``relu:H``: one hidden ReLU layer of ``H`` units (:func:`primary_shape`)
+HIDDEN = "relu:"
+
+
+def primary_shape(name: str) -> PrimaryShape:
+    """The primary network called ``name``: ``linear``, ``affine`` or ``relu:H`` (a hidden
+    ReLU layer of ``H >= 1`` units; theta is ``w_k, c_k`` per unit, then ``a``, then ``b``)."""
+    if name in PRIMARIES:
+        return PRIMARIES[name]
+    if name.startswith(HIDDEN) and name[len(HIDDEN):].isdigit() and int(name[len(HIDDEN):]) >= 1:
+        H = int(name[len(HIDDEN):])
+        return PrimaryShape(name, True, f"sum_k a_k relu(w_k^T x_i + c_k) + b, k = 1..{H}", H)
+    raise Tm2nnError(f"unknown primary network {name!r}: one of {', '.join(PRIMARIES)}, relu:H "
+                     "(one hidden ReLU layer of H >= 1 units)")
 
 
 @dataclass(frozen=True)
@@ -95,6 +169,10 @@ class Layout:
     y: FixedPoint = field(default_factory=FixedPoint)
     w: FixedPoint = field(default_factory=FixedPoint)
     digits: tuple[str, str] = ("+", "-")
+    #: the source cells ``(lo, hi)`` that hold the head and every written cell during the
+    #: run, when the machine declares them (``cells=LO,HI``); default ``[-steps, len +
+    #: steps]``, which the step bound alone guarantees.  Sizes the tape window ``tau``.
+    cells: tuple[int, int] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "theta_cells", tuple(int(c) for c in self.theta_cells))
@@ -104,8 +182,7 @@ class Layout:
                              "orthonormal vectors of R^n)")
         if self.M < 1 or self.steps < 1:
             raise Tm2nnError("a §5 layout needs features >= 1 and steps >= 1")
-        if self.primary not in PRIMARIES:
-            raise Tm2nnError(f"unknown primary network {self.primary!r}: one of {', '.join(PRIMARIES)}")
+        primary_shape(self.primary)   # a clear error for an unknown name
         P = len(self.shape.param_names(self.M))
         if len(self.theta_cells) != P:
             raise Tm2nnError(f"the {self.primary} primary network has {P} weights "
@@ -116,6 +193,12 @@ class Layout:
         cells = [c + i for c in self.theta_cells for i in range(self.w.width)]
         if len(set(cells)) != len(cells):
             raise Tm2nnError("the weights' cells overlap (each weight takes 1 + wbits cells)")
+        if self.cells is not None:
+            object.__setattr__(self, "cells", tuple(int(c) for c in self.cells))
+            if len(self.cells) != 2 or not self.cells[0] <= min(0, *cells) or \
+                    not self.cells[1] >= max(self.text_len - 1, *cells):
+                raise Tm2nnError(f"cells must be LO,HI with LO <= 0 and HI >= {max(self.text_len - 1, *cells)} "
+                                 f"(the input and the weights' cells), got {','.join(map(str, self.cells))}")
 
     @classmethod
     def from_header(cls, h: dict) -> "Layout":
@@ -124,11 +207,21 @@ class Layout:
         fmt = lambda bits: FixedPoint(bits, frac if bits else 0)  # noqa: E731
         return cls(h["samples"], h["features"], tuple(h["theta"]), h["steps"], h.get("primary", "linear"),
                    fmt(h.get("xbits", 0)), fmt(h.get("ybits", 0)), fmt(h.get("wbits", 0)),
-                   tuple(h.get("digits", "+-")))
+                   tuple(h.get("digits", "+-")), tuple(h["cells"]) if "cells" in h else None)
+
+    @property
+    def text_len(self) -> int:
+        """Source cells of the machine input: per sample the label's bits and every feature's."""
+        return self.n * (self.y.width + self.M * self.x.width)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The source cells the tape window must hold (``cells``, or what ``steps`` bounds)."""
+        return self.cells if self.cells is not None else (-self.steps, self.text_len + self.steps)
 
     @property
     def shape(self) -> PrimaryShape:
-        return PRIMARIES[self.primary]
+        return primary_shape(self.primary)
 
     @property
     def params(self) -> int:
@@ -192,4 +285,4 @@ class Layout:
         return self.n * (self.shape.bound(self.M, self.x, self.w) + self.y.max) ** 2 / 2
 
 
-__all__ = ["Layout", "PRIMARIES", "PrimaryShape"]
+__all__ = ["Layout", "PRIMARIES", "PrimaryShape", "primary_shape"]

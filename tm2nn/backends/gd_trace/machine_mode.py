@@ -33,7 +33,7 @@ from tm2nn.syntax import dump
 from .optimizer import AmbiguousStep
 from .options import Options
 from .portable import optimizer_encoding, readback_encoding, start_encoding
-from .tape_simplex import TapeSimplex, Tracer44, choose_b
+from .tape_simplex import TapeSimplex, Tracer44, choose_b, vertex_count
 
 
 def lowering(m: Machine, enc: dict | None = None):
@@ -51,12 +51,12 @@ def window(low, steps: int, max_input: int) -> tuple[int, int]:
     return low.window(-reach, max(max_input, 1) + reach, max_input)
 
 
-def estimate(m: Machine, steps: int, max_input: int) -> dict:
+def estimate(m: Machine, steps: int, max_input: int, vertices: str = "all") -> dict:
     """Sizes of the §4.4 net, computed before building it."""
     low = lowering(m)
     left, tau = window(low, steps, max_input)
     d = low.machine.tapes
-    n_v = 3 * len(low.machine.states) * 2 ** d
+    n_v = vertex_count(low.machine, vertices)
     return {"vertices": n_v, "edges": n_v * 2 ** d, "tau": tau, "left": left, "tapes": d,
             "states": len(low.machine.states), "lowered_steps": low.lowered_steps(steps, max_input)}
 
@@ -71,7 +71,7 @@ def compile(m: Machine, opts: Options) -> Model:
         raise Tm2nnError("the gd-trace backend compiles machines, not circuits")
     steps, max_dim = opts.steps, opts.max_dim
     max_input = steps if opts.max_input is None else int(opts.max_input)
-    est = estimate(m, steps, max_input)
+    est = estimate(m, steps, max_input, opts.vertices)
     dim = est["vertices"] + 2 * est["tau"] * est["tapes"]
     if dim > max_dim:
         raise OptionError(f"the §4.4 simplex and tape variables of {m.name!r} would have dimension "
@@ -80,19 +80,21 @@ def compile(m: Machine, opts: Options) -> Model:
                           "steps", "max_input")
     low = lowering(m)
     left, tau = est["left"], est["tau"]
-    ts = TapeSimplex(low.machine, tau, left, b=opts.b, gamma=opts.gamma, c=opts.c, max_dim=max_dim)
+    ts = TapeSimplex(low.machine, tau, left, b=opts.b, gamma=opts.gamma, c=opts.c, max_dim=max_dim,
+                     vertices=opts.vertices)
     d = ts.d
     # the start iterate, the update (22) and the readback as tables: a script without
     # tm2nn runs the model from them (examples/plain/gd_trace_torch.py)
     enc_in = {"kind": "gd_trace", "machine": dump(m, "tm"), "lowering": low.to_json(), "tau": tau, "left": left,
-              "b": ts.b, "gamma": ts.gamma, "c": ts.c, "max_input": max_input,
+              "b": ts.b, "gamma": ts.gamma, "c": ts.c, "max_input": max_input, "vertices": ts.vertices,
               "alphabet": list(m.alphabet), "blank": m.blank,
               "start": start_encoding(low, ts), "optimizer": optimizer_encoding(ts)}
     enc_out = {"kind": "gd_trace_loss", "source_steps": steps,
                "lowered_steps": low.lowered_steps(steps, max_input), "readback": readback_encoding(low, ts)}
     q = len(low.machine.states)
     bounds = [
-        ("simplex dimension |V| = 3|Q|2^d (tripled, (20))", f"{ts.m:,}",
+        (f"simplex dimension |V| = {'3|Q|2^d' if ts.vertices == 'all' else '2^d x reachable [q, r]'} "
+         "(tripled, (20))", f"{ts.m:,}",
          f"Cor. 2.3 width 2^d|Q| + 2dτ = {2 ** d * q + 2 * d * tau:,} (|Q| = {q}, d = {d}, τ = {tau})"),
         ("tape variables T, H (2dτ)", f"{2 * d * tau:,}", f"2dτ = {2 * d * tau:,}"),
         ("edge units |E| <= |V| 2^d (only edges carry a weight (17))", f"{len(ts.edges):,}",
@@ -129,7 +131,8 @@ class GDRun:
 def simplex_of(compiled) -> tuple[object, TapeSimplex]:
     enc = compiled.input_encoding
     low = lowering(compiled.source, enc)
-    ts = TapeSimplex(low.machine, enc["tau"], enc["left"], b=enc["b"], gamma=enc["gamma"], c=enc["c"])
+    ts = TapeSimplex(low.machine, enc["tau"], enc["left"], b=enc["b"], gamma=enc["gamma"], c=enc["c"],
+                     vertices=enc.get("vertices", "all"))
     return low, ts
 
 

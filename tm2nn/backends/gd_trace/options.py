@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tm2nn.limits import SEED_MAX
 from tm2nn.options import option, validate
@@ -23,6 +24,9 @@ class Options:
     b: float | None = option(None, "b of the weights (17) (default: the smallest with b^3 > 8b^2 d + 3d, (18))", above=0.0)
     gamma: float = option(1.0, "gamma of the weights (17); T and H take plain steps at rate 1/gamma (22)", above=0.0)
     c: float = option(0.0, "the constant c of the loss (21)")
+    vertices: Literal["all", "reachable"] = option(
+        "all", "the §4.4 simplex's vertices: all of Qbar x {-1,1}^d (the paper), or only those of the tripled "
+        "states a run can reach (the same iterates, fewer dimensions)")
     max_dim: int = option(DEFAULT_MAX_DIM, "refuse a simplex plus tape variables above this dimension", low=1)
     extended: dict | None = option(None, "Welper §5: build the extended network for this data layout "
                                    "({samples, features, theta, steps}, a machine file's '# gd-trace:' header; "
@@ -39,6 +43,9 @@ class LearnOptions:
                         data="csv-reals")
     test: int = option(20, "fresh random datasets on which F = f_theta is checked", low=0)
     seed: int = option(0, "seed of the fresh datasets", low=0, high=SEED_MAX)
+    primary: str | None = option(None, "the primary network f_theta that reads the machine's weights (default: the "
+                                 "header's primary=): linear, affine, or relu:H (one hidden ReLU layer of H units, "
+                                 "weights w_k, c_k per unit, then a, then b; Welper §2)", metavar="NET")
 
     def __post_init__(self):
         validate(self)

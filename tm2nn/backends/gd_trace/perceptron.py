@@ -45,6 +45,10 @@ class Perceptron:
     frac: int
     bias: bool = True
     epochs: int = 1
+    #: a fixed hidden ReLU layer: rows ``(w_1, .., w_M, c)`` of integers; the perceptron
+    #: then learns on ``h = relu(W x + c)`` and the machine writes ``W, c`` with ``a, b``
+    #: (the ``relu:H`` primary network); ``()``: none
+    hidden: tuple = ()
 
     def __post_init__(self):
         if self.n < 2 or self.M < 1 or self.epochs < 1:
@@ -52,6 +56,13 @@ class Perceptron:
         FixedPoint(self.bits, self.frac)  # checks bits and frac
         if self.bits < 1:
             raise ValueError("perceptron: features need bits >= 1 magnitude bits")
+        object.__setattr__(self, "hidden", tuple(tuple(int(v) for v in row) for row in self.hidden))
+        if self.hidden and (not self.bias or any(len(row) != self.M + 1 for row in self.hidden)):
+            raise ValueError("perceptron: a hidden layer needs bias=True and rows of M weights then c")
+
+    @property
+    def H(self) -> int:
+        return len(self.hidden)
 
     @property
     def x_format(self) -> FixedPoint:
@@ -63,7 +74,22 @@ class Perceptron:
 
     @property
     def params(self) -> int:
+        if self.hidden:
+            return self.H * (self.M + 1) + self.H + 1
         return self.M + (1 if self.bias else 0)
+
+    @property
+    def primary(self) -> str:
+        """The primary network that reads the machine's weights (:mod:`.layout`)."""
+        return f"relu:{self.H}" if self.hidden else "affine" if self.bias else "linear"
+
+    def features(self, xu: list[int]) -> list[int]:
+        """What the perceptron learns on, in units of ``2^-frac``: ``x`` itself, or the
+        hidden layer ``relu(W x + c)`` (Welper §2: the primary network's hidden layer)."""
+        if not self.hidden:
+            return list(xu)
+        unit = 2 ** self.frac
+        return [max(0, sum(w * v for w, v in zip(row[:-1], xu)) + row[-1] * unit) for row in self.hidden]
 
     @property
     def input_len(self) -> int:
@@ -72,12 +98,25 @@ class Perceptron:
     @property
     def name(self) -> str:
         return (f"perceptron_{self.n}x{self.M}_b{self.bits}f{self.frac}"
-                f"{'' if self.bias else '_nobias'}{'' if self.epochs == 1 else f'_e{self.epochs}'}")
+                f"{'' if self.bias else '_nobias'}{'' if self.epochs == 1 else f'_e{self.epochs}'}"
+                f"{f'_relu{self.H}' if self.hidden else ''}")
+
+
+def split_features(M: int) -> tuple:
+    """The hidden layer ``relu(x_j), relu(-x_j)`` per feature (``H = 2M``, ``c = 0``): the
+    perceptron on it fits any labels that are a sum of per-feature piecewise-linear
+    functions with a kink at 0, e.g. ``y = sign(|x| - t)``, which no affine net fits."""
+    return tuple(tuple((s if j == i else 0) for j in range(M)) + (0,) for i in range(M) for s in (1, -1))
 
 
 def weight_bits(p: Perceptron) -> int:
     """Magnitude bits that hold any weight: ``|theta_j| <= n E (2^bits - 1)`` units and
     ``|b| <= n E 2^frac`` units (each update adds at most one sample)."""
+    if p.hidden:   # |a_k| <= n E max h_k, and the fixed W, c themselves
+        unit = 2 ** p.frac
+        hmax = max(sum(abs(w) for w in row[:-1]) * (2 ** p.bits - 1) + abs(row[-1]) * unit for row in p.hidden)
+        most = max(p.n * p.epochs * max(hmax, unit), max(abs(v) for row in p.hidden for v in row) * unit)
+        return max(1, int(most).bit_length())
     most = p.n * p.epochs * max(2 ** p.bits - 1, 2 ** p.frac if p.bias else 0)
     return max(1, int(most).bit_length())
 
@@ -95,16 +134,19 @@ def theta_of(p: Perceptron, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     unit = 2 ** p.frac
     xu = np.rint(np.asarray(x, dtype=np.float64).reshape(p.n, p.M) * unit).astype(np.int64)
     yv = np.asarray(y).reshape(p.n).astype(np.int64)
-    th = [0] * p.M
     b = 0
+    th = [0] * (p.H or p.M)
     for e in range(p.epochs):
         for i in (range(p.n) if e % 2 == 0 else reversed(range(p.n))):
             th, b = _update(p, th, b, int(yv[i]), [int(v) for v in xu[i]])
-    return np.array(th + ([b] if p.bias else []), dtype=np.float64) / unit
+    fixed = [v * unit for row in p.hidden for v in row]   # W, c in units
+    return np.array(fixed + th + ([b] if p.bias else []), dtype=np.float64) / unit
 
 
 def _update(p: Perceptron, th, b: int, y: int, xu) -> tuple[list[int], int]:
-    """One perceptron step in units: ``a 2^(2 frac) = sum theta_u x_u + b_u 2^frac``."""
+    """One perceptron step in units: ``a 2^(2 frac) = sum theta_u x_u + b_u 2^frac`` (on
+    the hidden layer's output when there is one)."""
+    xu = p.features(xu)
     a = sum(t * v for t, v in zip(th, xu)) + (b * 2 ** p.frac if p.bias else 0)
     if y * a <= 0:
         th = [t + y * v for t, v in zip(th, xu)]
@@ -154,7 +196,8 @@ def _decode_sample(p: Perceptron, order, bits) -> tuple[int, list[int]]:
 def _weight_bits_out(p: Perceptron, th, b) -> list[int]:
     """Every output bit in cell order (sign then magnitude, most significant first)."""
     fw = p.w_format
-    vals = np.array(list(th) + ([b] if p.bias else []), dtype=np.float64) / 2 ** p.frac
+    fixed = [v * 2 ** p.frac for row in p.hidden for v in row]   # W, c first (relu:H's order)
+    vals = np.array(fixed + list(th) + ([b] if p.bias else []), dtype=np.float64) / 2 ** p.frac
     return [int(v) for v in fw.encode(vals).ravel()]
 
 
@@ -186,7 +229,7 @@ def _build(p: Perceptron) -> tuple[dict, tuple, str]:
     the start key and the halting key."""
     halt = ("done",)
     rules: dict = {}
-    start = ("read", 0, tuple([0] * p.M), 0, ())
+    start = ("read", 0, tuple([0] * (p.H or p.M)), 0, ())
     todo = [start]
     orders = {rev: _sample_bits(p, rev) for rev in (False, True)}
     while todo:
@@ -230,9 +273,11 @@ def _build(p: Perceptron) -> tuple[dict, tuple, str]:
     return rules, start, halt
 
 
-def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, epochs: int = 1) -> str:
-    """The machine (tm DSL text) for the perceptron of the given shape."""
-    p = Perceptron(n, M, bits, frac, bias, epochs)
+def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, epochs: int = 1,
+                       hidden: tuple = ()) -> str:
+    """The machine (tm DSL text) for the perceptron of the given shape (on the fixed
+    hidden ReLU layer ``hidden`` when given)."""
+    p = Perceptron(n, M, bits, frac, bias, epochs, hidden)
     rules, start, halt = _build(p)
     rules, start = _minimise(rules, start, halt)
     # names: in order of first visit from the start (deterministic)
@@ -252,7 +297,8 @@ def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, 
         for a, (w, mv, nxt) in sorted(rules[key].items()):
             lines.append(f"  {names[key]} {a} -> {w} {mv} {names[nxt]}")
     shape = f"{n} samples of {M} feature{'s' if M > 1 else ''}"
-    what = "theta_1..theta_M then the bias b" if bias else "theta_1..theta_M"
+    what = ("W, c of the hidden layer, then a_1..a_H and the bias b" if hidden
+            else "theta_1..theta_M then the bias b" if bias else "theta_1..theta_M")
     ex_x = np.zeros((n, M))
     ex_y = np.ones(n)
     head = [
@@ -263,6 +309,10 @@ def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, 
         f"# bit and {bits} magnitude bits, most significant first: the value is",
         f"# (-1)^sign * magnitude / 2^{frac} (App. B's sign-magnitude format, {frac} fractional "
         f"bit{'' if frac == 1 else 's'}).",
+        *([f"# It maps each sample to h = relu(W x + c), a fixed hidden layer of {p.H} ReLU units "
+           f"(rows w_k, c_k: {' '.join(','.join(map(str, r)) for r in p.hidden)}),",
+           "# and runs the perceptron on h: f_theta(x) = a^T relu(W x + c) + b, the relu primary network."]
+          if hidden else []),
         f"# It runs {epochs} epoch{'s' if epochs > 1 else ''} of the perceptron rule from theta = 0",
         f"# (a = theta^T x_i{' + b' if bias else ''}; if y_i a <= 0: theta += y_i x_i"
         f"{', b += y_i' if bias else ''}),",
@@ -270,7 +320,7 @@ def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, 
         f"# {fw.bits} magnitude bits, at cells {cells[0]}..{cells[-1] + fw.width - 1}.",
         "# Generated by perceptron_machine(); a test keeps this file equal to it.",
         f"# gd-trace: samples={n} features={M} theta={','.join(map(str, cells))} steps={step_bound(p)}"
-        f" primary={'affine' if bias else 'linear'} xbits={bits} wbits={fw.bits} frac={frac} digits=01",
+        f" primary={p.primary} xbits={bits} wbits={fw.bits} frac={frac} digits=01",
         "#",
         f"# input: {dataset_text(p, ex_x, ex_y)}",
         "# outcome: halt",
@@ -285,5 +335,5 @@ def perceptron_machine(n: int, M: int, bits: int, frac: int, bias: bool = True, 
     return "\n".join(head + lines + ["}", ""])
 
 
-__all__ = ["Perceptron", "dataset_text", "output_cells", "perceptron_machine", "step_bound", "theta_of",
-           "weight_bits"]
+__all__ = ["Perceptron", "dataset_text", "output_cells", "perceptron_machine", "split_features", "step_bound",
+           "theta_of", "weight_bits"]

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
     import torch
 
 MU = 0.25
+#: the vertex sets of the §4.4 simplex: the paper's ``Qbar x {-1, 1}^d``, or the vertices
+#: of the tripled states a run can reach (:func:`reachable_rounds`; docs/gd_trace.md)
+VERTEX_SETS = ("all", "reachable")
 #: the label of simplex vertex ``([q, r], t)``: ``t`` the symbols under the heads, tape 0
 #: first, as ``+`` / ``-`` (model files record it: :mod:`.portable`)
 VERTEX_LABEL = "s:{state}|{round}|{symbols}"
@@ -77,6 +80,80 @@ def choose_b(d: int = 1) -> int:
                and b * b > b and b ** 3 > 8 * b * b * d + 3 * d):
         b += 1
     return b
+
+
+def reachable_rounds(mm: MultiTapeMachine) -> frozenset[tuple[str, int]]:
+    """The tripled states ``[q, r]`` of ``Qbar = Q x {0, 1, 2}`` (Welper §4.4, before (20))
+    that a path of the rule graph reaches from ``[q0, 0]``: ``[q, r] -> [delta_1(q, t), r +
+    1 mod 3]`` for every ``t`` with a rule.  Every run of the machine, on any tapes, visits
+    only these (its ``k``-th state is ``[q_k, k mod 3]``), so the vertices ``([q, r], t)``
+    with ``[q, r]`` outside this set are never an iterate of (22) and carry no edge of (17)
+    that an iterate can take.  A machine whose every path to ``q`` has the same length mod 3
+    (an acyclic machine with fixed-length passes, such as the perceptron) keeps one round
+    in three.  This is an over-approximation (it ignores the tapes), so it is exact."""
+    syms = list(product((-1, 1), repeat=mm.tapes))
+    seen = {(mm.start, 0)}
+    todo = [(mm.start, 0)]
+    while todo:
+        q, r = todo.pop()
+        if q in mm.halting:
+            continue
+        for t in syms:
+            rule = mm.delta.get((q, t))
+            if rule is not None and (rule.next, (r + 1) % 3) not in seen:
+                seen.add((rule.next, (r + 1) % 3))
+                todo.append((rule.next, (r + 1) % 3))
+    return frozenset(seen)
+
+
+def reachable_reads(mm: MultiTapeMachine, ro_fixed: dict[int, int], lo: int, hi: int):
+    """A finer exact reduction when the read-only tape's cells are known up to the data
+    (§5: the cells no data bit changes, :meth:`Extended._ro_map`): a path of the rule graph
+    over ``([q, r], h)``, ``h`` the read-only head's cell, reading ``ro_fixed[h]`` where the
+    cell is fixed and either symbol where data sits (or outside ``[lo, hi]``, where ``h``
+    is no longer followed).  Returns ``(vertices, succ)``: the vertices ``([q, r], t)``
+    that some such path visits, and for each the read-only symbols its successor can read.
+    The §4.1 lowering's simulation phase reads the fixed cells ``-2`` and ``-1`` in turn,
+    so half of its (17) edges go to vertices no run takes next.  Only a machine with one
+    read-only tape is refined; an over-approximation, so exact."""
+    (j0,) = mm.read_only
+    syms = list(product((-1, 1), repeat=mm.tapes))
+    free = (-1, 1)
+
+    def vals(h):
+        return free if h is None else (ro_fixed[h],) if h in ro_fixed else free
+    start = (mm.start, 0, 0)
+    seen = {start}
+    todo = [start]
+    verts: set = set()
+    succ: dict = {}
+    while todo:
+        q, r, h = todo.pop()
+        here = vals(h)
+        for t in syms:
+            if t[j0] not in here:
+                continue
+            verts.add((q, r, t))
+            rule = None if q in mm.halting else mm.delta.get((q, t))
+            if rule is None:
+                continue
+            h2 = None if h is None else h + rule.move[j0]
+            h2 = h2 if h2 is not None and lo <= h2 <= hi else None
+            nxt = (rule.next, (r + 1) % 3, h2)
+            succ.setdefault((q, r, t), set()).update(vals(h2))
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return frozenset(verts), succ
+
+
+def vertex_count(mm: MultiTapeMachine, vertices: str = "all") -> int:
+    """``|V|``: ``3 |Q| 2^d`` (``"all"``, the paper's ``Qbar x {-1, 1}^d``), or ``2^d`` per
+    reachable tripled state (``"reachable"``, :func:`reachable_rounds`)."""
+    if vertices not in VERTEX_SETS:
+        raise Tm2nnError(f"vertices must be one of {', '.join(VERTEX_SETS)}, got {vertices!r}")
+    q = 3 * len(mm.states) if vertices == "all" else len(reachable_rounds(mm))
+    return q * 2 ** mm.tapes
 
 
 def lbar_all(x: torch.Tensor) -> torch.Tensor:
@@ -129,7 +206,8 @@ class TapeSimplex:
     every tape."""
 
     def __init__(self, mm: MultiTapeMachine, tau: int, left: int, b: float | None = None,
-                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM):
+                 gamma: float = 1.0, c: float = 0.0, max_dim: int = DEFAULT_MAX_DIM, vertices: str = "all",
+                 ro_fixed: dict[int, int] | None = None):
         if not isinstance(mm, MultiTapeMachine):
             raise Tm2nnError("the §4.4 GD trace takes a machine in Welper §4.1 form "
                              "(tm2nn.passes.welper_form lowers ordinary machines)")
@@ -143,13 +221,21 @@ class TapeSimplex:
         self.ro = sorted(mm.read_only)
         self.rw = list(mm.writable)
         syms = list(product((-1, 1), repeat=d))
-        n_v = 3 * len(mm.states) * len(syms)
+        n_v = vertex_count(mm, vertices)
         n_e = n_v * len(syms)
+        self.vertices = vertices
+        succ = None
+        if vertices == "reachable" and ro_fixed is not None and len(mm.read_only) == 1:
+            keep_t, succ = reachable_reads(mm, ro_fixed, left, left + tau - 1)
+            n_v = len(keep_t)
+            n_e = sum(len(v) for v in succ.values()) * 2 ** (d - 1)
         dim = n_v + 2 * tau * d
         if dim > max_dim or n_e > 20 * max_dim:
             raise Tm2nnError(f"§4.4 variables would have dimension {dim} with {n_e} edge units "
                              f"(limit {max_dim}); use a smaller tape or raise the limit")
-        self.verts = [(q, r, t) for q in mm.states for r in range(3) for t in syms]
+        keep = reachable_rounds(mm) if vertices == "reachable" else None
+        self.verts = [(q, r, t) for q in mm.states for r in range(3) if keep is None or (q, r) in keep
+                      for t in syms if succ is None or (q, r, t) in keep_t]
         self.vidx = {v: i for i, v in enumerate(self.verts)}
         m = len(self.verts)
         b, g = self.b, self.gamma
@@ -168,6 +254,8 @@ class TapeSimplex:
             self.arrow[:, i] = rule.write
             self.shift[:, i] = rule.move
             for t2 in syms:  # (17): every t' is a legitimate successor symbol
+                if succ is not None and t2[self.ro[0]] not in succ[(q, r, t)]:
+                    continue   # a read-only symbol the next cell cannot hold (reachable_reads)
                 same = sum(a == c2 for a, c2 in zip(t, t2))
                 edges.append((i, self.vidx[(rule.next, (r + 1) % 3, t2)], -(b ** 3 + b * same) * g))
         pairs = {(v, w) for v, w, _ in edges}
