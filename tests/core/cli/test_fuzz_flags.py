@@ -144,7 +144,7 @@ def _fuzz(verb: str, n: int, tmp_path: Path, model: str):
         os.chdir(cwd)
 
 
-#: Cases per verb in the fast profile (2,000 in all with the parser and model fuzz).
+#: Cases per verb in the fast profile (1,260 in all with the parser and model fuzz).
 PER_VERB = {"check": 60, "run": 80, "convert": 50, "compile": 60, "eval": 50, "info": 60, "verify": 40,
             "margin": 30, "learn": 40, "viz": 30, "sweep": 30, "export": 30, "train": 15}
 

@@ -4,6 +4,7 @@ gradient tests (issue 35): the examples and options of the ONNX pins
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from tests.core.test_onnx_pins import EXAMPLES, PINS, compile_example
+from tm2nn.nets import Loop, Net
 
 
 @functools.cache
@@ -30,6 +32,15 @@ def compiled(backend: str, path):
     """The example compiled with the pins' options, once per process (the tests that use
     it are in the xdist group ``examples`` with the pins: one worker compiles each once)."""
     return compile_example(backend, path)
+
+
+def one_trip(net: Net) -> Net:
+    """The RCNN's step: its loop cut to one trip (Goel et al.'s filter applied once at
+    every cell).  The loop runs its one body 35+ times; one trip reaches the same modules
+    and tensors at a thirtieth of the cost (the loop's trips compose that step, and
+    tests/core/emit/test_emit_grid.py checks the loop against the unrolled steps)."""
+    nodes = tuple(dataclasses.replace(o, trips=1) if isinstance(o, Loop) else o for o in net.nodes)
+    return Net(net.name, net.inputs, nodes, net.outputs, dict(net.metadata))
 
 
 def sample_text(compiled) -> str:

@@ -9,13 +9,18 @@ that would not fit is refused before it starts.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 import tm2nn
-from tests.core.emit.example_modules import as_tuple, compiled, example_pairs, ids, sample_inputs
+from tests.core.emit.example_modules import (
+    as_tuple,
+    compiled,
+    example_pairs,
+    ids,
+    one_trip,
+    sample_inputs,
+)
 from tests.core.emit.gradcheck import check_gradients
 from tests.core.test_onnx_pins import EXAMPLES
 from tm2nn import limits
@@ -24,7 +29,6 @@ from tm2nn.emit.torch_net import saved_bytes
 from tm2nn.emit.torch_ops import LoopModule
 from tm2nn.emit.torch_seq import AttentionModule, DecodeModule
 from tm2nn.errors import OptionError
-from tm2nn.nets import Loop, Net
 
 #: (module class, mode, tensor) -> why it gets no gradient.  Nothing else may lack one.
 EXPLAINED = {
@@ -60,9 +64,9 @@ def backward(module: torch.nn.Module, xs, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize(("backend", "path"), example_pairs(), ids=ids())
 def test_every_weight_gets_a_gradient(backend, path):
     """(The RCNN's loop runs its one body 35+ times: one trip reaches the same tensors, at a
-    thirtieth of the cost; :func:`_one_trip`.)"""
+    thirtieth of the cost; :func:`one_trip`.)"""
     c = compiled(backend, path)
-    module = to_torch(_one_trip(c.net), torch.float64) if backend == "rcnn" else c.torch(dtype=torch.float64)
+    module = to_torch(one_trip(c.net), torch.float64) if backend == "rcnn" else c.torch(dtype=torch.float64)
     backward(module, sample_inputs(c))
     assert missing_gradients(module) == []
 
@@ -143,16 +147,9 @@ def test_a_backward_pass_that_does_not_fit_is_refused_after_three_steps():
 
 
 # -- finite differences, one small model per backend ---------------------------------------
-def _one_trip(net: Net) -> Net:
-    """The RCNN's step: its loop cut to one trip (Goel et al.'s filter applied once at
-    every cell).  Over the full loop the weights' perturbation grows through 35 trips to
-    values whose finite differences float64 cannot resolve; the loop's backward composes
-    these steps (and tests/core/emit/test_emit_grid.py checks it against the unrolled one)."""
-    nodes = tuple(dataclasses.replace(o, trips=1) if isinstance(o, Loop) else o for o in net.nodes)
-    return Net(net.name, net.inputs, nodes, net.outputs, dict(net.metadata))
-
-
-#: name -> (example, backend, options, check_gradients' settings).  The RCNN's filter has
+#: name -> (example, backend, options, check_gradients' settings).  The RCNN runs one trip
+#: (:func:`one_trip`): over the full loop the weights' perturbation grows through 35 trips to
+#: values whose finite differences float64 cannot resolve.  The RCNN's filter has
 #: weights in the hundreds: a smaller move (1e-4) and step keep its values where float64's
 #: differences resolve them, yet far enough from every kink.
 FD_CASES = {
@@ -170,7 +167,7 @@ FD_CASES = {
 def test_gradients_match_finite_differences(case):
     path, backend, opts, settings = FD_CASES[case]
     c = tm2nn.compile(path, backend, **opts)
-    module = to_torch(_one_trip(c.net), torch.float64) if backend == "rcnn" else c.torch(dtype=torch.float64)
+    module = to_torch(one_trip(c.net), torch.float64) if backend == "rcnn" else c.torch(dtype=torch.float64)
     rep = check_gradients(module, sample_inputs(c), **settings)
     assert rep["checked"] > len(list(module.parameters())) // 2
 

@@ -322,11 +322,14 @@ def conjunctions(classes: CellClasses, table: MachineTable) -> list[Conjunction]
         out.append(Conjunction("msg4", {"c": unk, n: classes.of(*COMPUTE_CLASSES)},
                                "a neighbour in the compute phase (OR over u d l r)"))
     hv = classes.of(*HEAD_CLASSES)
+    # γ of every head value, once (not once per neighbour and state: O(|hv|), not O(k |hv|))
+    hs = np.array([classes.head_state[int(v)] for v in hv], dtype=np.int64)
+    hy = np.array([classes.head_symbol[int(v)] + 1 for v in hv], dtype=np.int64)
+    moves, nexts = table.move[hs, hy], table.next_state[hs, hy]
     for n, (_pos, toward) in NEIGHBOURS.items():
         for q in range(table.n_states):
-            sel = [v for v in hv if table.move[classes.head_state[int(v)], classes.head_symbol[int(v)] + 1] == toward
-                   and table.next_state[classes.head_state[int(v)], classes.head_symbol[int(v)] + 1] == q]
-            out.append(Conjunction("tm", {"c": classes.of("C", "Cw"), n: np.array(sel, dtype=np.int64)},
+            sel = hv[(moves == toward) & (nexts == q)]  # in hv's order, as before
+            out.append(Conjunction("tm", {"c": classes.of("C", "Cw"), n: np.asarray(sel, dtype=np.int64)},
                                    f"head {n} moves onto the centre into state {table.code.states[q]}",
                                    q))
     return out
