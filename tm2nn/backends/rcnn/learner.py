@@ -240,14 +240,17 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     if engine not in ("lookup", "module"):
         raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
     parts = tuple(parts)
+    if "memory" not in parts or not set(parts) <= set(PARTS):
+        raise OptionError(f"{{sgd_on}} is memory, optionally with filter and head, not {','.join(parts)}", "sgd_on")
     plain = filter_body is None and parts == ("memory",)
     use_lookup = plain and engine == "lookup" and dtype == torch.float64 and torch_device(device).type == "cpu"
     held = min(seg, m + 2) if plain else seg
     floats = int(1.4 * width) * shape.rows * shape.cols * (held + 1) + shape.rows * shape.cols * (depth // seg + 1)
     if use_lookup:  # one id grid per trip to the fixed point, and the vector v
         floats = shape.rows * shape.cols * (m + 6)
+    how = "through the memoised filter" if use_lookup else f"checkpointed in segments of {seg} steps"
     check_memory(floats * torch.finfo(dtype).bits // 8, f"training: {depth} filter steps on a {shape.rows}x"
-                 f"{shape.cols} grid, checkpointed in segments of {seg} steps", ("steps", "work"))
+                 f"{shape.cols} grid, {how}", ("steps", "work"))
     if floats > MAX_TRAIN_FLOATS:
         raise OptionError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
                           f"about {floats:,} floats for the backward pass (checkpointed in segments of {seg} "
@@ -256,8 +259,6 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     module = to_torch(learner_net(body, shape, depth, g.name, head=head_body), dtype=dtype,
                       device=torch_device(device))
     module.op("grid").checkpoint = True
-    if "memory" not in parts or not set(parts) <= set(PARTS):
-        raise OptionError(f"{{sgd_on}} is memory, optionally with filter and head, not {','.join(parts)}", "sgd_on")
     opened = trainable_parts(module, parts)
     W = module.op("memory").weight
     params = [q for part in parts for q in opened[part]]
