@@ -12,9 +12,18 @@ the net memorized (Lemma 4, bit for bit, after every example), agrees with the
 interpreter on all 1,000 fresh points, and has zero error against the parity.  It stops
 after the first n over the budget (10 minutes or 8 GB), or at ``--max-n``.
 
-Run: ``.venv/bin/python bench/bench_rcnn_learner.py [--quick] [--min-n N] [--max-n N]``
-(``make bench`` runs n = 4 … 12, about 20 minutes; ``--quick`` only n = 4 with 200 test
-points).
+After them, **before/after in the same run** (issue 38): the same learner, data and
+1,000 test points through :func:`tm2nn.backends.rcnn.learner.run` twice, in-process:
+``fast=False`` (the code before issue 38: SGD through the emitted module's backward, the
+test points through the lookup engine applying the filter at every cell of every trip)
+and ``fast=True`` (SGD through the memoised filter and Jacobian,
+:mod:`tm2nn.backends.rcnn.lookup_grad`; the test through the incremental lookup engine),
+with the train and test seconds of each and whether both gave the same W and the same
+answer on every point (they must).
+
+Run: ``python bench/bench_rcnn_learner.py [--quick] [--min-n N] [--max-n N] [--ab-n N]``
+(``make bench`` runs n = 4 … 16, then the before/after at n = 8; ``--quick``: the CLI
+row and the before/after at n = 4 with 200 test points).
 """
 
 from __future__ import annotations
@@ -59,11 +68,12 @@ def run_one(n: int, m: int, seed: int, tmp: Path, test: int) -> dict:
     g = load(ROOT / "examples" / "learner_parity.tm")
     s = len(g.states)
     target = "parity:" + ",".join(map(str, subset)) + ("," if len(subset) == 1 else "")
-    cmd = [str(ROOT / ".venv" / "bin" / "tm2nn"), "learn", str(ROOT / "examples" / "learner_parity.tm"),
+    cmd = [sys.executable, "-m", "tm2nn.cli", "learn", str(ROOT / "examples" / "learner_parity.tm"),
            "--train", str(csv), "--test", str(test), "--target", target, "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     with open(tmp / "out", "w") as fo, open(tmp / "err", "w") as fe:
-        p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env)
         _pid, status, ru = os.wait4(p.pid, 0)  # this process's own peak memory, not the session's
     secs = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
@@ -79,10 +89,44 @@ def run_one(n: int, m: int, seed: int, tmp: Path, test: int) -> dict:
             "exit": code, "ok": bool(ok), "load": round(os.getloadavg()[0], 2)}
 
 
+def before_after(n: int, test: int) -> list[dict]:
+    """The same parity learner run through the old path (``fast=False``) and the new one,
+    in this process, on the same data and test points (module doc)."""
+    import torch
+
+    from tm2nn import threads
+    from tm2nn.backends.rcnn.learner import run
+    from tm2nn.syntax import load
+
+    g = load(ROOT / "examples" / "learner_parity.tm")
+    X, Y, _subset, _draws = dataset(n, 3 * n, n)
+    out, reps = [], {}
+    for fast in (False, True):
+        load0 = round(os.getloadavg()[0], 2)
+        t0 = time.perf_counter()
+        rep = run(g, X, Y, test=test, seed=0, fast=fast)
+        reps[fast] = rep
+        out.append({"bench": f"rcnn learner parity n={n}: {'after' if fast else 'before'} (issue 38)", "n": n,
+                    "test_points": test, "train_s": rep["train_seconds"], "test_s": rep["test_seconds"],
+                    "total_s": round(time.perf_counter() - t0, 1), "memorized": rep["memorized"],
+                    "test_agreement": rep["test_agreement"], "load": load0, "threads": threads.count()})
+    same = (np.array_equal(reps[False]["_got"], reps[True]["_got"])
+            and torch.equal(reps[False]["_trained"].module.op("memory").weight,
+                            reps[True]["_trained"].module.op("memory").weight))
+    b, a = out
+    out.append({"bench": f"rcnn learner parity n={n}: speed-up (same run)", "train_x": round(b["train_s"] / a["train_s"], 1),
+                "test_x": round(b["test_s"] / a["test_s"], 1), "total_x": round(b["total_s"] / a["total_s"], 1),
+                "same_answers_and_W": bool(same)})
+    for r in out:
+        print(json.dumps(r), file=sys.stderr)
+    return out
+
+
 def main(argv: list[str]) -> list[dict]:
     quick = "--quick" in argv
-    max_n = int(argv[argv.index("--max-n") + 1]) if "--max-n" in argv else (4 if quick else 12)
+    max_n = int(argv[argv.index("--max-n") + 1]) if "--max-n" in argv else (4 if quick else 16)
     min_n = int(argv[argv.index("--min-n") + 1]) if "--min-n" in argv else 4
+    ab_n = int(argv[argv.index("--ab-n") + 1]) if "--ab-n" in argv else (4 if quick else 8)
     test = 200 if quick else 1000
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +139,8 @@ def main(argv: list[str]) -> list[dict]:
     fits = [r["n"] for r in rows if r["ok"] and r["seconds"] <= BUDGET_S and r["peak_gb"] <= BUDGET_GB]
     rows.append({"bench": "rcnn learner parity: largest n within 10 min and 8 GB", "n": max(fits, default=None),
                  "threads": 1, "cores": os.cpu_count()})
-    return rows
+    # after the CLI rows: a child forked from this process would count its pages in its peak
+    return rows + (before_after(ab_n, test) if ab_n > 0 else [])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ defaults, and where a neutral default is tested away from it:
 | transformer | attention, beta, corrections, shared_history, correction_placement, cls_readout, steps | hardmax, 10, True, True, groups, False, None | no (choices and switches; cls_readout=False adds nothing rather than an identity) | | |
 | rcnn | steps, max_input | None, None | no (sizes) | | |
 | rcnn learn | work | 1 | yes (1) | not here: see the module's closing note | |
-| rcnn learn | restarts, offer_planted, test, seed, train, target, validation, steps | 0, False, 100, 0, ... | no (switches, counts, a seed, data) | | |
+| rcnn learn | restarts, offer_planted, test, seed, train, target, validation, steps, sgd_on | 0, False, 100, 0, ..., memory | no (switches, counts, a seed, data, a choice) | | |
+| rcnn learn | random_fraction | None (0; 1 with restarts) | yes (0: nothing drawn) | 0.002, 0.05, 1 (tests/backends/rcnn/test_rcnn_goel_odds.py) | a draw that randomises nothing, or everything |
 | abbe-sandon | engine | exact | no (a choice) | | |
 | abbe-sandon learn | noise, seed, test, steps, samples, target, engine | None, 0, 1000, ... | no (None: a noisy learner (§4.2) then draws uniform noise; a §4.1 learner takes no noise) | | |
 

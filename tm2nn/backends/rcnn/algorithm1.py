@@ -115,19 +115,80 @@ def head_net(h: HeadNet) -> Net:
 @dataclass
 class Candidate:
     """One filter Algorithm 1 trains: a label (``"draw 3"``, ``"planted"``), the filter net
-    and the head (``None``: the planted head :func:`.learner.head_body`)."""
+    and the head (``None``: the planted head :func:`.learner.head_body`); for a draw, how
+    many stored entries were drawn (``randomised``) and how many of them differ from the
+    planted value (``changed``; a draw can hit the planted value)."""
 
     label: str
     body: Net
     head: Net | None = None
+    randomised: int | None = None
+    changed: int | None = None
 
 
-def draw_candidate(support: Support, U: np.ndarray, seed: int, r: int) -> Candidate:
+def _entries(layers, head: HeadNet) -> list[np.ndarray]:
+    """``V1, b1, …, V5, b5, U2, b2, U1, b1``: the order of :class:`Support`'s masks."""
+    return [np.asarray(a, dtype=np.float64) for W, b in layers for a in (W, b)] + [
+        np.asarray(a, dtype=np.float64) for a in (head.U2, head.b2, head.U1, head.b1)]
+
+
+def partial_draw(support: Support, U: np.ndarray, planted: FilterNet, head: HeadNet, fraction: float,
+                 seed: int, r: int):
+    """Goel et al., Theorem 1's initialisation on a chosen ``fraction`` of the parameters
+    (issue 38; Algorithm 1 is ``fraction = 1``): :func:`draw` with ``default_rng((seed, r))``
+    gives every supported entry of ``Θ_rc`` and ``Θ_head`` a uniform value from ``U``;
+    ``k = round(fraction · P)`` of the ``P`` supported entries, the first ``k`` of a
+    permutation drawn with ``default_rng((seed, r, 1))``, keep it, the others keep the
+    planted value.  So for one ``(seed, r)`` the randomised entries of a smaller fraction
+    are a subset of a larger one's, with the same values (a coupled sweep), and
+    ``fraction = 1`` is exactly :func:`draw`.  Returns ``(layers, HeadNet, k, changed)``
+    (``changed``: entries whose value differs from the planted one)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"the randomised fraction is in [0, 1], not {fraction}")
+    layers, drawn_head = draw(support, U, np.random.default_rng((seed, r)))
+    P = support.n_params
+    k = int(round(fraction * P))
+    chosen = np.zeros(P, dtype=bool)
+    chosen[np.random.default_rng((seed, r, 1)).permutation(P)[:k]] = True
+    masks = [m for w, b in support.filter_masks for m in (w, b)] + list(support.head_masks)
+    out, off, changed = [], 0, 0
+    for a, d, m in zip(_entries(zip(planted.weights, planted.biases), head), _entries(layers, drawn_head), masks):
+        a = a.copy()
+        n = int(m.sum())
+        new = np.where(chosen[off:off + n], d[m], a[m])
+        changed += int((new != a[m]).sum())
+        a[m] = new
+        out.append(a)
+        off += n
+    pairs = [(out[2 * i], out[2 * i + 1]) for i in range(5)]
+    return pairs, HeadNet(*out[10:], support.head_labels), k, changed
+
+
+def draw_candidate(support: Support, U: np.ndarray, seed: int, r: int, *, fraction: float = 1.0,
+                   planted: FilterNet | None = None, head: HeadNet | None = None) -> Candidate:
     """Restart ``r``'s draw (numpy ``default_rng((seed, r))``, so each draw is reproducible
-    on its own), as a filter net with the planted net's labels (:func:`.build.filter_body`)."""
-    layers, head = draw(support, U, np.random.default_rng((seed, r)))
+    on its own), as a filter net with the planted net's labels (:func:`.build.filter_body`);
+    with ``fraction < 1`` only that share of the entries is drawn, the rest planted
+    (:func:`partial_draw`, which needs the ``planted`` filter and ``head``)."""
+    if planted is not None and head is not None:
+        layers, h, k, changed = partial_draw(support, U, planted, head, fraction, seed, r)
+    elif fraction < 1.0:
+        raise ValueError("a partial draw needs the planted filter and head")
+    else:
+        layers, h = draw(support, U, np.random.default_rng((seed, r)))
+        k = support.n_params
+        changed = None
     body = filter_body(layers, [list(lab) for lab in support.labels[:4]])
-    return Candidate(f"draw {r}", body, head_net(head))
+    return Candidate(f"draw {r}", body, head_net(h), randomised=k, changed=changed)
+
+
+def partial_candidate(g, fraction: float, seed: int) -> Candidate:
+    """One filter and head for the learner ``g``: ``fraction`` of the planted ``Θ_rc, Θ_head``
+    drawn from ``U_s`` (:func:`partial_draw`, restart 0 of ``seed``), the rest planted."""
+    planted = build_filter(machine_table(g))
+    head = build_head()
+    return draw_candidate(support_of(planted, head), u_set(planted.n_states), seed, 0, fraction=fraction,
+                          planted=planted, head=head)
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -144,22 +205,24 @@ def zero_one_error(y_hat: np.ndarray, y: np.ndarray) -> float:
 
 
 def train_and_score(g, X, Y, Xv, Yv, candidates: list[Candidate], *, depth: int, work: int,
-                    dtype=torch.float64, progress=None, device=None) -> list[dict]:
+                    dtype=torch.float64, progress=None, device=None, parts=("memory",)) -> list[dict]:
     """Goel et al., Algorithm 1 then B.5's validation: train each candidate's memory layer
     (:func:`.learner.learn` with its filter and head) and score it on ``(Xv, Yv)``
     (:func:`zero_one_error`).  One dict per candidate: label, validation error, memorized
     (Lemma 4's check), finite predictions, seconds; ``_trained`` holds the model.  Each
-    trains on ``device`` (default: the CPU)."""
+    trains on ``device`` (default: the CPU); ``parts`` is what SGD trains
+    (:data:`.learner_form.PARTS`)."""
     out = []
     with learner_mod.step_threads(), np.errstate(all="ignore"):
         for k, c in enumerate(candidates):
             t0 = time.perf_counter()
             tr = learner_mod.learn(g, X, Y, depth=depth, work=work, dtype=dtype, filter_body=c.body,
-                                   head_body=c.head, device=device)
+                                   head_body=c.head, device=device, parts=parts)
             y_hat = tr.predict(Xv)  # inf/nan kept; a random draw's grid falls back to the module
             out.append({"label": c.label, "validation_error": zero_one_error(y_hat, Yv),
                         "memorized": bool(tr.memorized), "finite_predictions": float(np.isfinite(y_hat).mean())
-                        if len(y_hat) else 1.0, "seconds": time.perf_counter() - t0, "_trained": tr})
+                        if len(y_hat) else 1.0, "seconds": time.perf_counter() - t0, "_trained": tr,
+                        "randomised": c.randomised, "changed": c.changed})
             if progress is not None:
                 progress(k + 1, len(candidates))
     return out
@@ -239,13 +302,15 @@ def corollary2_numbers(s: int, log10_p: float, eps: float, delta: float) -> dict
 # -- the pipeline ------------------------------------------------------------------------------
 def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: bool = False,
                steps: int | None = None, work: int = 1, dtype=torch.float64, eps: float = 0.1, device=None,
-               delta: float = 0.1, progress=None) -> dict:
+               delta: float = 0.1, progress=None, fraction: float = 1.0, parts=("memory",)) -> dict:
     """Goel et al., Corollary 2 around Algorithm 1: for ``r = 0 … restarts−1`` draw
     ``Θ_rc, Θ_head`` uniformly from ``U_s`` at the planted support (:func:`draw_candidate`),
     train the memory layer on ``(X, Y)`` (:func:`.learner.learn`), score on ``(Xv, Yv)``,
     and select the lowest validation error (:func:`select`).  With ``offer_planted`` the
     planted filter is one more candidate, labelled ``"planted"`` (off by default: a real
     run never sees it).  Depth and step bound as :func:`.learner.run` chooses them.
+    ``fraction < 1`` draws only that share of the supported entries, planting the rest
+    (:func:`partial_draw`); ``parts`` is what SGD trains (:func:`.learner.learn`).
 
     The report is JSON-able apart from keys starting with ``_`` (``_trained``: the chosen
     model).  :func:`format_report` gives its lines."""
@@ -268,21 +333,24 @@ def algorithm1(g, X, Y, Xv, Yv, *, restarts: int, seed: int = 0, offer_planted: 
     U = u_set(s)
     sup = support_of(planted, head)
     inside = membership(planted, head, U)["all_in"]
-    cands = [draw_candidate(sup, U, seed, r) for r in range(restarts)]
+    cands = [draw_candidate(sup, U, seed, r, fraction=fraction, planted=planted, head=head)
+             for r in range(restarts)]
     if offer_planted:
         cands.append(Candidate("planted", body_of(planted), None))  # the net built above, not a second build
     results = train_and_score(g, X, Y, Xv, Yv, cands, depth=depth, work=work, dtype=dtype, device=device,
-                              progress=progress)
+                              progress=progress, parts=parts)
     best = select(results) if results else None
 
     n_dense = def5_params(max(alg1_d_rc(s), planted.d_rc), ALG1_D_HEAD)
     th1 = theorem1_numbers(s, D, sup.n_params, n_dense, int(U.size))
     cor2 = corollary2_numbers(s, th1["log10_success_support"], eps, delta)
+    th1["log10_success_fraction"] = log10_odds(int(round(fraction * sup.n_params)), int(U.size))
     draws = [r["seconds"] for r in results if r["label"] != "planted"]
     rep = {
         "states": s, "digits": D, "examples": int(m), "features": int(d), "validation_size": int(len(Yv)),
         "steps": int(steps), "filter_steps": int(depth), "working_columns": int(work),
         "restarts": int(restarts), "seed": int(seed), "planted_offered": bool(offer_planted),
+        "fraction": float(fraction), "randomised": int(round(fraction * sup.n_params)), "sgd_on": list(parts),
         "u_set": {"size": int(U.size), "cor3_bound": cor3_bound(s), "planted_in_u_set": bool(inside)},
         "draw": {
             "shape": "planted support (nonzero pattern), a departure from Def. 5's dense draw",
@@ -325,6 +393,12 @@ def format_report(rep: dict) -> list[str]:
         f"Def. 5 dense draw (d_rc = {dr['dense_d_rc']:,}, d_head = {dr['dense_d_head']}): "
         f"{dr['params_dense']:,} parameters, P = {_sci(dr['log10_odds_dense'])}",
     ]
+    if rep["fraction"] < 1.0:
+        lines.append(f"partial draw: fraction {rep['fraction']:g} = {rep['randomised']:,} of "
+                     f"{dr['params_support']:,} entries drawn from U_s, the rest planted; "
+                     f"P(draw = planted) = {_sci(th['log10_success_fraction'])}")
+    if rep["sgd_on"] != ["memory"]:
+        lines.append(f"SGD trains: {', '.join(rep['sgd_on'])} (Algorithm 1 trains the memory layer only)")
     for c in rep["candidates"]:
         lines.append(f"  {c['label']:>9}: validation error {c['validation_error']:.3f}, "
                      f"memorized {'yes' if c['memorized'] else 'no'}, finite outputs "

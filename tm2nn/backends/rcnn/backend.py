@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tm2nn.backends.protocol import Backend, Codec, Example, Learned, Model, Stepping, Trainer
 from tm2nn.backends.rcnn import machine_mode, runtime
 from tm2nn.backends.rcnn.checker import GridChecker
-from tm2nn.backends.rcnn.learner_form import size_estimate
+from tm2nn.backends.rcnn.learner_form import parse_parts, size_estimate
 from tm2nn.backends.rcnn.plain_tables import description
 from tm2nn.ir import Machine
 from tm2nn.limits import SEED_MAX
@@ -33,7 +33,7 @@ class LearnOptions:
     train: str = option(help="the training set: a CSV, one example a line, d features then the label, each "
                         "+1 or -1 (an optional header line is skipped)", metavar="CSV", data="csv")
     test: int = option(100, "fresh random points on which the trained net is compared with the interpreter", low=0)
-    seed: int = option(0, "seed of the test points", low=0, high=SEED_MAX)
+    seed: int = option(0, "seed of the test points and of the draws from U_s", low=0, high=SEED_MAX)
     steps: int | None = option(None, "the learner's step bound t; L = t + 1 filter steps (default: the most "
                                "steps it takes on the training inputs)", metavar="t", low=1)
     work: int = option(1, "working columns right of the input (Definition 5 has L)", low=1)
@@ -48,9 +48,16 @@ class LearnOptions:
                                     metavar="CSV", data="csv")
     offer_planted: bool = option(False, "with --restarts: add the planted filter as one more candidate, "
                                  "labelled 'planted' (shows that selection finds a working filter)")
+    sgd_on: str = option("memory", "what SGD trains, comma-separated: memory (Algorithm 1), and also filter "
+                         "and head (their stored weights; a departure from Algorithm 1)", metavar="PARTS")
+    random_fraction: float | None = option(None, "draw this fraction of the filter's and head's stored weights "
+                                           "uniformly from U_s (Theorem 1's initialisation), planting the rest; "
+                                           "seeded by --seed (default: 1 with --restarts, else 0)", metavar="F",
+                                           low=0.0, high=1.0)
 
     def __post_init__(self):
         validate(self)
+        parse_parts(self.sgd_on)
         if self.restarts and self.validation is None:
             raise OptionError("{restarts} needs {validation} (Corollary 2 selects on a validation set)",
                               "restarts", "validation")

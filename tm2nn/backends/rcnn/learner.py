@@ -28,12 +28,14 @@ from tm2nn.backends.rcnn.build import CELL, CITE_FILTER, PAD, filter_for
 from tm2nn.backends.rcnn.encoding import cell_code
 from tm2nn.backends.rcnn.head import build_head
 from tm2nn.backends.rcnn.learner_form import (
+    PARTS,
     Shape,
     check_learner_form,
     frame_values,
     reference_answer,
 )
 from tm2nn.backends.rcnn.lookup_engine import Degenerate, LookupEngine
+from tm2nn.backends.rcnn.lookup_grad import LookupGrad
 from tm2nn.datasets import load_csv
 from tm2nn.devices import torch_device
 from tm2nn.emit import to_torch
@@ -128,13 +130,18 @@ class Trained:
     outputs: list[float] = field(default_factory=list)     # ŷ at each memorization step
     grad_exact: list[bool] = field(default_factory=list)   # SGD's gradient == Lemma 4's, bit for bit
     step_exact: list[bool] = field(default_factory=list)   # W after the step == W − η·that gradient
+    parts: tuple[str, ...] = ("memory",)                   # what SGD trained (PARTS)
+    grad_max: dict = field(default_factory=dict)           # part -> max |gradient| at each step
+    moved: dict = field(default_factory=dict)              # part -> max |θ − θ_start| after each step
 
-    def predict(self, xs: np.ndarray, progress=None, engine: str = "lookup") -> np.ndarray:
+    def predict(self, xs: np.ndarray, progress=None, engine: str = "lookup", incremental: bool = True) -> np.ndarray:
         """``ŷ`` for test points ``xs`` ``[n, d]`` (±1): B.3's read-out, ±1 when the learner
         ran to its halting position.  ``engine="lookup"`` runs the filter loop with
         :class:`~.lookup_engine.LookupEngine` (the module's own filter, memoised; the same
         function, tested bit for bit) and falls back to the module when the grid is not a
-        B.1.1 code; ``"module"`` runs the emitted module.  ``progress(i, trips)``."""
+        B.1.1 code; ``"module"`` runs the emitted module.  ``incremental``: the lookup engine
+        re-evaluates only the cells next to a change (:meth:`~.lookup_engine.LookupEngine.run`;
+        ``False``: every cell, every trip).  ``progress(i, trips)``."""
         if engine not in ("lookup", "module"):
             raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
         mod = self.module
@@ -146,7 +153,7 @@ class Trained:
                 try:
                     first = mod.op("memory")(z).to(torch.float64).cpu().numpy()
                     eng = LookupEngine(mod.op("grid").body.op("filter"), self.depth, self.dtype)
-                    last, _trips = eng.run(first, progress)
+                    last, _trips = eng.run(first, progress, incremental=incremental)
                     y = mod.op("prediction")(torch.as_tensor(last, dtype=self.dtype, device=device))
                     return y[:, 0].to(torch.float64).cpu().numpy()
                 except Degenerate:
@@ -172,8 +179,24 @@ def output_tolerance(dtype, cells: int) -> float:
     return 64 * float(torch.finfo(dtype).eps) * cells
 
 
+def trainable_parts(module: torch.nn.Module, parts: tuple[str, ...]) -> dict[str, list[torch.nn.Parameter]]:
+    """Open the parameters of ``parts`` to SGD (``requires_grad``; the memory layer's W
+    already is, its frame of edge markers stays fixed): ``{part: [Parameters]}``.  The
+    filter is the loop body's patch map, the head the read-out's body (Definition 5's
+    ``Θ_rc`` and ``Θ_head``)."""
+    where = {"filter": module.op("grid").body.op("filter"), "head": module.op("prediction")}
+    out = {}
+    for part in parts:
+        ps = [module.op("memory").weight] if part == "memory" else list(where[part].parameters())
+        for q in ps:
+            q.requires_grad_(True)
+        out[part] = ps
+    return out
+
+
 def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch.float32,
-          progress=None, filter_body: Net | None = None, head_body: Net | None = None, device=None) -> Trained:
+          progress=None, filter_body: Net | None = None, head_body: Net | None = None, device=None,
+          parts: tuple[str, ...] = ("memory",), engine: str = "lookup") -> Trained:
     """Goel et al., Algorithm 1 with the construction's Θ_rc and Θ_head (B.2, B.3): SGD on
     W only (``torch.optim.SGD``, lr = 1/54, one example per step, loss ``½(y − ŷ)²``) over
     the ``m`` examples then the dummy ``(1_d, 1)``, from ``W = 0``.  After each step it
@@ -185,7 +208,22 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     :func:`output_tolerance` of 0 and W within ``|ŷ|/3`` (docs/rcnn.md decision 9).
     ``progress(i, m + 1)`` after each step.  ``filter_body`` / ``head_body`` replace the planted ``Θ_rc`` / ``Θ_head``
     (Algorithm 1's random draws, :mod:`.algorithm1`).  ``device``: where the module trains
-    (default: the CPU; the exact checks compare on that device)."""
+    (default: the CPU; the exact checks compare on that device).
+
+    ``parts`` (:data:`PARTS`) chooses what SGD trains: Algorithm 1 trains the memory layer
+    only; with ``"filter"`` and ``"head"`` the same SGD step (same η, same loss) also
+    moves the stored entries of ``Θ_rc`` and ``Θ_head`` (a departure from Algorithm 1,
+    docs/rcnn_algorithm1.md "Training the filter and the head").  Then every trip runs
+    (the fixed-point tail is exact only for a body without gradients) in checkpointed
+    segments, and each step records the gradient's largest entry on each part
+    (``Trained.grad_max``) and the largest move from the starting weights
+    (``Trained.moved``); Lemma 4's checks still run, and fail once the filter moved.
+
+    ``engine="lookup"`` (the default) runs each step of Algorithm 1 proper (the memory
+    layer only, the planted filter, float64 on the CPU) through the memoised filter and
+    its memoised Jacobian (:class:`~.lookup_grad.LookupGrad`); ``"module"`` (and every
+    other case) through the emitted module's autograd.  Lemma 4's bit-for-bit checks are
+    the same for both."""
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
     m, d = X.shape
@@ -194,11 +232,25 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     # Backward keeps the hidden units (about 1.4 d_rc floats per cell) of the trips it
     # stores: with checkpointed segments of ~√L trips (tm2nn.emit.torch_loop_grad), one
     # segment being recomputed plus one input grid per segment, at most ~2√L trips.
+    # With the planted filter and only W training, the forward reaches its fixed point
+    # within m + 2 trips (depth_for) and the tail stands for the rest: one segment of at
+    # most m + 2 trips is ever recomputed.
     width = max(len(body.spaces[o.name]) for o in body.nodes)
     seg = segment_length(depth)
-    floats = int(1.4 * width) * shape.rows * shape.cols * (seg + 1) + shape.rows * shape.cols * (depth // seg + 1)
+    if engine not in ("lookup", "module"):
+        raise ValueError(f"engine is 'lookup' or 'module', not {engine!r}")
+    parts = tuple(parts)
+    if "memory" not in parts or not set(parts) <= set(PARTS):
+        raise OptionError(f"{{sgd_on}} is memory, optionally with filter and head, not {','.join(parts)}", "sgd_on")
+    plain = filter_body is None and parts == ("memory",)
+    use_lookup = plain and engine == "lookup" and dtype == torch.float64 and torch_device(device).type == "cpu"
+    held = min(seg, m + 2) if plain else seg
+    floats = int(1.4 * width) * shape.rows * shape.cols * (held + 1) + shape.rows * shape.cols * (depth // seg + 1)
+    if use_lookup:  # one id grid per trip to the fixed point, and the vector v
+        floats = shape.rows * shape.cols * (m + 6)
+    how = "through the memoised filter" if use_lookup else f"checkpointed in segments of {seg} steps"
     check_memory(floats * torch.finfo(dtype).bits // 8, f"training: {depth} filter steps on a {shape.rows}x"
-                 f"{shape.cols} grid, checkpointed in segments of {seg} steps", ("steps", "work"))
+                 f"{shape.cols} grid, {how}", ("steps", "work"))
     if floats > MAX_TRAIN_FLOATS:
         raise OptionError(f"refusing to train: {depth} filter steps on a {shape.rows}x{shape.cols} grid keep "
                           f"about {floats:,} floats for the backward pass (checkpointed in segments of {seg} "
@@ -207,26 +259,42 @@ def learn(g, X: np.ndarray, Y: np.ndarray, *, depth: int, work: int, dtype=torch
     module = to_torch(learner_net(body, shape, depth, g.name, head=head_body), dtype=dtype,
                       device=torch_device(device))
     module.op("grid").checkpoint = True
-    params = [p for p in module.parameters() if p.requires_grad]  # the rest is frozen
-    assert len(params) == 1, "the memory layer is the only trainable part (Algorithm 1's remark)"
-    W = params[0]
+    opened = trainable_parts(module, parts)
+    W = module.op("memory").weight
+    params = [q for part in parts for q in opened[part]]
+    start = {part: [q.detach().clone() for q in opened[part]] for part in parts if part != "memory"}
     opt = torch.optim.SGD(params, lr=ETA)
     Xd = np.concatenate([X, np.ones((1, d), dtype=np.int64)], 0)
     Yd = np.append(Y, 1)
     out_tol = output_tolerance(dtype, shape.rows * (d + 1))
-    res = Trained(module, shape, depth, dtype, memorized=True, width=width)
+    res = Trained(module, shape, depth, dtype, memorized=True, width=width, parts=tuple(parts))
+    fast = LookupGrad(module, depth, dtype) if use_lookup else None
     for i in range(m + 1):
         z = torch.tensor(np.append(Xd[i], 1)[None, :], dtype=dtype, device=W.device)
         opt.zero_grad()
-        y_hat, _grid = module(z)
-        loss = 0.5 * (float(Yd[i]) - y_hat[0, 0]) ** 2
-        loss.backward()
+        y_hat = None
+        if fast is not None:
+            try:
+                y_hat = fast.step(z, float(Yd[i]))
+            except Degenerate:  # not a B.1.1 code: the module's own backward
+                fast = None
+                W.grad = None
+        if y_hat is None:
+            y_hat, _grid = module(z)
+            loss = 0.5 * (float(Yd[i]) - y_hat[0, 0]) ** 2
+            loss.backward()
         # Lemma 4's gradient, −18·(y − ŷ)·1[a = τ]·z, at the net's ŷ, in the run's dtype
         grad = torch.zeros_like(W)
         grad[i] = ((y_hat.detach()[0, 0] - float(Yd[i])) * 18.0) * z[0]
         res.grad_exact.append(bool(torch.equal(W.grad, grad)))
+        for part in start:
+            res.grad_max.setdefault(part, []).append(max((float(q.grad.abs().max()) if q.grad is not None
+                                                          and q.numel() else 0.0) for q in opened[part]))
         before = W.detach().clone()
         opt.step()
+        for part, qs in start.items():
+            res.moved.setdefault(part, []).append(max(float((q.detach() - q0).abs().max()) if q.numel() else 0.0
+                                                      for q, q0 in zip(opened[part], qs)))
         res.step_exact.append(bool(torch.equal(W.detach(), before.add_(grad, alpha=-ETA))))
         want = torch.tensor(lemma4_target(X, Y, i + 1)).to(W.device, dtype)
         err = float((W.detach() - want).abs().max())
@@ -270,7 +338,8 @@ def step_bound(g, X: np.ndarray, Y: np.ndarray, shape: Shape) -> int:
 
 
 def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, steps: int | None = None,
-        work: int | None = None, dtype=torch.float64, progress=None, target=None, device=None) -> dict:
+        work: int | None = None, dtype=torch.float64, progress=None, target=None, device=None,
+        filter_body: Net | None = None, head_body: Net | None = None, parts=("memory",), fast: bool = True) -> dict:
     """Learner mode end to end (docs/rcnn.md "Learner mode"): check the learner's form,
     choose ``L = t + 1`` filter steps (the head is placed by B.2's case 3 one step after
     memorization ends, then the machine runs ``t`` steps) and ``work`` working columns
@@ -283,7 +352,11 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     net's filter steps on the test points) and ``"reference"`` (the interpreter's runs).
     The report's keys starting with ``_`` hold objects for callers (the :class:`Trained`
     model, the test points, the interpreter's and the net's answers), not for JSON.
-    ``device``: where the net trains and predicts (default: the CPU)."""
+    ``device``: where the net trains and predicts (default: the CPU).  ``filter_body``,
+    ``head_body`` and ``parts`` go to :func:`learn` (a drawn filter, what SGD trains).
+    ``fast=False`` trains through the module's backward and tests with the full-step
+    lookup engine (the code before issue 38, for ``bench/bench_rcnn_learner.py``'s
+    before/after)."""
     check_learner_form(g)
     X = np.asarray(X, dtype=np.int64)
     Y = np.asarray(Y, dtype=np.int64)
@@ -305,10 +378,12 @@ def run(g, X: np.ndarray, Y: np.ndarray, *, test: int = 100, seed: int = 0, step
     xs = rng.choice(np.array([-1, 1]), size=(test, d)) if test > 0 else np.zeros((0, d), dtype=np.int64)
     t0 = time.perf_counter()
     with step_threads():
-        trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype, device=device,
+        trained = learn(g, X, Y, depth=depth, work=work, dtype=dtype, device=device, filter_body=filter_body,
+                        head_body=head_body, parts=parts, engine="lookup" if fast else "module",
                         progress=(lambda i, n: progress("train", i, n)) if progress else None)
         t1 = time.perf_counter()
-        got = trained.predict(xs, progress=(lambda i, n: progress("test", i, n)) if progress else None)
+        got = trained.predict(xs, progress=(lambda i, n: progress("test", i, n)) if progress else None,
+                              incremental=fast)
     t2 = time.perf_counter()
     want = np.zeros(test, dtype=np.int64)
     for k, x in enumerate(xs):  # the interpreter: A(S)[x], checked to end in B.1.2's halting position

@@ -19,12 +19,29 @@ import numpy as np
 from tm2nn.backends.protocol import Table
 from tm2nn.backends.rcnn.build import filter_for
 from tm2nn.backends.rcnn.encoding import cell_code
-from tm2nn.errors import Tm2nnError
+from tm2nn.errors import OptionError, Tm2nnError
 from tm2nn.interp.machine import run_machine
 from tm2nn.ir import GridMachine, Machine
 from tm2nn.source import error_at
 
 SIGNS = ("-", "+")
+
+#: What SGD can train (``tm2nn learn --sgd-on``): Algorithm 1's memory layer W, and also
+#: the filter ``Θ_rc`` and the head ``Θ_head`` (their stored entries: the support).
+PARTS = ("memory", "filter", "head")
+
+
+def parse_parts(spec: str) -> tuple[str, ...]:
+    """``"memory,filter,head"`` -> the parts, in :data:`PARTS` order; an unknown part, or
+    a list without the memory layer, is an :class:`~tm2nn.errors.OptionError` on ``sgd_on``."""
+    got = [p.strip() for p in str(spec).split(",")]
+    bad = [p for p in got if p not in PARTS]
+    if bad:
+        raise OptionError(f"{{sgd_on}} is a comma-separated list of {', '.join(PARTS)}; "
+                          f"{bad[0]!r} is not one", "sgd_on")
+    if "memory" not in got:
+        raise OptionError("{sgd_on} must include memory (Algorithm 1 trains the memory layer)", "sgd_on")
+    return tuple(p for p in PARTS if p in got)
 
 
 def check_learner_form(g: Machine) -> None:

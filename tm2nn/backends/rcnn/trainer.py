@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from tm2nn.backends.protocol import Learned
-from tm2nn.backends.rcnn.algorithm1 import algorithm1, format_report
+from tm2nn.backends.rcnn.algorithm1 import algorithm1, format_report, partial_candidate
 from tm2nn.backends.rcnn.learner import run as learn_run
+from tm2nn.backends.rcnn.learner_form import parse_parts
 from tm2nn.datasets import declared_target
 from tm2nn.errors import Tm2nnError
 from tm2nn.learners.targets import parse_target
@@ -32,13 +33,17 @@ def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=(), d
     if opts.restarts:
         return _restarts(ir, opts, X, Y, data["validation"], progress, device)
     target, target_spec = _target(opts, X, Y)
+    fraction = opts.random_fraction or 0.0
+    drawn = partial_candidate(ir, fraction, opts.seed) if fraction > 0 else None
     m1, unit = X.shape[0] + 1, 100  # one bar: the m + 1 SGD steps, the net's steps, the interpreter
 
     def cb(phase, done, n):
         base, frac = {"train": (0, done / n), "test": (m1, done / n), "reference": (m1 + unit, done / n)}[phase]
         progress(base + (int(frac * m1) if phase == "train" else int(frac * unit)), m1 + 2 * unit)
     rep = learn_run(ir, X, Y, test=opts.test, seed=opts.seed, steps=opts.steps, work=opts.work,
-                    progress=cb if progress else None, target=target, device=device)
+                    progress=cb if progress else None, target=target, device=device,
+                    filter_body=None if drawn is None else drawn.body, head_body=None if drawn is None else drawn.head,
+                    parts=parse_parts(opts.sgd_on))
     ok = rep["memorized"] and rep["test_agreement"] == 1.0
     yes = "[green]yes[/]" if rep["memorized"] else "[red]no[/]"
     lines = [f"{rep['examples']} examples of {rep['features']} features, memorized: {yes}"]
@@ -46,6 +51,13 @@ def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=(), d
                                                               "working_columns", "max_w_error",
                                                               "max_memorization_output", "max_prediction_error",
                                                               "train_seconds", "test_seconds")]
+    if drawn is not None:
+        lines.append(f"  random fraction: {fraction:g} ({drawn.randomised:,} stored weights drawn from U_s, "
+                     f"{drawn.changed:,} of them differ from the planted ones; seed {opts.seed})")
+    tr = rep["_trained"]
+    for part in tr.grad_max:
+        lines.append(f"  {part}: largest gradient entry {max(tr.grad_max[part]):.3g}, "
+                     f"moved at most {max(tr.moved[part]):.3g} from its start")
     colour = "green" if ok else "red"
     lines.append(f"agreement with the interpreter on {opts.test} fresh points: "
                  f"[{colour}]{rep['test_agreement']:.4f}[/]")
@@ -53,7 +65,10 @@ def learn(ir, opts, *, data: dict, source_path=None, progress=None, models=(), d
     if target is not None:  # from --target or the training set's '# target:' line
         keys.append("test_error")
         lines.append(f"error against the target {target_spec} on the same points: {rep['test_error']:.4f}")
-    return Learned({k: rep[k] for k in keys}, ok, lines)
+    summary = {k: rep[k] for k in keys}
+    if drawn is not None:
+        summary.update(random_fraction=fraction, randomised=drawn.randomised, changed=drawn.changed)
+    return Learned(summary, ok, lines)
 
 
 def _target(opts, X, Y):
@@ -85,6 +100,8 @@ def _restarts(ir, opts, X, Y, val, progress, device=None) -> Learned:
                          file=opts.validation)
     rep = algorithm1(ir, X, Y, Xv, Yv, restarts=opts.restarts, seed=opts.seed,
                      offer_planted=opts.offer_planted, steps=opts.steps, work=opts.work, device=device,
+                     fraction=1.0 if opts.random_fraction is None else opts.random_fraction,
+                     parts=parse_parts(opts.sgd_on),
                      progress=(lambda i, n: progress(i, n)) if progress else None)
     ch = rep["chosen"]
     ok = ch is not None and ch["memorized"] and ch["validation_error"] == 0.0
