@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, export_command, interrupt, memwatch
+from tm2nn import __version__, backends, export_command, interrupt, margin_command, memwatch
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -388,6 +388,8 @@ def cmd_verify(args) -> int:
 
 def cmd_margin(args) -> int:
     device = Compiled.checked_device(args.device)
+    if Path(args.source).suffix in SUFFIXES:  # a model file: its own weights (trained ones too), certified
+        return margin_command.model_margin(args)
     spec, ir = _spec(args)
     table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
                         trials=args.trials, seed=args.seed, engines=args.engines, device=device, budget=args.budget)

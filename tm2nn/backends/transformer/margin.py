@@ -43,7 +43,7 @@ from tm2nn.backends.transformer.certify import (
     MarginError,
     _is_round,
     general_certificate,
-    is_construction,
+    input_texts,
     is_zero_attention,
 )
 from tm2nn.backends.transformer.model import Options, check_source, options
@@ -552,29 +552,29 @@ def _report_steps(T: int) -> list[int]:
 
 
 def certified_radius(compiled, *, per_step: bool = True, budgets: bool | None = None,
-                     samples: int = SAMPLES, seed: int = 0) -> dict:
+                     samples: int = SAMPLES, seed: int = 0, general: bool | None = None) -> dict:
     """The certificate for any weights of the construction's shape (issue 38, Deliver 2).
 
     First the precondition (:func:`.certify.general_certificate`): the net must decode
     every step right on the verifier's input space (every tape when small, else ``samples``
     seeded ones); otherwise ``{"certified": False, "radius": 0, "wrong": k, "n": n,
-    "message": "not certified: wrong on k of n inputs"}``.  Then the general bound
-    (``radius_general``, any weights, valid on that space) and, when the weights are the
-    construction's (§4.1's all-zero attention layers ignored), the tight one
-    (:func:`tight_radius`, valid on every input), which is then ``radius``; otherwise
-    ``radius`` is the general one and ``radius_tight`` None."""
-    gen = general_certificate(compiled, samples, seed)
+    "message": "not certified: wrong on k of n inputs"}``.  Then, when the weights are the
+    construction's (§4.1's all-zero attention layers ignored), the tight bound
+    (:func:`tight_radius`, valid on every input) is ``radius``; otherwise the general bound
+    (:class:`.certify.GeneralBound`, any weights, valid on that input space) is, and
+    ``radius_tight`` is None.  ``general``: also compute ``radius_general`` for the
+    construction (None: only where it is the radius)."""
+    gen = general_certificate(compiled, samples, seed, general)
     if not gen["certified"]:
         return not_certified(gen["wrong"], gen["n"], gen["space"], first_wrong=gen["first_wrong"])
-    if is_construction(compiled):
+    if gen["construction"]:
         tight = tight_radius(compiled, per_step=per_step, budgets=budgets)
-        return {**tight, **gen, "weights": "the construction's", "radius_tight": tight["radius"]}
-    r = gen["radius_general"]
-    return {**gen, "weights": "not the construction's: the general bound", "radius": r, "radius_tight": None,
-            "binding": gen["general_binding"], "per_step": [], "budgets": None, "ties": None,
+        return {**tight, **gen, "seconds": tight["seconds"] + gen["seconds"], "weights": "the construction's",
+                "radius_tight": tight["radius"]}
+    return {**gen, "weights": "not the construction's: the general bound", "radius": gen["radius_general"],
+            "radius_tight": None, "binding": gen["general_binding"], "per_step": [], "budgets": None, "ties": None,
             "corrections": bool(compiled.options.get("corrections", True)),
-            "decoder_steps": int(transformer_parts(net_of(compiled))[1].steps), "gaps": None,
-            "seconds": gen["seconds"]}
+            "decoder_steps": int(transformer_parts(net_of(compiled))[1].steps), "gaps": None}
 
 
 def tight_radius(compiled, *, per_step: bool = True, budgets: bool | None = None) -> dict:
@@ -783,3 +783,13 @@ def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=N
                          seed=seed, trials=trials, attention=opts.attention,
                          correction_placement=opts.correction_placement, device=device, budget=budget)
     return margin_table(rows)
+
+
+def margin_attack(compiled, *, samples: int = 64, trials: int = 8, seed: int = 0, deadline=None,
+                  device=None) -> dict:
+    """The ``margin_attack`` analysis: the random-direction attack (:func:`.perturbed_decode.attack`)
+    on these weights, on ``samples`` tapes of the certificate's input space: an upper bound
+    next to the certified radius of a loaded or trained model."""
+    texts, _ = input_texts(compiled, samples, seed)
+    r = attack(compiled, texts[:samples], 1.0, "random", trials, seed=seed, device=device, deadline=deadline)
+    return {"eps": r["eps"], "method": "random", "inputs": len(texts[:samples])}
