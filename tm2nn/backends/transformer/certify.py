@@ -349,23 +349,17 @@ class GeneralBound:
         return r, (why[0] if why else None)
 
 
-def general_certificate(compiled, samples: int = SAMPLES, seed: int = 0, general: bool | None = None) -> dict:
+def general_certificate(compiled, samples: int = SAMPLES, seed: int = 0) -> dict:
     """The precondition, then the general radius: ``{"certified", "wrong", "n", "space",
-    "construction", "radius_general", "general_binding"}`` (``certified`` False: no radius).
-    ``general``: compute the general radius (None: only when the weights are not the
-    construction's, whose tight certificate is then the one that counts)."""
+    "radius_general", "general_binding", "seconds"}`` (``certified`` False: no radius)."""
     t0 = time.perf_counter()
     texts, space = input_texts(compiled, samples, seed)
     _, rec, mem, wrong, P = reference_run(compiled, texts)
     out = {"certified": not wrong.any(), "wrong": int(wrong.sum()), "n": len(texts), "space": space}
     if wrong.any():
         return {**out, "first_wrong": [texts[j] for j in np.flatnonzero(wrong)[:8]]}
-    construction = is_construction(compiled)
-    r = why = None
-    if general or (general is None and not construction):
-        r, why = GeneralBound(compiled, rec, mem, P).radius()
-    return {**out, "construction": construction, "radius_general": r, "general_binding": why,
-            "seconds": time.perf_counter() - t0}
+    r, why = GeneralBound(compiled, rec, mem, P).radius()
+    return {**out, "radius_general": r, "general_binding": why, "seconds": time.perf_counter() - t0}
 
 
 def is_construction(compiled) -> bool:
