@@ -43,6 +43,12 @@ def bb3():
     return tm2nn.compile(EXAMPLES / "bb3.tm", backend="transformer", steps=4)
 
 
+@pytest.fixture(scope="module")
+def base(bb3):
+    """The construction's certificate with the general bound beside the tight one."""
+    return certified_radius(bb3, general=True, per_step=False)
+
+
 def wrong_count(c) -> int:
     """Inputs the emitted torch module (not the certificate's evaluator) decodes wrong."""
     texts, _ = input_texts(c)
@@ -51,24 +57,28 @@ def wrong_count(c) -> int:
     return sum(d is not None for d in div)
 
 
-def test_zero_layers_keep_the_function_and_the_certificate(bb3):
+def test_zero_layers_keep_the_function_and_the_certificate(bb3, base):
     z = insert_zero_layers(bb3)
     _, dec = transformer_parts(net_of(z))
     zeros = [op for sub in (dec.prologue, dec.body) for op in sub.nodes if is_zero_attention(op)]
     assert len(zeros) >= 10
     texts, _ = input_texts(bb3)
     assert np.array_equal(run_taps(z, texts, "torch"), run_taps(bb3, texts, "torch"))
-    a, b = certified_radius(bb3, general=True, per_step=False), certified_radius(z, general=True, per_step=False)
+    a, b = base, certified_radius(z, general=True, per_step=False)
     assert b["weights"] == "the construction's"
     assert (b["radius"], b["radius_general"]) == (a["radius"], a["radius_general"]) and a["radius"] > 0
 
 
-def test_mutation_a_certificate_that_counts_the_zero_layers_changes(bb3, monkeypatch):
+def test_mutation_a_certificate_that_counts_the_zero_layers_changes(bb3, base, monkeypatch):
+    """Both bounds, with the zero layers counted as attention: the tight one drops to 0.0
+    (their score gaps are 0: issue 38's finding), the general one moves (their parameters
+    get a budget)."""
     z = insert_zero_layers(bb3)
-    base = certified_radius(bb3, per_step=False)["radius"]
+    tight, gen = base["radius_tight"], base["radius_general"]
     for mod in (certify, tmargin):
         monkeypatch.setattr(mod, "is_zero_attention", lambda op: False)
-    assert certified_radius(z, per_step=False)["radius"] != pytest.approx(base, rel=1e-3)
+    assert tmargin.tight_radius(z, per_step=False)["radius"] == 0.0 < tight
+    assert certify.general_certificate(z)["radius_general"] < gen
 
 
 def test_a_wrong_net_is_not_certified_with_its_count(monkeypatch):
@@ -89,8 +99,8 @@ def test_a_wrong_net_is_not_certified_with_its_count(monkeypatch):
         check()
 
 
-def test_general_bound_on_the_construction_and_a_perturbed_net(bb3):
-    r = certified_radius(bb3, general=True, per_step=False)
+def test_general_bound_on_the_construction_and_a_perturbed_net(bb3, base):
+    r = base
     # both sound; the tight one covers every input from the weights, the general one the 63
     # tapes from their runs (measured 1.50x the tight one here: docs/transformer_margin.md)
     assert r["radius_tight"] / 2 < r["radius_general"] < 2 * r["radius_tight"]
