@@ -65,9 +65,9 @@ def input_space(compiled: Model, seed: int = 0) -> tuple[np.ndarray, np.ndarray,
         x = random_inputs(m, SAMPLES, seed)
         return x, eval_circuit(circuit, x), f"{len(x)} random inputs (seed {seed})"
     circuit, layout = unroll_machine(src, options_of(compiled))
-    tapes, _, how = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(SAMPLES, seed)
+    tapes, kind, _ = InputSpace(layout.alphabet, 0, layout.tape - layout.origin, EXHAUSTIVE_LIMIT).pick(SAMPLES, seed)
     x = encode_tapes(encoding(layout), tapes[:SAMPLES]) > 0.5
-    return x, eval_circuit(circuit, x), f"{len(x)} tapes ({how})"
+    return x, eval_circuit(circuit, x), f"{len(x)} tapes ({'all of them' if kind == 'exhaustive' else f'seed {seed}'})"
 
 
 def forward(net, x: np.ndarray) -> dict:
