@@ -42,6 +42,7 @@ from tm2nn.backends.transformer.perturbed_decode import (
 from tm2nn.backends.transformer.reference import TraceChecker
 from tm2nn.backends.transformer.runtime import encode
 from tm2nn.errors import Tm2nnError
+from tm2nn.limits import check_memory
 from tm2nn.nets import Affine, Attention, Concat, ReLU, Slice, SparseMatrix
 from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.verify.margin_toolkit import (
@@ -149,6 +150,16 @@ def input_texts(compiled, samples: int = SAMPLES, seed: int = 0) -> tuple[list[s
     if len(texts) > samples and how != "exhaustive":
         texts = random.Random(seed).sample(texts, samples)
     return texts, (f"all {len(texts)} tapes" if how == "exhaustive" else f"{len(texts)} random tapes (seed {seed})")
+
+
+def reference_bytes(compiled, rows: int) -> int:
+    """Bytes the recorded reference run holds: every value of every decoder step for every
+    row, twice (torch, then numpy), plus a self-attention's history stack per step."""
+    _, dec = transformer_parts(net_of(compiled))
+    T = int(dec.steps)
+    per_step = sum(len(dec.body.spaces[op.name]) for op in dec.body.nodes)
+    width = len(dec.body.inputs[0].space)
+    return 8 * rows * ((T + 1) * per_step * 2 + T * width * 3)
 
 
 def reference_run(compiled, texts: list[str]):
@@ -354,6 +365,8 @@ def general_certificate(compiled, samples: int = SAMPLES, seed: int = 0) -> dict
     "radius_general", "general_binding", "seconds"}`` (``certified`` False: no radius)."""
     t0 = time.perf_counter()
     texts, space = input_texts(compiled, samples, seed)
+    check_memory(reference_bytes(compiled, len(texts)), f"the recorded reference run of {len(texts):,} tapes",
+                 ("samples",))
     _, rec, mem, wrong, P = reference_run(compiled, texts)
     out = {"certified": not wrong.any(), "wrong": int(wrong.sum()), "n": len(texts), "space": space}
     if wrong.any():
