@@ -90,6 +90,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def full_markdown() -> list[str]:
+    """``full()`` as markdown lines (bench/bench_learning.py's section protocol)."""
+    return ["### d. Precision (W8)", "", *table(full()).splitlines()]
+
+
+# bench/bench_learning.py imports this module while it runs (as __main__ or imported): register
+# table d in its section registry when it is there
+_host = sys.modules.get("bench_learning") or sys.modules.get("__main__")
+if _host is not None and hasattr(_host, "register") and hasattr(_host, "SECTIONS"):
+    _host.register("d. Precision (W8)", quick, full_markdown)
+
+
 def main(argv: list[str]) -> int:
     args = list(argv)
     if "--machine" in args:
