@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tm2nn import __version__, backends, export_command, interrupt, memwatch, train_command
+from tm2nn import __version__, backends, export_command, interrupt, memwatch, verbs
 from tm2nn.api import default_input, load_model, run
 from tm2nn.compiler import compile as compile_source
 from tm2nn.compiler import default_backend, learn, load_ir
@@ -169,9 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", default=None, help="examples folder (default: the repo's examples/)")
     p.add_argument("--out", default=None, help="folder for the compiled models and the picture "
                    "(default: tm2nn-demo/ in the current folder)")
-    __import__("tm2nn.sweep.command", fromlist=["add_parser"]).add_parser(sub)  # tm2nn sweep (docs/sweep.md)
-    export_command.add_parser(sub)  # tm2nn export (docs/api.md, "In TransformerLens")
-    train_command.add_parser(sub)  # tm2nn train (docs/learning.md)
+    verbs.add_parsers(sub)  # sweep, export, train: a module each (tm2nn.verbs)
     return ap
 
 
@@ -390,6 +388,8 @@ def cmd_verify(args) -> int:
 
 def cmd_margin(args) -> int:
     device = Compiled.checked_device(args.device)
+    if Path(args.source).suffix in SUFFIXES:  # a model file: its own weights (trained ones too), certified
+        return verbs.model_margin(args)
     spec, ir = _spec(args)
     table = spec.analysis("margin", backends.having)(ir, spec.options(**_backend_values(args, spec, "margin")), samples=args.samples,
                         trials=args.trials, seed=args.seed, engines=args.engines, device=device, budget=args.budget)

@@ -39,6 +39,8 @@ ANALYSES: dict[str, str] = {
               "certified and attacked (the torch attacks on device, a name of tm2nn.devices: 'cpu' the default)",
     "certified_margin": "certified_margin(compiled) -> {'radius': gamma, ...}: a certified lower bound on "
                         "the all-layer margin at every input (Lemma 2.3's gamma)",
+    "margin_attack": "margin_attack(compiled, *, samples, trials, seed, deadline, device) -> {'eps', ...}: an "
+                     "upper bound on the per-layer all-layer margin of these weights (random-direction attack)",
     "function_class": "function_class(compiled) -> {'w', 'd', 'alpha', 'p', ...}: the class the sample "
                       "complexity is stated for",
     "statistics_bracket": "statistics_bracket(compiled, dataset, gamma, *, seed, trials, delta) -> dict: "

@@ -329,6 +329,9 @@ def statistics_report(compiled, eps: float = 0.1, delta: float = 0.01) -> dict:
     e, d = _check_prob("eps", eps), _check_prob("delta", delta)
     fc = compiled.analysis("function_class")(compiled)
     cm = compiled.analysis("certified_margin")(compiled)
+    if cm.get("certified") is False:  # the net does not compute its source: no margin, no γ
+        raise Tm2nnError(f"{cm['message']} ({cm['space']}): Lemma 2.3 needs a net that computes its source",
+                         file=getattr(compiled, "path", None))
     gamma = float(cm["radius"])
     if not (gamma > 0 and math.isfinite(gamma)):
         raise Tm2nnError(f"the certified margin of this model is {gamma:g}: Lemma 2.3 needs a positive finite gamma")

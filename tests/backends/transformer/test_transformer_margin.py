@@ -26,6 +26,7 @@ from tm2nn.backends.transformer.margin import (
     margin_table,
     score_gaps,
     tie_reasons,
+    tight_radius,
 )
 from tm2nn.backends.transformer.perturbed_decode import PerturbedTransformer, attack
 from tm2nn.nets import Attention, ReLU
@@ -87,7 +88,7 @@ def test_null_key_mutant_passes_verify_but_fails_the_gap_check_and_the_certifica
     assert all(abs(r["gap_above"] - 0.001) < 1e-9 for r in score_gaps(mutant))
     with pytest.raises(ScoreGapError, match="P.c7.*gap above = 0.001"):
         check_score_gaps(mutant)
-    good, bad = certified_radius(c, per_step=False), certified_radius(mutant, per_step=False)
+    good, bad = certified_radius(c, per_step=False), tight_radius(mutant, per_step=False)  # the weight-read bound
     assert bad["radius"] < 2e-3 * good["radius"]
     assert bad["binding"]["check"] == "attention score"
 
@@ -101,7 +102,7 @@ def test_scaled_queries_halve_the_gaps_and_fail():
         check_score_gaps(half)
     check_score_gaps(half, min_gap=0.5)
     def attention_budget(comp):  # the radius itself binds at a round here; the scores' budgets shrink
-        return min(b["budget"] for b in certified_radius(comp, per_step=False)["budgets"]
+        return min(b["budget"] for b in tight_radius(comp, per_step=False)["budgets"]
                    if b["check"] == "attention score")
     assert attention_budget(half) < attention_budget(c)
 
@@ -119,7 +120,7 @@ def test_a_shifted_key_row_is_refused_not_guessed():
     with pytest.raises(ScoreGapError, match="S.c6.*key row 0.*not a ±1 bit"):
         score_gaps(bad)
     with pytest.raises(ScoreGapError):
-        certified_radius(bad)
+        tight_radius(bad)  # the weight-read bound refuses; certified_radius gives the general one
 
 
 def test_a_query_row_reading_two_coordinates_is_refused():

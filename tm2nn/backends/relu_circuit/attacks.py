@@ -31,6 +31,7 @@ import torch
 
 from tm2nn import threads
 from tm2nn.backends.protocol import Model, Table
+from tm2nn.backends.relu_circuit import certify
 from tm2nn.backends.relu_circuit.build import compile_circuit, unroll_machine
 from tm2nn.backends.relu_circuit.codec import encode_tapes, encoding
 from tm2nn.backends.relu_circuit.layered_engine import LayeredEngine
@@ -433,3 +434,18 @@ def statistics_bracket(compiled, dataset, gamma: float, *, seed: int = 0, trials
                                joint=True, labels=pred)
         upper = np.minimum(upper, att["per_input"])
     return bracketed(compiled, gamma, agree, cert, upper, delta)
+
+
+def margin_attack(compiled: Model, *, samples: int = 64, trials: int = 8, seed: int = 0, deadline=None,
+                  device=None) -> dict:
+    """The ``margin_attack`` analysis: the random-direction attack (:func:`empirical_margin`,
+    per layer) on these weights, on ``samples`` inputs of the certificate's input space
+    (:func:`.certify.input_space`, labels from the interpreter): an upper bound next to the
+    certified radius of a loaded or trained model."""
+    x, labels, _ = certify.input_space(compiled, seed)
+    if len(x) > samples:
+        pick = np.random.default_rng(seed).choice(len(x), samples, replace=False)
+        x, labels = x[pick], labels[pick]
+    r = empirical_margin(compiled, x, seed=seed, trials=trials, method="random", labels=labels, device=device,
+                         deadline=deadline)
+    return {"eps": r["eps"], "method": "random", "inputs": len(x)}

@@ -34,6 +34,11 @@ def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=N
                                    device=device, budget=budget)
 
 
+def margin_attack(compiled, **kw) -> dict:
+    """The ``margin_attack`` analysis (:func:`.attacks.margin_attack`)."""
+    return _attacks().margin_attack(compiled, **kw)
+
+
 def statistics_bracket(compiled, dataset, gamma: float, **kw) -> dict:
     """The ``statistics_bracket`` analysis (:func:`.attacks.statistics_bracket`)."""
     return _attacks().statistics_bracket(compiled, dataset, gamma, **kw)
@@ -84,7 +89,7 @@ BACKEND = Backend(
     fused={"fused": fused("fused"), "fused-float": fused("fused-float")},
     training=Training(TrainOptions, train_task),
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class,
-              "statistics_bracket": statistics_bracket},
+              "statistics_bracket": statistics_bracket, "margin_attack": margin_attack},
     examples=(
         Example("ripple_adder4.circ", (
             "compile {ex}/ripple_adder4.circ --backend relu-circuit -o {out}/ripple_adder4.onnx --json",

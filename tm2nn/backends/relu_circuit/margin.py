@@ -31,10 +31,11 @@ import time
 import numpy as np
 
 from tm2nn.backends.protocol import Model
+from tm2nn.backends.relu_circuit import certify
+from tm2nn.backends.relu_circuit.build import compile as compile_model
 from tm2nn.backends.relu_circuit.build import compile_circuit
 from tm2nn.backends.relu_circuit.layers import Block, blocks
 from tm2nn.backends.relu_circuit.options import Options
-from tm2nn.errors import Tm2nnError
 from tm2nn.ir import Circuit
 from tm2nn.nets.round import ROUND_RADIUS
 from tm2nn.verify.margin_toolkit import (
@@ -42,6 +43,8 @@ from tm2nn.verify.margin_toolkit import (
     affine_bounds,
     fixed_point,
     hypercube_norm,
+    not_certified,
+    same_parameters,
     sup_below,
     sup_log,
 )
@@ -293,7 +296,42 @@ def _local(bl: list[Block], lins: list[list[AffineBounds]], thr: float, share: f
     return min(vals, default=math.inf), rows, out_eps
 
 
-def certified_radius(compiled: Model, corrections: bool | None = None) -> dict:
+def certified_radius(compiled: Model, corrections: bool | None = None, *, seed: int = 0,
+                     general: bool | None = None) -> dict:
+    """The certificate for any weights of the construction's shape (issue 38, Deliver 2).
+
+    First the precondition: the net's decoded outputs must equal the reference
+    interpreter's on the input space (:func:`.certify.input_space`: every input up to 16,
+    else a seeded sample); otherwise ``{"certified": False, "wrong": k, "n": n, "message":
+    "not certified: wrong on k of n inputs", "radius": 0}``.  Then the general bound
+    (:func:`.certify.general_radius`, any weights, valid on that space), and, when the
+    weights are exactly the construction's, the tight bound (:func:`tight_radius`, valid
+    on every binary input), which is then the ``radius`` (the general one is ≤ it there:
+    tests/backends/relu_circuit/test_certify_general.py).  ``radius_general`` and
+    ``radius_tight`` (None for other weights) are both reported; ``general``: compute
+    ``radius_general`` for the construction too (None: only where it is the radius)."""
+    compiled = _as_variant(compiled, corrections)
+    x, labels, space = certify.input_space(compiled, seed)
+    wrong, vals = certify.check_correct(compiled, x, labels)
+    if wrong.any():
+        return not_certified(int(wrong.sum()), len(x), space, first_wrong=np.flatnonzero(wrong)[:8].tolist())
+    t0 = time.perf_counter()
+    construction = same_parameters(compiled.net, compile_model(compiled.source, certify.options_of(compiled)).net)
+    gen = certify.general_radius(compiled, x, vals) if general or (general is None and not construction) else None
+    tight = tight_radius(compiled) if construction else None
+    out = {"corrections": bool(compiled.options.get("corrections", True)), "pm_one_output": _threshold(compiled) == 1.0}
+    if tight is not None:
+        out.update(tight)
+    out.update({"certified": True, "wrong": 0, "n": len(x), "space": space,
+                "weights": "the construction's" if construction else "not the construction's: the general bound",
+                "radius": tight["radius"] if tight is not None else gen["radius"],
+                "radius_tight": None if tight is None else tight["radius"],
+                "radius_general": None if gen is None else gen["radius"],
+                "seconds_general": time.perf_counter() - t0})
+    return out
+
+
+def tight_radius(compiled: Model, corrections: bool | None = None) -> dict:
     """A certified lower bound on the per-layer all-layer margin, valid on every binary
     input: if every block's parameters move by at most ``radius`` (ℓ2, dense), no output
     bit changes.  ``corrections`` = None analyses ``compiled`` as built; True/False
@@ -483,12 +521,11 @@ def _as_variant(compiled: Model, corrections: bool | None) -> Model:
 def certified_margin(compiled: Model) -> dict:
     """The ``certified_margin`` analysis: the certified all-layer margin
     (:func:`certified_radius`, a lower bound on ρ of eq. 2.1 at every binary input), with
-    (D.5) (:func:`theorem_d6_bound`) beside it.  A loaded model whose weights were edited is
-    refused: the certificate reads the construction's weights."""
-    if compiled.edited is not None:
-        raise Tm2nnError(f"its weights are not the construction's ({compiled.edited}); the certificate "
-                         "reads the construction's weights", file=compiled.path)
+    (D.5) (:func:`theorem_d6_bound`) beside it.  Any weights of the construction's shape get
+    a number (the general bound), or ``certified: False`` with the count of wrong inputs."""
     cert = certified_radius(compiled)
+    if not cert["certified"]:
+        return {**cert, "kind": "not certified"}
     d5 = theorem_d6_bound(compiled)
     return {**cert, "kind": "per-layer: every parameter group moves by <= radius (l2); a lower bound on rho",
             "d5": d5["d5"], "d5_binding": d5["binding"]}

@@ -11,7 +11,7 @@ from tm2nn.backends.protocol import Backend, Codec, Example, Stepping, Training
 from tm2nn.backends.transformer.beta import softmax_beta
 from tm2nn.backends.transformer.bounds import function_class_of
 from tm2nn.backends.transformer.decoding import TraceDecoder, description
-from tm2nn.backends.transformer.margin import certified_margin, margin
+from tm2nn.backends.transformer.margin import certified_margin, margin, margin_attack
 from tm2nn.backends.transformer.model import Options, compile
 from tm2nn.backends.transformer.pictures import attention_weights
 from tm2nn.backends.transformer.reference import TraceChecker
@@ -67,7 +67,8 @@ BACKEND = Backend(
     fused={"index": None},
     training=Training(NoOptions, train_task, {"attention": "softmax"}),
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class_of,
-              "find_beta": softmax_beta, "configurations": configurations, "statistics_bracket": statistics_bracket},
+              "find_beta": softmax_beta, "configurations": configurations, "statistics_bracket": statistics_bracket,
+              "margin_attack": margin_attack},
     #: what a model file must hold: rebuild's step bound, the token and tap encodings
     #: decoding (:mod:`.decoding`) reads
     model_keys={"tm2nn.build/options/steps": "int", "tm2nn.input_encoding/alphabet": "list",

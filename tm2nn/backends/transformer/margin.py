@@ -38,6 +38,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from tm2nn.backends.protocol import Table
+from tm2nn.backends.transformer.certify import (
+    SAMPLES,
+    MarginError,
+    _is_round,
+    general_certificate,
+    input_texts,
+    is_construction,
+    is_zero_attention,
+)
 from tm2nn.backends.transformer.model import Options, check_source, options
 from tm2nn.backends.transformer.model import compile as compile_model
 from tm2nn.backends.transformer.perturbed_decode import (
@@ -46,27 +55,22 @@ from tm2nn.backends.transformer.perturbed_decode import (
     net_of,
     transformer_parts,
 )
-from tm2nn.errors import OptionError, Tm2nnError
+from tm2nn.errors import OptionError
 from tm2nn.limits import check_float, check_int, check_seed
 from tm2nn.nets import Affine, Attention, BinaryPositions, Concat, ReLU, Slice
-from tm2nn.nets.round import ROUND_HI, ROUND_LO, ROUND_SCALE
 from tm2nn.nets.round import ROUND_RADIUS as SIGMA  # round is exact within SIGMA of a bit
 from tm2nn.verify.check import InputSpace
 
 # The margin toolkit, shared with the circuit margin so that there is one copy: ``_lin`` (an
 # affine layer's ‖W‖_op by Schur's bound) and ``_sup`` (bisection on log ε).
 from tm2nn.verify.margin_toolkit import affine_bounds as _lin
+from tm2nn.verify.margin_toolkit import not_certified
 from tm2nn.verify.margin_toolkit import sup_log as _sup
 from tm2nn.verify.runs import EXHAUSTIVE_CELLS, EXHAUSTIVE_TAPES
 
 #: a decoded coordinate (argmax of a one-hot group, or a bit > 1/2) keeps its value while
 #: its error stays below this
 TAP_LIMIT = 0.5
-
-
-class MarginError(Tm2nnError, ValueError):
-    """A net the certificate does not cover (softmax, a score that is not a sum of ±1
-    bits, a tie between different values, an op it does not know)."""
 
 
 class ScoreGapError(MarginError):
@@ -134,9 +138,10 @@ def _op_gaps(op: Attention) -> dict:
 
 
 def _attention_ops(compiled):
+    """Every attention op but §4.1's all-zero ones (identity slots, not parameter blocks)."""
     _, dec = transformer_parts(net_of(compiled))
     return [(part, op) for part, sub in (("prologue", dec.prologue), ("body", dec.body))
-            for op in sub.nodes if isinstance(op, Attention)]
+            for op in sub.nodes if isinstance(op, Attention) and not is_zero_attention(op)]
 
 
 def score_gaps(compiled) -> list[dict]:
@@ -321,29 +326,6 @@ def _omega(W) -> float:
     return min(schur, float(np.linalg.norm(W.dense(), 2)) * (1 + 1e-12))  # a hair up: SVD rounding
 
 
-def _is_round(A: Affine, B: Affine) -> bool:
-    """Whether ``φ(B φ(A g + a) + b)`` is Prop. 3.4's round on every coordinate of g."""
-    a, bm = A.weight, B.weight
-    if bm.shape[0] != a.shape[1] or bm.shape[1] != a.shape[0] or np.any(B.bias != 0):
-        return False
-    ka = a.vals != 0
-    ra, ca, va = a.rows[ka], a.cols[ka], a.vals[ka]
-    if ra.size != a.shape[0] or np.any(np.bincount(ra, minlength=a.shape[0]) != 1) or np.any(va != 1.0):
-        return False
-    src = np.empty(a.shape[0], dtype=np.int64)
-    src[ra] = ca
-    low, high = A.bias == -ROUND_LO, A.bias == -ROUND_HI
-    if not np.all(low | high):
-        return False
-    kb = bm.vals != 0
-    r, c, v = bm.rows[kb], bm.cols[kb], bm.vals[kb]
-    if np.any(np.bincount(r, minlength=bm.shape[0]) != 2):
-        return False
-    ok = np.where(v == ROUND_SCALE, low[c], np.where(v == -ROUND_SCALE, high[c], False)) & (src[c] == r)
-    plus = np.bincount(r, weights=(v == ROUND_SCALE).astype(np.float64), minlength=bm.shape[0])
-    return bool(ok.all() and np.all(plus == 1))
-
-
 class _Program:
     """One net (prologue or body) as a list of error-bound instructions with their
     constants, built once from the weights and the reference boxes."""
@@ -378,7 +360,8 @@ class _Program:
                     continue
                 # (ii) affine: ‖W‖_op e + ε sqrt((λ + e)² + 1)
                 self.ins.append(("affine", op.name, op.inputs[0], _omega(op.weight), _box_norm(boxes[op.inputs[0]])))
-            elif isinstance(op, (ReLU, Slice)):
+            elif isinstance(op, (ReLU, Slice)) or is_zero_attention(op):
+                # an all-zero attention (§4.1's unused module) is h + 0: an identity slot
                 self.ins.append(("copy", op.name, op.inputs[0]))
             elif isinstance(op, Concat):
                 self.ins.append(("concat", op.name, tuple(op.inputs)))
@@ -569,7 +552,42 @@ def _report_steps(T: int) -> list[int]:
     return sorted(x for x in s if x <= T)
 
 
-def certified_radius(compiled, *, per_step: bool = True, budgets: bool | None = None) -> dict:
+def certified_radius(compiled, *, per_step: bool = True, budgets: bool | None = None,
+                     samples: int = SAMPLES, seed: int = 0, general: bool = False) -> dict:
+    """The certificate for any weights of the construction's shape (issue 38, Deliver 2).
+
+    Weights exactly the construction's (§4.1's all-zero attention layers ignored,
+    :func:`.certify.is_construction`): the tight bound (:func:`tight_radius`, valid on every
+    input); the net's correctness is the construction's, which its reference check
+    establishes (``tm2nn verify``; not rerun here: at T = 1024 it would cost minutes).
+    ``general=True`` adds ``radius_general`` and runs the precondition below.
+
+    Any other weights (trained, edited): first the precondition
+    (:func:`.certify.general_certificate`): every decoded step right on the verifier's input
+    space (every tape when small, else ``samples`` seeded ones), otherwise
+    ``{"certified": False, "radius": 0, "wrong": k, "n": n, "message": "not certified: wrong
+    on k of n inputs"}``; then the general bound (:class:`.certify.GeneralBound`, valid on
+    that input space) is ``radius``, and ``radius_tight`` is None."""
+    if is_construction(compiled):
+        tight = tight_radius(compiled, per_step=per_step, budgets=budgets)
+        out = {**tight, "certified": True, "weights": "the construction's", "radius_tight": tight["radius"],
+               "radius_general": None, "precondition": "the construction's (its reference check, tm2nn verify)"}
+        if general:
+            gen = general_certificate(compiled, samples, seed)
+            if not gen["certified"]:  # the construction wrong: a bug the verifier would report too
+                return not_certified(gen["wrong"], gen["n"], gen["space"], first_wrong=gen["first_wrong"])
+            out.update({k: gen[k] for k in ("radius_general", "general_binding", "wrong", "n", "space")})
+        return out
+    gen = general_certificate(compiled, samples, seed)
+    if not gen["certified"]:
+        return not_certified(gen["wrong"], gen["n"], gen["space"], first_wrong=gen["first_wrong"])
+    return {**gen, "weights": "not the construction's: the general bound", "radius": gen["radius_general"],
+            "radius_tight": None, "binding": gen["general_binding"], "per_step": [], "budgets": None, "ties": None,
+            "corrections": bool(compiled.options.get("corrections", True)),
+            "decoder_steps": int(transformer_parts(net_of(compiled))[1].steps), "gaps": None}
+
+
+def tight_radius(compiled, *, per_step: bool = True, budgets: bool | None = None) -> dict:
     """A certified lower bound on the per-layer all-layer margin of a hard-max
     transformer: if every parameter block (each affine's (W, b), each attention's
     (Wq, bq, Wk, bk, Wv, bv, K_0, V_0), the encoder table E, h_0) moves by at most
@@ -775,3 +793,13 @@ def margin(ir, opts: Options, *, samples: int, trials: int, seed: int, engines=N
                          seed=seed, trials=trials, attention=opts.attention,
                          correction_placement=opts.correction_placement, device=device, budget=budget)
     return margin_table(rows)
+
+
+def margin_attack(compiled, *, samples: int = 64, trials: int = 8, seed: int = 0, deadline=None,
+                  device=None) -> dict:
+    """The ``margin_attack`` analysis: the random-direction attack (:func:`.perturbed_decode.attack`)
+    on these weights, on ``samples`` tapes of the certificate's input space: an upper bound
+    next to the certified radius of a loaded or trained model."""
+    texts, _ = input_texts(compiled, samples, seed)
+    r = attack(compiled, texts[:samples], 1.0, "random", trials, seed=seed, device=device, deadline=deadline)
+    return {"eps": r["eps"], "method": "random", "inputs": len(texts[:samples])}

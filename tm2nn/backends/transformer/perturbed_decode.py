@@ -147,17 +147,20 @@ class PerturbedTransformer:
 
     # -- evaluation ----------------------------------------------------------------------------
     def run(self, tokens, delta: dict | None = None, *, surrogate_beta: float | None = None,
-            record: dict | None = None):
+            record: dict | None = None, rounding=None):
         """Taps ``[R, T+1, tap_w]``.  A matrix's ``δ`` is ``[R, n_out, n_in]``, or a pair
         ``(a [R, n_out], b [R, n_in])`` for the rank-one ``a bᵀ``.  ``surrogate_beta``:
         hard-max forward values, softmax (inverse temperature ``beta``) gradients through
         the attention weights.  ``record``: filled with every value,
-        ``{(step, part, name): [R, n]}``."""
+        ``{(step, part, name): [R, n]}``.  ``rounding``: a function applied to every value
+        an op produces (and, inside an attention, to Q, K, the scores and the mixed value):
+        a finite-precision forward pass (:mod:`.precision`)."""
         torch = self.torch
         tokens = (tokens.to(self.device, torch.int64) if isinstance(tokens, torch.Tensor) else
                   torch.as_tensor(np.asarray(tokens), dtype=torch.int64, device=self.device))
         delta = delta or {}
-        ctx = {"delta": delta, "beta": surrogate_beta, "record": record}
+        rnd = rounding or (lambda t: t)
+        ctx = {"delta": delta, "beta": surrogate_beta, "record": record, "round": rnd}
         mem = self._encode(tokens, delta.get("encoder"))
         init = self.params["init"]["init"]
         r = tokens.shape[0]
@@ -169,7 +172,7 @@ class PerturbedTransformer:
         o, tap = self._net("prologue", self.dec.prologue, x, mem, hist, 0, ctx)
         taps = [tap]
         for i in range(1, self.steps + 1):
-            o, tap = self._net("body", self.dec.body, o + self.dec_pos[i - 1], mem, hist, i, ctx)
+            o, tap = self._net("body", self.dec.body, rnd(o + self.dec_pos[i - 1]), mem, hist, i, ctx)
             taps.append(tap)
         return torch.stack(taps, 1)
 
@@ -183,7 +186,7 @@ class PerturbedTransformer:
             e = torch.gather(rows, 1, tokens[:, :, None].expand(-1, -1, rows.shape[2]))
         else:
             e = table[tokens]
-        return e + self.enc_pos[: tokens.shape[1]][None]
+        return e + self.enc_pos[: tokens.shape[1]][None]  # exact: E and β hold 0/1
 
     def _net(self, part, net, x, mem, hist, step, ctx):
         torch = self.torch
@@ -210,6 +213,7 @@ class PerturbedTransformer:
                 y = self._attention(op, key, vals, hist, step, ctx)
             else:  # pragma: no cover - blocks_of refused it
                 raise UnsupportedNet(op.kind)
+            y = ctx["round"](y)
             vals[op.name] = y
             if rec is not None:
                 rec[(step, part, op.name)] = y.detach()
@@ -236,14 +240,15 @@ class PerturbedTransformer:
             m = vals[op.inputs[1]]                                            # [R, L, w]
         wq, dwq = get("wq")
         bq, dbq = get("bq")
-        q = h @ wq.T + bq
+        rnd = ctx["round"]
+        q = rnd(h @ wq.T + bq)
         if dwq is not None:
             q = q + _mv(dwq, h)
         if dbq is not None:
             q = q + dbq
         wk, dwk = get("wk")
         bk, dbk = get("bk")
-        k = m @ wk.T + bk                                                     # [R, t, dk]
+        k = rnd(m @ wk.T + bk)                                                # [R, t, dk]
         if isinstance(dwk, tuple):
             k = k + torch.bmm(m, dwk[1][:, :, None]) * dwk[0][:, None, :]
         elif dwk is not None:
@@ -252,8 +257,8 @@ class PerturbedTransformer:
             k = k + dbk[:, None, :]
         k0, dk0 = get("null_key")
         k0 = k0 if dk0 is None else k0 + dk0                                  # [dk] or [R, dk]
-        s = torch.bmm(k, q[:, :, None])[:, :, 0]                              # [R, t]
-        s0 = (q * k0).sum(-1)                                                 # [R]
+        s = rnd(torch.bmm(k, q[:, :, None])[:, :, 0])                         # [R, t]
+        s0 = rnd((q * k0).sum(-1))                                            # [R]
         if op.mode == "hardmax":
             top = torch.maximum(s.amax(1), s0)
             win = (s == top[:, None]).to(s.dtype)
@@ -273,7 +278,7 @@ class PerturbedTransformer:
             soft = torch.softmax(op.beta * torch.cat([s0[:, None], s], 1), 1)
             a0, a = soft[:, 0], soft[:, 1:]
             share = a.sum(1, keepdim=True)
-        mix = torch.bmm(a[:, None, :], m)[:, 0]                               # Σ_j a_j m_j
+        mix = rnd(torch.bmm(a[:, None, :], m)[:, 0])                          # Σ_j a_j m_j
         wv, dwv = get("wv")
         bv, dbv = get("bv")
         v0, dv0 = get("null_value")
