@@ -39,13 +39,16 @@ class Trained:
 
 
 def certified(compiled, model) -> object:
-    """The certified margin of ``model``'s weights, or ``"n/a: <reason>"``."""
+    """The certified margin of ``model``'s weights; ``"not certified: wrong on k of n
+    inputs"`` when the net is wrong somewhere (the certificate's precondition); or
+    ``"n/a: <reason>"`` where no certificate applies (softmax attention, a padded net)."""
     if model is None:
         return "n/a: a padded net is not the construction's shape"
     try:
-        return float(compiled.spec.analysis("certified_margin")(model)["radius"])
+        cert = compiled.spec.analysis("certified_margin")(model)
     except Tm2nnError as e:
         return f"n/a: {e.message}"
+    return float(cert["radius"]) if cert.get("certified", True) else cert["message"]
 
 
 #: Lemma 2.3's n per construction (backend, source hash, build): the bench and the tests train one
