@@ -71,6 +71,25 @@ def precision_row(name: str, T: int, max_p: int = 16) -> dict:
     }
 
 
+def ties_row(name: str, T: int, p: int) -> dict:
+    """Why a ``p`` above p_min can fail: the hard-max ties of the ``p``-bit run that the
+    float64 run does not have (scores that rounding made equal; ties are averaged)."""
+    import torch
+
+    import tm2nn
+    from tm2nn.backends.transformer.precision import exact_at, ties_at
+
+    torch.set_num_threads(1)
+    path, text = MACHINES[name]
+    comp = tm2nn.compile(str(path), backend="transformer", steps=T)
+    new = sorted(ties_at(comp, [text], p) - ties_at(comp, [text], None), key=lambda kv: (kv[1], kv[0]))
+    first = exact_at(comp, [text], p)[0]
+    return {"machine": name, "T": T, "p": p, "exact": first is None,
+            "first_failure": None if first is None else {"step": first[0], "field": first[1]},
+            "new_ties": [f"{k}@{s}" for k, s in new[:12]], "n_new_ties": len(new),
+            "command": f"python bench/learning_precision.py --ties {name} {T} {p}"}
+
+
 def quick() -> list[dict]:
     return [precision_row("bb3", T) for T in QUICK_T]
 
@@ -104,6 +123,10 @@ if _host is not None and hasattr(_host, "register") and hasattr(_host, "SECTIONS
 
 def main(argv: list[str]) -> int:
     args = list(argv)
+    if "--ties" in args:
+        i = args.index("--ties")
+        print(json.dumps(ties_row(args[i + 1], int(args[i + 2]), int(args[i + 3]))))
+        return 0
     if "--machine" in args:
         name, T = args[args.index("--machine") + 1], int(args[args.index("--t") + 1])
         rows = [precision_row(name, T)]

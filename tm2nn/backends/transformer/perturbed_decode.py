@@ -122,6 +122,7 @@ class PerturbedTransformer:
                        for b, ts in self.np_blocks.items()}
         self.shapes = {b: {k: tuple(v.shape) for k, v in ts.items()} for b, ts in self.np_blocks.items()}
         self.steps = int(self.dec.steps)
+        self.ties: list | None = None  # a list: record (attention, step, winners) of every hard-max tie
         self.enc_pos = torch.as_tensor(np.asarray(self.embed.positions, dtype=np.float64), dtype=self.dtype,
                                        device=self.device)
         self.dec_pos = torch.as_tensor(np.asarray(self.dec.positions, dtype=np.float64), dtype=self.dtype,
@@ -265,6 +266,8 @@ class PerturbedTransformer:
             w0 = (s0 == top).to(s.dtype)
             n_items = win.sum(1)
             inv = 1.0 / (n_items + w0)
+            if self.ties is not None:  # a diagnostic (bench/learning_precision.py --ties)
+                self.ties += [(key, step, int(c)) for c in (n_items + w0).tolist() if c > 1]
             # as the emitter: weights win·(1/n); the items' total share Σ_j 1/n is 1 exactly
             # unless the null ties with them (n·(1/n) is not always 1 in floating point)
             share = torch.where(w0 > 0, n_items * inv, (n_items > 0).to(s.dtype))[:, None]

@@ -34,10 +34,8 @@ def round_mantissa(x, p: int):
     if isinstance(x, np.ndarray) or np.isscalar(x):
         m, e = np.frexp(np.asarray(x, dtype=np.float64))
         return np.ldexp(np.round(m * 2.0 ** (p + 1)) / 2.0 ** (p + 1), e)
-    import torch
-
-    m, e = torch.frexp(x)
-    return torch.ldexp(torch.round(m * 2.0 ** (p + 1)) / 2.0 ** (p + 1), e)
+    m, e = x.frexp()  # a torch tensor: its own methods, so this module does not load torch
+    return ((m * 2.0 ** (p + 1)).round() / 2.0 ** (p + 1)).ldexp(e)
 
 
 def _round_op(op, p: int):
@@ -63,16 +61,27 @@ def with_rounded_weights(compiled, p: int):
     return dataclasses.replace(compiled, net=dataclasses.replace(net, nodes=nodes))
 
 
+def ties_at(compiled, texts: list[str], p: int | None) -> set:
+    """The ``(attention, step)`` pairs where the ``p``-bit forward pass (None: float64 as
+    built) had a hard-max tie (several winners, averaged).  The construction ties on
+    purpose in places (Lemma C.4 averages); a tie that appears only at some ``p`` is two
+    scores that rounding made equal."""
+    model = compiled if p is None else with_rounded_weights(compiled, p)
+    P = PerturbedTransformer(model)
+    P.ties = []
+    with P.torch.no_grad():
+        P.run(encode(model, texts), rounding=None if p is None else (lambda t: round_mantissa(t, p)))
+    return {(key, step) for key, step, _ in P.ties}
+
+
 def exact_at(compiled, texts: list[str], p: int | None) -> list:
     """Per input: None when every decoded step of the ``p``-bit forward pass (weights and
     activations rounded; None: float64 as built) equals the interpreter's, else the first
     divergence ``(step, field, expected, got)``."""
-    import torch
-
     model = compiled if p is None else with_rounded_weights(compiled, p)
     P = PerturbedTransformer(model)
     rnd = None if p is None else (lambda t: round_mantissa(t, p))
-    with torch.no_grad():
+    with P.torch.no_grad():
         taps = P.run(encode(model, texts), rounding=rnd).numpy()
     checker = TraceChecker(compiled)
     return checker.compare(taps, texts, checker.prepare(texts))[0]
