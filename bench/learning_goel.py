@@ -24,7 +24,7 @@ next to Theorem 1's ``|U_s|^{−k}`` and Corollary 2's ``1 − (1 − p)^R`` for
 
 Run alone: ``python bench/learning_goel.py [--full]`` (quick: 5 fractions × 4 restarts,
 about a minute; full: 11 fractions × 20 restarts).  ``quick()`` and ``full()`` return the
-rows (printed one JSON object a line); ``--write`` also writes ``docs/learning/c_goel.md``;
+rows (printed one JSON object a line); ``--write`` also rewrites section c of ``docs/learning.md``;
 ``--from FILE`` re-renders the rows a run printed into FILE instead of running.
 """
 
@@ -36,6 +36,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+from tm2nn.fileio import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNER, TRAIN, VALID = "examples/learner_match.tm", "examples/learner_match.csv", "examples/learner_match_valid.csv"
@@ -118,7 +120,7 @@ def _p(log10: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The markdown table of ``rows`` (docs/learning/c_goel.md)."""
+    """The markdown table of ``rows`` (docs/learning.md, section c)."""
     out = ["| k drawn | `--random-fraction` | restarts succeeded | Theorem 1: P(draw = planted) = \\|U_s\\|^−k | "
            "Corollary 2: P(some restart planted) | selection | entries changed (mean) | finite outputs | "
            "validation errors | seed | time (per draw) | load |",
@@ -134,10 +136,10 @@ def table(rows: list[dict]) -> str:
 
 
 def write_doc(rows: list[dict], path: Path, mode: str) -> None:
-    from tm2nn.fileio import write_atomic
-
+    """Replace section c of ``path`` (docs/learning.md: from its "## c." heading to the next
+    "## " heading) with the table and what it shows."""
     cmd = rows[0]["command"].rsplit(" --random-fraction", 1)[0]
-    text = f"""# c. Goel's odds, observed
+    text = f"""## c. Goel's odds, observed
 
 `bench/learning_goel.py {'--full ' if mode == 'full' else ''}--write`, {time.strftime('%Y-%m-%d')}, {platform.node() or 'this machine'}
 ({os.cpu_count()} cores, torch on {rows[0]['threads']} thread(s), float64; the 1-minute load average is in each
@@ -159,8 +161,10 @@ matter on the inputs met, not that the draw found the planted values. {_unmeasur
 was run (the draw is at the planted support, docs/rcnn_algorithm1.md), and only SGD on the memory
 layer (Algorithm 1), not on the filter.
 """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text)
+    old = path.read_text()
+    start = old.index("## c. ")
+    end = old.find("\n## ", start + 1)
+    write_atomic(path, old[:start] + text + ("" if end < 0 else old[end + 1:]))
 
 
 def _observed(rows: list[dict]) -> str:
@@ -219,4 +223,4 @@ if __name__ == "__main__":
     for row in result:
         print(json.dumps(row))
     if "--write" in sys.argv:
-        write_doc(result, ROOT / "docs" / "learning" / "c_goel.md", mode)
+        write_doc(result, ROOT / "docs" / "learning.md", mode)
