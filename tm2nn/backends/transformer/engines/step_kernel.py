@@ -1,0 +1,183 @@
+"""The program engine's kernel (numba): decoder steps of a :class:`.step_program.StepProgram`.
+
+A step is ``x = o_{i-1} + β(i)`` into the input registers (each coordinate checked to be
+0 or 1: the value sets of the program assume it), then the instructions in order:
+
+* ``I_ROWS a b``: rows ``a .. b-1``, ``reg[dst] = act(bias + Σ w·reg[col])``, exact integers
+  in float64 (every sum below 2^40, checked when the program was built);
+* ``I_INSERT t``: this step's source vector into index ``ins_index[t]``: its key coordinates
+  as bits (each register 0 or ``s``, else refused), its value coordinates as 0/1;
+* ``I_ATTN t``: the lookup (:func:`.hardmax_index.index_query` with ``u`` and the null's
+  margin θ from registers) and its Δ registers: the null's value when no item reaches θ,
+  ``b_v + W_v x_{j*}`` when items win (the index engine's attention table, the net's
+  weights).  A tie with the null (the output would mix both) and several winners averaged
+  into a value are refused at the step they happen: the index engine runs those.
+
+then ``o`` (kept scaled for the next step) and the tap, ``int8``, checked to be -1, 0 or 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tm2nn.backends.transformer.engines.decode_kernel import (
+    A_BV,
+    A_DOP,
+    A_FLAGS,
+    A_INDEX,
+    A_NROWS,
+    A_NULLV,
+    A_WV_PTR,
+    A_WV_SLOT,
+    A_WV_VALS,
+    ERR_FULL,
+    ERR_HISTORY,
+    ERR_TAP,
+    FLAG_V,
+)
+from tm2nn.backends.transformer.engines.hardmax_index import IM_D, IM_NV, index_insert, index_query
+from tm2nn.backends.transformer.engines.step_program import I_ATTN, I_INSERT, I_ROWS
+
+#: error codes past the index engine's: an input coordinate not 0/1, a tie with the null, several winners read
+ERR_INPUT, ERR_TIE, ERR_MULTI = 5, 6, 7
+#: ``geo`` columns
+G_SCALE, G_W, G_POS_KIND, G_POS_OFFSET, G_POS_BITS, G_TAP_W = range(6)
+
+_0, _1, _63 = np.uint64(0), np.uint64(1), np.uint64(63)
+
+
+@njit(cache=True, inline="always")
+def _rows(a, b, ptr, col, w, bias, relu, dst, regs):
+    for r in range(a, b):
+        y = bias[r]
+        for e in range(ptr[r], ptr[r + _1]):
+            y += w[e] * regs[col[e]]
+        if relu[r] and y < 0.0:
+            y = 0.0
+        regs[dst[r]] = y
+
+
+@njit(cache=True, inline="always")
+def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+            nrep, regs, vbits, err_i, err_f):
+    k = ins_index[t]
+    key = _0
+    for p in range(imeta[k, IM_D]):
+        x = regs[ins_key[t, p]]
+        if x == s:
+            key |= _1 << (_63 - np.uint64(p))
+        elif x != 0.0:
+            err_i[0], err_i[3] = ERR_HISTORY, p
+            err_f[0] = x / s
+            return ERR_HISTORY
+    for v in range(imeta[k, IM_NV]):
+        x = regs[ins_val[t, v]]
+        if x == s:
+            vbits[v] = 1
+        elif x == 0.0:
+            vbits[v] = 0
+        else:
+            err_i[0], err_i[3] = ERR_HISTORY, v
+            err_f[0] = x / s
+            return ERR_HISTORY
+    if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep):
+        err_i[0] = ERR_FULL
+        return ERR_FULL
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _attend(t, a_meta, a_u, a_thr, a_delta, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit,
+            nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, err_i, err_f):
+    am = a_meta[t]
+    k, dop = ameta[am, A_INDEX], ameta[am, A_DOP]
+    for p in range(dop):
+        u[p] = regs[a_u[t, p]]
+    thr = regs[a_thr[t]]
+    top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                             nrep, suf, st_node, st_s, st_d, vs_out)
+    live = count > 0
+    if live and top == thr:
+        err_i[0], err_i[2] = ERR_TIE, t
+        err_f[0] = top / s
+        return ERR_TIE
+    has_v = (ameta[am, A_FLAGS] & FLAG_V) != _0
+    if live and has_v and count != 1:
+        err_i[0], err_i[2] = ERR_MULTI, t
+        err_f[0] = count
+        return ERR_MULTI
+    ptr, slot, vals = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS]
+    bv, nullv = ameta[am, A_BV], ameta[am, A_NULLV]
+    for j in range(ameta[am, A_NROWS]):
+        if live:
+            d = fdata[bv + j]
+            for e in range(idata[ptr + j], idata[ptr + j + _1]):
+                d += fdata[vals + e] * vs_out[idata[slot + e]]
+        else:
+            d = fdata[nullv + j]
+        regs[a_delta[t, j]] = s * d
+    return 0
+
+
+@njit(cache=True)
+def run_steps(instr, ptr, col, w, bias, relu, dst, a_meta, a_u, a_thr, a_delta, ins_index, ins_key, ins_val, o_reg,
+              tap_reg, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
+              regs, obuf, u, suf, st_node, st_s, st_d, vs_out, vbits, geo, pos_cols, pos_table, first, n, taps, err_i,
+              err_f):
+    """Decoder steps ``first .. first + n - 1`` (module doc); ``obuf`` holds ``s·o_{first-1}``
+    and is left holding ``s·o`` of the last step run.  Returns ``(steps run, 0 or an error
+    code)``."""
+    s = float(geo[G_SCALE])
+    width, pos_kind, pos_offset, pos_bits, tap_w = geo[G_W], geo[G_POS_KIND], geo[G_POS_OFFSET], geo[G_POS_BITS], \
+        geo[G_TAP_W]
+    for j in range(n):
+        i = first + np.uint64(j)
+        for c in range(width):
+            regs[c + _1] = obuf[c]
+        if pos_kind == _1:
+            m = i - _1 + pos_offset
+            for b in range(pos_bits):
+                if (m >> (pos_bits - _1 - b)) & _1:
+                    regs[pos_cols[b] + _1] += s
+        else:
+            for c in range(width):
+                regs[c + _1] += s * pos_table[i - _1, c]
+        for c in range(width):
+            x = regs[c + _1]
+            if x != 0.0 and x != s:
+                err_i[0], err_i[1], err_i[3] = ERR_INPUT, i, c
+                err_f[0] = x / s
+                return j, ERR_INPUT
+        for t in range(instr.shape[0]):
+            kind, a = instr[t, 0], instr[t, 1]
+            if kind == I_ROWS:
+                _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs)
+            elif kind == I_ATTN:
+                status = _attend(a, a_meta, a_u, a_thr, a_delta, s, ameta, fdata, idata, imeta, istate, leaf_key,
+                                 leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d,
+                                 vs_out, err_i, err_f)
+                if status:
+                    err_i[1] = i
+                    return j, status
+            elif kind == I_INSERT:
+                status = _insert(a, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit,
+                                 nc0, nc1, ncnt, nvs, nrep, regs, vbits, err_i, err_f)
+                if status:
+                    err_i[1], err_i[2] = i, a
+                    return j, status
+        for c in range(width):
+            obuf[c] = regs[o_reg[c]]
+        for c in range(tap_w):
+            x = regs[tap_reg[c]]
+            if x == s:
+                taps[i, c] = 1
+            elif x == 0.0:
+                taps[i, c] = 0
+            elif x == -s:
+                taps[i, c] = -1
+            else:
+                err_i[0], err_i[1], err_i[3] = ERR_TAP, i, c
+                err_f[0] = x / s
+                return j, ERR_TAP
+    return n, 0
