@@ -80,7 +80,10 @@ class Analysis:
     ``k_made`` the value it was made as (-1: not yet), and ``k_row`` the (layer, row) of
     the net that makes it."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_rows: bool = False) -> None:
+        #: ``shared_rows``: a row with the same terms and bias as a row already run (the
+        #: same made values, so the same integer) is that row's value, not run again
+        self.seen: dict | None = {} if shared_rows else None
         mv = (MAX_VALUES,)
         self.v_vals, self.v_len, self.v_bound, self.v_key = Column(mv), Column(), Column(), Column()
         self.k_origin, self.k_table, self.k_abs, self.k_made = Column(), Column(mv), Column(), Column()
@@ -149,11 +152,18 @@ class Analysis:
         return int(made[k])
 
     def run_row(self, ins: list[int], ws: list[int], b: int, relu: bool, vals, bound: int) -> int:
-        """A row of the program, writing a new value."""
+        """A row of the program, writing a new value (or, with ``shared_rows``, the value
+        of the same row run before: integer sums do not depend on the order of the terms)."""
+        if self.seen is not None:
+            ident = (tuple(sorted(zip(ins, ws))), b, relu)
+            if ident in self.seen:
+                return self.seen[ident]
         bounds = self.v_bound.a
         self.max_sum = max(self.max_sum, abs(b) + sum(abs(w) * int(bounds[i]) for i, w in zip(ins, ws)))
         v = self.new_value(vals, bound)
         self.rows.append((v, ins, ws, b, relu))
+        if self.seen is not None:
+            self.seen[ident] = v
         return v
 
     def value_set(self, ins: list[int], ws: list[int], b: int, relu: bool) -> tuple[np.ndarray | None, int]:

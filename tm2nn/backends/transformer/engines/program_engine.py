@@ -19,6 +19,7 @@ import numpy as np
 
 from tm2nn.backends.transformer.engines import step_kernel as SK
 from tm2nn.backends.transformer.engines.decode_kernel import ERR_FULL, ERR_HISTORY, ERR_TAP
+from tm2nn.backends.transformer.engines.hardmax_index import FINGER_DEPTH
 from tm2nn.backends.transformer.engines.index_engine import IndexEngine, Run
 from tm2nn.backends.transformer.engines.step_program import FALLBACK, build_step_program
 from tm2nn.engines import EngineRefused
@@ -55,6 +56,9 @@ class ProgramEngine(IndexEngine):
                                 f"1/{self.sp.scale}: run this model with {FALLBACK}")
         st.obuf = o0.copy()
         st.regs = np.zeros(self.sp.n_regs, dtype=np.float64)
+        st.a_state = np.zeros((len(self.sp.attn_names), 8))  # the kernel's checkpoints (step_kernel._attend)
+        st.a_pat = np.zeros((len(self.sp.attn_names), 2), dtype=np.uint64)
+        st.fpath = np.zeros((len(self.prog.indexes), FINGER_DEPTH), dtype=np.uint64)
         return st, tap0
 
     def advance(self, st, first: int, n: int, taps: np.ndarray, probes=None, dumps=None) -> None:
@@ -63,10 +67,10 @@ class ProgramEngine(IndexEngine):
             raise EngineRefused("the program engine keeps no workspace or attention probe: use --engine index")
         sp, p = self.sp, self.prog
         q, u, suf, st_node, st_s, st_d, vs_out, vbits = st.scratch
-        _done, status = SK.run_steps(sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, sp.a_meta, sp.a_u,
-                                     sp.a_thr, sp.a_delta, sp.ins_index, sp.ins_key, sp.ins_val, sp.o_reg, sp.tap_reg,
+        _done, status = SK.run_steps(sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, sp.a_regs,
+                                     st.a_state, st.a_pat, sp.ins_index, sp.ins_key, sp.ins_val, sp.o_reg, sp.tap_reg,
                                      p.ameta, p.fdata, p.idata, st.imeta, st.istate, *st.pools, st.regs, st.obuf, u,
-                                     suf, st_node, st_s, st_d, vs_out, vbits, self.pgeo, p.pos_cols, p.pos_table,
+                                     suf, st_node, st_s, st_d, vs_out, vbits, st.fpath, self.pgeo, p.pos_cols, p.pos_table,
                                      np.uint64(first), np.uint64(n), taps, st.err_i, st.err_f)
         if status:
             self._refuse(status, st)

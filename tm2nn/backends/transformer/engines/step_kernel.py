@@ -36,15 +36,33 @@ from tm2nn.backends.transformer.engines.decode_kernel import (
     ERR_TAP,
     FLAG_V,
 )
-from tm2nn.backends.transformer.engines.hardmax_index import IM_D, IM_NV, index_insert, index_query
-from tm2nn.backends.transformer.engines.step_program import I_ATTN, I_INSERT, I_ROWS
+from tm2nn.backends.transformer.engines.hardmax_index import (
+    IM_D,
+    IM_NV,
+    index_insert,
+    index_prefix,
+    index_query,
+)
+from tm2nn.backends.transformer.engines.step_program import (
+    AI_BASE,
+    AI_CHECK,
+    AI_DELTA,
+    AI_FROM,
+    AI_META,
+    AI_THR,
+    AI_U,
+    I_ATTN,
+    I_INSERT,
+    I_ROWS,
+    NO_BASE,
+)
 
 #: error codes past the index engine's: an input coordinate not 0/1, a tie with the null, several winners read
 ERR_INPUT, ERR_TIE, ERR_MULTI = 5, 6, 7
 #: ``geo`` columns
 G_SCALE, G_W, G_POS_KIND, G_POS_OFFSET, G_POS_BITS, G_TAP_W = range(6)
 
-_0, _1, _63 = np.uint64(0), np.uint64(1), np.uint64(63)
+_0, _1, _2, _4, _63 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(4), np.uint64(63)
 
 
 @njit(cache=True, inline="always")
@@ -60,7 +78,7 @@ def _rows(a, b, ptr, col, w, bias, relu, dst, regs):
 
 @njit(cache=True, inline="always")
 def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-            nrep, regs, vbits, err_i, err_f):
+            nrep, regs, vbits, fpath, err_i, err_f):
     k = ins_index[t]
     key = _0
     for p in range(imeta[k, IM_D]):
@@ -84,19 +102,55 @@ def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt
     if index_insert(imeta, istate, k, key, vbits, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep):
         err_i[0] = ERR_FULL
         return ERR_FULL
+    fpath[k, 0] = _0  # the finger's walk is stale
     return 0
 
 
 @njit(cache=True, inline="always")
-def _attend(t, a_meta, a_u, a_thr, a_delta, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit,
-            nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, err_i, err_f):
-    am = a_meta[t]
+def _attend(t, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0,
+            nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, fpath, err_i, err_f):
+    am = a_regs[t, AI_META]
     k, dop = ameta[am, A_INDEX], ameta[am, A_DOP]
-    for p in range(dop):
-        u[p] = regs[a_u[t, p]]
-    thr = regs[a_thr[t]]
-    top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-                             nrep, suf, st_node, st_s, st_d, vs_out)
+    thr = regs[a_regs[t, AI_THR]]
+    # every key bit scores (u_p != 0) and θ lies above every score but the top one: only
+    # keys with the top pattern (bit p = [u_p > 0]) can reach it, a prefix lookup.  The
+    # pattern, Σ max(u_p, 0), the least |u_p| and whether some u_p is 0 extend those of
+    # the base attention at a checkpoint (step_program._base: the same registers there);
+    # a_state[t] keeps them after the last position (0..3) and before it (4..7)
+    b = a_regs[t, AI_BASE]
+    first = _0
+    umax, gap, zero, pat = 0.0, np.inf, 0.0, _0
+    if b != NO_BASE:
+        first = a_regs[t, AI_FROM]
+        c = _4 * a_regs[t, AI_CHECK]
+        umax, gap, zero, pat = a_state[b, c], a_state[b, c + _1], a_state[b, c + _2], a_pat[b, a_regs[t, AI_CHECK]]
+    for p in range(first, dop):
+        if p + _1 == dop:
+            a_state[t, 4], a_state[t, 5], a_state[t, 6], a_pat[t, 1] = umax, gap, zero, pat
+        up = regs[a_regs[t, AI_U + p]]
+        if up > 0.0:
+            umax += up
+            pat |= _1 << (_63 - np.uint64(p))
+            gap = up if up < gap else gap
+        elif up < 0.0:
+            gap = -up if -up < gap else gap
+        else:
+            zero = 1.0
+    a_state[t, 0], a_state[t, 1], a_state[t, 2], a_pat[t, 0] = umax, gap, zero, pat
+    if zero == 0.0 and thr > umax - gap:
+        top = umax
+        count = 0
+        if thr <= umax:
+            count = index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                                 nrep, fpath, vs_out)
+        if count == 0:
+            for v in range(imeta[k, IM_NV]):
+                vs_out[v] = 0
+    else:
+        for p in range(dop):
+            u[p] = regs[a_regs[t, AI_U + p]]
+        top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
+                                 nvs, nrep, suf, st_node, st_s, st_d, vs_out)
     live = count > 0
     if live and top == thr:
         err_i[0], err_i[2] = ERR_TIE, t
@@ -116,14 +170,14 @@ def _attend(t, a_meta, a_u, a_thr, a_delta, s, ameta, fdata, idata, imeta, istat
                 d += fdata[vals + e] * vs_out[idata[slot + e]]
         else:
             d = fdata[nullv + j]
-        regs[a_delta[t, j]] = s * d
+        regs[a_regs[t, AI_DELTA + j]] = s * d
     return 0
 
 
 @njit(cache=True)
-def run_steps(instr, ptr, col, w, bias, relu, dst, a_meta, a_u, a_thr, a_delta, ins_index, ins_key, ins_val, o_reg,
+def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_index, ins_key, ins_val, o_reg,
               tap_reg, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
-              regs, obuf, u, suf, st_node, st_s, st_d, vs_out, vbits, geo, pos_cols, pos_table, first, n, taps, err_i,
+              regs, obuf, u, suf, st_node, st_s, st_d, vs_out, vbits, fpath, geo, pos_cols, pos_table, first, n, taps, err_i,
               err_f):
     """Decoder steps ``first .. first + n - 1`` (module doc); ``obuf`` holds ``s·o_{first-1}``
     and is left holding ``s·o`` of the last step run.  Returns ``(steps run, 0 or an error
@@ -154,15 +208,15 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_meta, a_u, a_thr, a_delta, 
             if kind == I_ROWS:
                 _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs)
             elif kind == I_ATTN:
-                status = _attend(a, a_meta, a_u, a_thr, a_delta, s, ameta, fdata, idata, imeta, istate, leaf_key,
+                status = _attend(a, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key,
                                  leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d,
-                                 vs_out, err_i, err_f)
+                                 vs_out, fpath, err_i, err_f)
                 if status:
                     err_i[1] = i
                     return j, status
             elif kind == I_INSERT:
                 status = _insert(a, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit,
-                                 nc0, nc1, ncnt, nvs, nrep, regs, vbits, err_i, err_f)
+                                 nc0, nc1, ncnt, nvs, nrep, regs, vbits, fpath, err_i, err_f)
                 if status:
                     err_i[1], err_i[2] = i, a
                     return j, status

@@ -50,6 +50,12 @@ from tm2nn.nets.matrix import SparseMatrix
 SUM_LIMIT = 2 ** 40
 #: instruction kinds: run rows [a, b); attention a; insert into index a
 I_ROWS, I_ATTN, I_INSERT = 0, 1, 2
+#: ``a_regs`` columns: the index engine's ameta row, θ's register, the base attention (or
+#: NO_BASE), the positions it gives, which of its two checkpoints (0: after its last
+#: position, 1: before it); then the registers of u_p from AI_U, of Δ from AI_DELTA
+AI_META, AI_THR, AI_BASE, AI_FROM, AI_CHECK, AI_U = range(6)
+AI_DELTA = AI_U + 64
+NO_BASE = 2 ** 32
 FALLBACK = "the index engine (--engine index) or torch"
 
 
@@ -67,10 +73,7 @@ class StepProgram:
     bias: np.ndarray
     relu: np.ndarray
     dst: np.ndarray
-    a_meta: np.ndarray       # [n_attn] the index engine's ameta row of each attention
-    a_u: np.ndarray          # [n_attn, 64] registers of u_p
-    a_thr: np.ndarray        # [n_attn] register of θ
-    a_delta: np.ndarray      # [n_attn, max rows] registers of Δ (the op's value rows, in order)
+    a_regs: np.ndarray       # [n_attn, AI_DELTA + max rows] (AI_* above; Δ: the op's value rows, in order)
     ins_index: np.ndarray    # [n_ins] index k
     ins_key: np.ndarray      # [n_ins, 64] registers of the key coordinates
     ins_val: np.ndarray      # [n_ins, max] registers of the value coordinates
@@ -161,7 +164,7 @@ def build_step_program(net: Net, base: DecodeProgram) -> StepProgram:
         elif not isinstance(op, (ReLU, Slice, Concat)):
             raise EngineRefused(f"the program engine does not run {op.kind} ops ({op.name!r}); run it with {FALLBACK}")
     s = scale_of(lays, FALLBACK)
-    an = Analysis()
+    an = Analysis(shared_rows=True)
     an.new_value(np.zeros(1, np.int64), 0)  # CONST
     x = body.inputs[0]
     w = len(x.space)
@@ -226,6 +229,26 @@ def build_step_program(net: Net, base: DecodeProgram) -> StepProgram:
     return _layout(an, ops, o_vals, tap_vals, s, base, net_rows)
 
 
+def _base(base: DecodeProgram, op: tuple, done: np.ndarray) -> tuple[int, int, int]:
+    """An earlier attention of the step on the same index whose ``u`` registers over its
+    positions, or over all but its last, are a prefix of this one's (the longest such):
+    its pattern, ``Σ max(u_p, 0)`` and least ``|u_p|`` there (kept by the kernel at those
+    two checkpoints) are this query's over those positions too, since a register is
+    written once per step.  Claim C.5's layer j shares all but the bit it tests with layer
+    j - 1, and the location bits with Claim C.4.  ``(NO_BASE, 0, 0)`` when there is none."""
+    k = int(base.ameta[op[2], K.A_INDEX])
+    best = (NO_BASE, 0, 0)
+    for t in range(done.shape[0]):
+        m = int(done[t, AI_META])
+        if int(base.ameta[m, K.A_INDEX]) != k:
+            continue
+        n = int(base.ameta[m, K.A_DOP])
+        for check, length in ((0, n), (1, n - 1)):
+            if best[1] < length < len(op[3]) and list(done[t, AI_U:AI_U + length]) == list(op[3][:length]):
+                best = (t, length, check)
+    return best
+
+
 def _layout(an: Analysis, ops: list[tuple], o_vals: list[int], tap_vals: list[int], s: int, base: DecodeProgram,
             net_rows: int) -> StepProgram:
     """The rows the outputs, queries and inserts depend on, in order, interleaved with the
@@ -248,10 +271,7 @@ def _layout(an: Analysis, ops: list[tuple], o_vals: list[int], tap_vals: list[in
     ptr, col, wt, bias, relu, dst = [0], [], [], [], [], []
     instr: list[list[int]] = []
     n_attn = len(base.attn_names)
-    a_meta = np.zeros(n_attn, dtype=np.int64)
-    a_u = np.zeros((n_attn, 64), dtype=np.int64)
-    a_thr = np.zeros(n_attn, dtype=np.int64)
-    a_delta = np.zeros((n_attn, max([1, *(len(op[5]) for op in ops if op[1] == I_ATTN)])), dtype=np.int64)
+    a_regs = np.zeros((n_attn, AI_DELTA + max([1, *(len(op[5]) for op in ops if op[1] == I_ATTN)])), dtype=np.int64)
     ins_index, ins_key, ins_val = [], [], []
     n_v = max([1, *(len(op[4]) for op in ops if op[1] == I_INSERT)])
     attn_names = []
@@ -277,10 +297,10 @@ def _layout(an: Analysis, ops: list[tuple], o_vals: list[int], tap_vals: list[in
         flush_rows(op[0])
         if op[1] == I_ATTN:
             t = len(attn_names)
-            a_meta[t] = op[2]
-            a_u[t, :len(op[3])] = op[3]
-            a_thr[t] = op[4]
-            a_delta[t, :len(op[5])] = op[5]
+            a_regs[t, AI_META], a_regs[t, AI_THR] = op[2], op[4]
+            a_regs[t, AI_BASE], a_regs[t, AI_FROM], a_regs[t, AI_CHECK] = _base(base, op, a_regs[:t])
+            a_regs[t, AI_U:AI_U + len(op[3])] = op[3]
+            a_regs[t, AI_DELTA:AI_DELTA + len(op[5])] = op[5]
             attn_names.append(base.attn_names[op[2]])
             instr.append([I_ATTN, t, 0])
         else:
@@ -298,8 +318,7 @@ def _layout(an: Analysis, ops: list[tuple], o_vals: list[int], tap_vals: list[in
     return StepProgram(
         s, int(an.v_vals.n), np.asarray(instr, dtype=u).reshape(-1, 3), np.asarray(ptr, dtype=u),
         np.asarray(col, dtype=u), np.asarray(wt, dtype=np.float64), np.asarray(bias, dtype=np.float64),
-        np.asarray(relu, dtype=np.bool_), np.asarray(dst, dtype=u), a_meta[:n_t].astype(u), a_u[:n_t].astype(u),
-        a_thr[:n_t].astype(u), a_delta[:n_t].astype(u), np.asarray(ins_index, dtype=u),
+        np.asarray(relu, dtype=np.bool_), np.asarray(dst, dtype=u), a_regs[:n_t].astype(u), np.asarray(ins_index, dtype=u),
         np.asarray(ins_key, dtype=u).reshape(-1, 64), np.asarray(ins_val, dtype=u).reshape(-1, n_v),
         np.asarray(o_vals, dtype=u), np.asarray(tap_vals, dtype=u), net_rows, len(bias), attn_names)
 
