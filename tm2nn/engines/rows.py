@@ -73,18 +73,20 @@ class Analysis:
     """The integer program's builder (module doc).
 
     *Values* are what the program makes (an input, or a row it runs): ``v_vals`` their
-    possible values, sorted (padded with 0 to :data:`MAX_VALUES`; ``v_len`` 0 when there
+    possible values, sorted (padded with 0 to ``max_values``; ``v_len`` 0 when there
     are more), ``v_bound`` their largest magnitude, ``v_key`` the key that is the value
     itself.  *Keys* describe units: ``k_origin`` the value a unit is a function of,
     ``k_table`` its values over the origin's (``k_abs`` their largest magnitude),
     ``k_made`` the value it was made as (-1: not yet), and ``k_row`` the (layer, row) of
     the net that makes it."""
 
-    def __init__(self, shared_rows: bool = False) -> None:
+    def __init__(self, shared_rows: bool = False, max_values: int = MAX_VALUES) -> None:
         #: ``shared_rows``: a row with the same terms and bias as a row already run (the
         #: same made values, so the same integer) is that row's value, not run again
         self.seen: dict | None = {} if shared_rows else None
-        mv = (MAX_VALUES,)
+        #: the most values a value set lists (beyond: only a bound is kept)
+        self.max_values = max_values
+        mv = (max_values,)
         self.v_vals, self.v_len, self.v_bound, self.v_key = Column(mv), Column(), Column(), Column()
         self.k_origin, self.k_table, self.k_abs, self.k_made = Column(), Column(mv), Column(), Column()
         self.k_row: list[tuple[int, int]] = []
@@ -96,7 +98,7 @@ class Analysis:
     def new_value(self, vals: np.ndarray | None, bound: int) -> int:
         """A made value (``vals`` None: too many to list) and its key; returns the value."""
         v = self.v_vals.n
-        row = np.zeros(MAX_VALUES, dtype=np.int64)
+        row = np.zeros(self.max_values, dtype=np.int64)
         n = 0 if vals is None else vals.size
         row[:n] = vals if vals is not None else 0
         self.v_vals.add(row[None])
@@ -168,7 +170,7 @@ class Analysis:
 
     def value_set(self, ins: list[int], ws: list[int], b: int, relu: bool) -> tuple[np.ndarray | None, int]:
         """The values ``act(b + Σ w_k u_k)`` can take, ``u_k`` over the values of key
-        ``ins[k]`` (None past :data:`MAX_VALUES`), and a bound on their magnitude."""
+        ``ins[k]`` (None past ``max_values``), and a bound on their magnitude."""
         acc: set[int] | None = {b}  # Python sets: these are a few small integers
         lo = hi = b
         for k, w in zip(ins, ws):
@@ -182,7 +184,7 @@ class Analysis:
                 acc = None
         if acc is not None:
             vals = np.array(sorted({max(a, 0) for a in acc} if relu else acc), dtype=np.int64)
-            return (vals if vals.size <= MAX_VALUES else None), int(np.abs(vals).max())
+            return (vals if vals.size <= self.max_values else None), int(np.abs(vals).max())
         if relu:
             lo, hi = max(lo, 0), max(hi, 0)
         return None, int(max(abs(lo), abs(hi)))
@@ -212,13 +214,13 @@ def layer_keys(an: Analysis, lay: Layer, keys: np.ndarray, s: int) -> np.ndarray
         # every sum of every row: |b| + Σ |w| max|u|, for the register type
         sums = np.abs(b[full]) + np.add.reduceat(np.abs(w) * an.k_abs.a[ek], starts)
         an.max_sum = max(an.max_sum, int(sums.max()))
-    z = np.zeros((n, MAX_VALUES), dtype=np.int64)
+    z = np.zeros((n, an.max_values), dtype=np.int64)
     if starts.size:
         z[full] = np.add.reduceat(an.k_table.a[ek] * w[:, None], starts, axis=0)
     z += b[:, None]
     if lay.relu:
         np.maximum(z, 0, out=z)
-    z[np.arange(MAX_VALUES)[None, :] >= an.v_len.a[origin][:, None]] = 0  # past the origin's values
+    z[np.arange(an.max_values)[None, :] >= an.v_len.a[origin][:, None]] = 0  # past the origin's values
     out = np.empty(n, dtype=np.int64)
     ident = single & np.all(z == an.v_vals.a[origin], axis=1)
     out[ident] = an.v_key.a[origin[ident]]

@@ -102,3 +102,6 @@ class ProgramEngine(IndexEngine):
                             f"is 0 or 1, no item ties the null key and one item is read where values are read "
                             f"(docs/transformer.md, \"The program engine\"); at decoder step {step} {what}: run this "
                             f"model with {FALLBACK}")
+
+
+__all__ = ["IndexEngine", "ProgramEngine"]

@@ -42,12 +42,17 @@ from tm2nn.backends.transformer.engines import decode_kernel as K
 from tm2nn.backends.transformer.engines.decode_program import DecodeProgram, decode_ops
 from tm2nn.engines import EngineRefused
 from tm2nn.engines.chain import Layer, layer_of
-from tm2nn.engines.rows import MAX_VALUES, Analysis, layer_keys, scale_of
+from tm2nn.engines.rows import Analysis, layer_keys, scale_of
 from tm2nn.nets import Affine, Attention, Concat, Net, ReLU, Slice
 from tm2nn.nets.matrix import SparseMatrix
 
 #: every sum of every row (and so every score) stays below this: exact in float64
 SUM_LIMIT = 2 ** 40
+#: values a unit's set lists (rows.Analysis): a next-state unit of Lemma C.1 sums every pair
+#: that enters its state, 0..|pairs| as far as the rows alone show (one pair is active, but
+#: no row says so); listing them keeps Prop. 3.4's round of it a table (0/1), where a bound
+#: alone would grow threefold through every round
+MAX_VALUES = 256
 #: instruction kinds: run rows [a, b); attention a; insert into index a
 I_ROWS, I_ATTN, I_INSERT = 0, 1, 2
 #: ``a_regs`` columns: the index engine's ameta row, θ's register, the base attention (or
@@ -164,7 +169,7 @@ def build_step_program(net: Net, base: DecodeProgram) -> StepProgram:
         elif not isinstance(op, (ReLU, Slice, Concat)):
             raise EngineRefused(f"the program engine does not run {op.kind} ops ({op.name!r}); run it with {FALLBACK}")
     s = scale_of(lays, FALLBACK)
-    an = Analysis(shared_rows=True)
+    an = Analysis(shared_rows=True, max_values=MAX_VALUES)
     an.new_value(np.zeros(1, np.int64), 0)  # CONST
     x = body.inputs[0]
     w = len(x.space)
