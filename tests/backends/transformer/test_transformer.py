@@ -36,9 +36,10 @@ def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
 
 
 def engines(c, use_onnx: bool = False) -> list[str]:
-    """Every engine a model runs on: torch, onnxruntime when asked, and the index engine
-    for hard-max models (it refuses softmax)."""
-    return ["torch"] + (["onnxruntime"] if use_onnx else []) + (["index"] if c.options["attention"] == "hardmax" else [])
+    """Every engine a model runs on: torch, onnxruntime when asked, and the index and
+    program engines for hard-max models (they refuse softmax)."""
+    return ["torch"] + (["onnxruntime"] if use_onnx else []) + \
+        (["index", "program"] if c.options["attention"] == "hardmax" else [])
 
 
 def ok(c, inputs, use_onnx=False):
