@@ -106,6 +106,15 @@ def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt
     return 0
 
 
+@njit(cache=True)
+def _query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, suf, st_node,
+           st_s, st_d, vs_out):
+    """The branch-and-bound lookup (:func:`.hardmax_index.index_query`), for the queries the
+    prefix lookup does not answer: a call, not inlined, so that the common path stays small."""
+    return index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
+                       suf, st_node, st_s, st_d, vs_out)
+
+
 @njit(cache=True, inline="always")
 def _attend(t, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0,
             nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, fpath, err_i, err_f):
@@ -149,8 +158,8 @@ def _attend(t, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, le
     else:
         for p in range(dop):
             u[p] = regs[a_regs[t, AI_U + p]]
-        top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
-                                 nvs, nrep, suf, st_node, st_s, st_d, vs_out)
+        top, count = _query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                            nrep, suf, st_node, st_s, st_d, vs_out)
     live = count > 0
     if live and top == thr:
         err_i[0], err_i[2] = ERR_TIE, t
