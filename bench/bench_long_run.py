@@ -111,13 +111,13 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
 
     @njit
     def attend(n, instr, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs,
-               nbit, nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, fpath, err_i, err_f):
+               nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f):
         for _ in range(n):
             for t in range(instr.shape[0]):
                 if instr[t, 0] == I_ATTN:
-                    SK._attend(instr[t, 1], a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key,
-                               leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d,
-                               vs_out, fpath, err_i, err_f)
+                    SK._attend(instr[t, 1], a_regs, a_state, a_pat, s, True, ameta, fdata, idata, imeta, istate,
+                               leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i,
+                               err_f)
 
     @njit
     def insert(n, instr, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
@@ -137,14 +137,13 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
     t0 = time.process_time()
     eng.advance(st, warmup + 1, reps, taps)
     whole = (time.process_time() - t0) / reps
-    q, u, suf, st_node, st_s, st_d, vs_out, vbits = st.scratch
+    vs_out, vbits = st.scratch[6:]
     s = float(sp.scale)
     parts = {}
     regs = st.regs.copy()
     args = {"rows": (rows, (sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, regs)),
             "attention": (attend, (sp.instr, sp.a_regs, st.a_state, st.a_pat, s, p.ameta, p.fdata, p.idata, st.imeta,
-                                   st.istate, *st.pools, regs, u, suf, st_node, st_s, st_d, vs_out, st.fpath, st.err_i,
-                                   st.err_f))}
+                                   st.istate, *st.pools, regs, vs_out, st.fpath, st.err_i, st.err_f))}
     for name, (fn, a) in args.items():
         fn(1, *a)
         t0 = time.process_time()

@@ -75,6 +75,15 @@ def test_random_machines_same_function(m, seed):
     same_taps(compile_tf(m, steps=12), tapes(m, 2, seed=seed, max_len=5))
 
 
+def test_the_branch_and_bound_path_is_the_same_function():
+    """Every attention by the branch-and-bound lookup (the path for queries whose ``u``
+    and θ do not single out one key pattern), resumed mid-step in the kernel: the same
+    taps as the dense path."""
+    m = load(EXAMPLES / "bb4.tm")
+    c = compile_tf(m, steps=24)
+    same_taps(c, tapes(m, 2), ProgramEngine(c.net, prefix=False))
+
+
 def test_rows_are_the_ones_that_compute_a_new_value():
     """Most of the body's rows are identities or duplicates (Prop. 3.4's rounds after 0/1
     values, the units every layer carries, the query rows repeated layer after layer): the

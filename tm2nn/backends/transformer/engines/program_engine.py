@@ -30,11 +30,12 @@ class ProgramEngine(IndexEngine):
 
     name = "program"
 
-    def __init__(self, net) -> None:
+    def __init__(self, net, prefix: bool = True) -> None:
+        """``prefix=False`` answers every attention by the branch-and-bound lookup (tests)."""
         super().__init__(net)
         self.sp = build_step_program(net, self.prog)
         p = self.prog
-        self.pgeo = np.array([self.sp.scale, p.body.w, p.pos_kind, p.pos_offset, len(p.pos_cols), self.tap_w],
+        self.pgeo = np.array([self.sp.scale, p.body.w, p.pos_kind, p.pos_offset, len(p.pos_cols), self.tap_w, int(prefix)],
                              dtype=np.uint64)
 
     @classmethod
@@ -67,13 +68,27 @@ class ProgramEngine(IndexEngine):
             raise EngineRefused("the program engine keeps no workspace or attention probe: use --engine index")
         sp, p = self.sp, self.prog
         q, u, suf, st_node, st_s, st_d, vs_out, vbits = st.scratch
-        _done, status = SK.run_steps(sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, sp.a_regs,
-                                     st.a_state, st.a_pat, sp.ins_index, sp.ins_key, sp.ins_val, sp.o_reg, sp.tap_reg,
-                                     p.ameta, p.fdata, p.idata, st.imeta, st.istate, *st.pools, st.regs, st.obuf, u,
-                                     suf, st_node, st_s, st_d, vs_out, vbits, st.fpath, self.pgeo, p.pos_cols, p.pos_table,
-                                     np.uint64(first), np.uint64(n), taps, st.err_i, st.err_f)
-        if status:
-            self._refuse(status, st)
+        resume = 0
+        while n > 0:
+            done, status = SK.run_steps(sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, sp.a_regs,
+                                        st.a_state, st.a_pat, sp.ins_index, sp.ins_key, sp.ins_val, sp.o_reg, sp.tap_reg,
+                                        p.ameta, p.fdata, p.idata, st.imeta, st.istate, *st.pools, st.regs, st.obuf,
+                                        vs_out, vbits, st.fpath, self.pgeo, p.pos_cols, p.pos_table, np.uint64(first),
+                                        np.uint64(n), np.uint64(resume), taps, st.err_i, st.err_f)
+            if status == SK.NEED_QUERY:  # the branch-and-bound lookup, then the rest of that step
+                step, t = int(st.err_i[1]), int(st.err_i[2])
+                status = SK.slow_attend(sp.instr[t, 1], sp.a_regs, float(sp.scale), p.ameta, p.fdata, p.idata,
+                                        st.imeta, st.istate, *st.pools, st.regs, u, suf, st_node, st_s, st_d, vs_out,
+                                        st.err_i, st.err_f)
+                if status:
+                    st.err_i[1] = step
+                    self._refuse(status, st)
+                n -= step - first
+                first, resume = step, t + 1
+                continue
+            if status:
+                self._refuse(status, st)
+            break
 
     def run(self, tokens: np.ndarray, *, steps: int | None = None, progress=None, stop=None,
             probe: bool = False, dump: bool = False) -> Run:

@@ -59,8 +59,10 @@ from tm2nn.backends.transformer.engines.step_program import (
 
 #: error codes past the index engine's: an input coordinate not 0/1, a tie with the null, several winners read
 ERR_INPUT, ERR_TIE, ERR_MULTI = 5, 6, 7
-#: ``geo`` columns
-G_SCALE, G_W, G_POS_KIND, G_POS_OFFSET, G_POS_BITS, G_TAP_W = range(6)
+#: not an error: the attention at instruction ``err_i[2]`` needs :func:`slow_attend`
+NEED_QUERY = 8
+#: ``geo`` columns (G_PREFIX: 1 to answer the queries that allow it by the prefix lookup)
+G_SCALE, G_W, G_POS_KIND, G_POS_OFFSET, G_POS_BITS, G_TAP_W, G_PREFIX = range(7)
 
 _0, _1, _2, _4, _63 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(4), np.uint64(63)
 
@@ -106,18 +108,40 @@ def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt
     return 0
 
 
-@njit(cache=True)
-def _query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, suf, st_node,
-           st_s, st_d, vs_out):
-    """The branch-and-bound lookup (:func:`.hardmax_index.index_query`), for the queries the
-    prefix lookup does not answer: a call, not inlined, so that the common path stays small."""
-    return index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
-                       suf, st_node, st_s, st_d, vs_out)
+@njit(cache=True, inline="always")
+def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f):
+    """An attention's output from its lookup (the top item score, the items at it, their
+    value sums): Δ = the null's value when no item reaches θ, ``b_v + W_v x`` when items
+    win; a tie with the null and several winners read are refused (module doc)."""
+    am = a_regs[t, AI_META]
+    live = count > 0
+    if live and top == thr:
+        err_i[0], err_i[2] = ERR_TIE, t
+        err_f[0] = top / s
+        return ERR_TIE
+    if live and count != 1 and (ameta[am, A_FLAGS] & FLAG_V) != _0:
+        err_i[0], err_i[2] = ERR_MULTI, t
+        err_f[0] = count
+        return ERR_MULTI
+    ptr, slot, vals = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS]
+    bv, nullv = ameta[am, A_BV], ameta[am, A_NULLV]
+    for j in range(ameta[am, A_NROWS]):
+        if live:
+            d = fdata[bv + j]
+            for e in range(idata[ptr + j], idata[ptr + j + _1]):
+                d += fdata[vals + e] * vs_out[idata[slot + e]]
+        else:
+            d = fdata[nullv + j]
+        regs[a_regs[t, AI_DELTA + j]] = s * d
+    return 0
 
 
 @njit(cache=True, inline="always")
-def _attend(t, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0,
-            nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, fpath, err_i, err_f):
+def _attend(t, a_regs, a_state, a_pat, s, prefix, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs,
+            nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f):
+    """Attention ``t`` by the prefix lookup, or NEED_QUERY when its ``u`` and θ do not allow
+    it (then :func:`slow_attend`, called apart: its branch-and-bound code inside this
+    loop slowed every query by a third)."""
     am = a_regs[t, AI_META]
     k, dop = ameta[am, A_INDEX], ameta[am, A_DOP]
     thr = regs[a_regs[t, AI_THR]]
@@ -146,59 +170,51 @@ def _attend(t, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, le
         else:
             zero = 1.0
     a_state[t, 0], a_state[t, 1], a_state[t, 2], a_pat[t, 0] = umax, gap, zero, pat
-    if zero == 0.0 and thr > umax - gap:
-        top = umax
-        count = 0
-        if thr <= umax:
-            count = index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-                                 nrep, fpath, vs_out)
-        if count == 0:
-            for v in range(imeta[k, IM_NV]):
-                vs_out[v] = 0
-    else:
-        for p in range(dop):
-            u[p] = regs[a_regs[t, AI_U + p]]
-        top, count = _query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
-                            nrep, suf, st_node, st_s, st_d, vs_out)
-    live = count > 0
-    if live and top == thr:
-        err_i[0], err_i[2] = ERR_TIE, t
-        err_f[0] = top / s
-        return ERR_TIE
-    has_v = (ameta[am, A_FLAGS] & FLAG_V) != _0
-    if live and has_v and count != 1:
-        err_i[0], err_i[2] = ERR_MULTI, t
-        err_f[0] = count
-        return ERR_MULTI
-    ptr, slot, vals = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS]
-    bv, nullv = ameta[am, A_BV], ameta[am, A_NULLV]
-    for j in range(ameta[am, A_NROWS]):
-        if live:
-            d = fdata[bv + j]
-            for e in range(idata[ptr + j], idata[ptr + j + _1]):
-                d += fdata[vals + e] * vs_out[idata[slot + e]]
-        else:
-            d = fdata[nullv + j]
-        regs[a_regs[t, AI_DELTA + j]] = s * d
-    return 0
+    if not (prefix and zero == 0.0 and thr > umax - gap):
+        return NEED_QUERY
+    count = 0
+    if thr <= umax:
+        count = index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
+                             fpath, vs_out)
+    return _deliver(t, umax, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f)
+
+
+@njit(cache=True)
+def slow_attend(t, a_regs, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
+                nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, err_i, err_f):
+    """Attention ``t`` by the branch-and-bound lookup (:func:`.hardmax_index.index_query`:
+    any integer ``u`` and θ); 0 or an error code."""
+    am = a_regs[t, AI_META]
+    k, dop = ameta[am, A_INDEX], ameta[am, A_DOP]
+    for p in range(dop):
+        u[p] = regs[a_regs[t, AI_U + p]]
+    thr = regs[a_regs[t, AI_THR]]
+    top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
+                             nrep, suf, st_node, st_s, st_d, vs_out)
+    return _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f)
 
 
 @njit(cache=True)
 def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_index, ins_key, ins_val, o_reg,
               tap_reg, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
-              regs, obuf, u, suf, st_node, st_s, st_d, vs_out, vbits, fpath, geo, pos_cols, pos_table, first, n, taps, err_i,
-              err_f):
+              regs, obuf, vs_out, vbits, fpath, geo, pos_cols, pos_table, first, n, resume, taps, err_i, err_f):
     """Decoder steps ``first .. first + n - 1`` (module doc); ``obuf`` holds ``s·o_{first-1}``
-    and is left holding ``s·o`` of the last step run.  Returns ``(steps run, 0 or an error
-    code)``."""
+    and is left holding ``s·o`` of the last step run.  ``resume`` > 0: step ``first`` is
+    already under way, from its instruction ``resume`` on (after a :func:`slow_attend`).
+    Returns ``(steps run, 0 or a code)``: NEED_QUERY when an attention needs the
+    branch-and-bound lookup (``err_i[1]`` the step, ``err_i[2]`` the instruction)."""
     s = float(geo[G_SCALE])
+    prefix = geo[G_PREFIX] != _0
     width, pos_kind, pos_offset, pos_bits, tap_w = geo[G_W], geo[G_POS_KIND], geo[G_POS_OFFSET], geo[G_POS_BITS], \
         geo[G_TAP_W]
     for j in range(n):
         i = first + np.uint64(j)
-        for c in range(width):
+        t0 = resume if j == 0 else _0
+        for c in range(width if t0 == _0 else 0):
             regs[c + _1] = obuf[c]
-        if pos_kind == _1:
+        if t0 > _0:
+            pass
+        elif pos_kind == _1:
             m = i - _1 + pos_offset
             for b in range(pos_bits):
                 if (m >> (pos_bits - _1 - b)) & _1:
@@ -206,22 +222,23 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
         else:
             for c in range(width):
                 regs[c + _1] += s * pos_table[i - _1, c]
-        for c in range(width):
+        for c in range(width if t0 == _0 else 0):
             x = regs[c + _1]
             if x != 0.0 and x != s:
                 err_i[0], err_i[1], err_i[3] = ERR_INPUT, i, c
                 err_f[0] = x / s
                 return j, ERR_INPUT
-        for t in range(instr.shape[0]):
+        for t in range(t0, instr.shape[0]):
             kind, a = instr[t, 0], instr[t, 1]
             if kind == I_ROWS:
                 _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs)
             elif kind == I_ATTN:
-                status = _attend(a, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key,
-                                 leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, u, suf, st_node, st_s, st_d,
-                                 vs_out, fpath, err_i, err_f)
+                status = _attend(a, a_regs, a_state, a_pat, s, prefix, ameta, fdata, idata, imeta, istate, leaf_key,
+                                 leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f)
                 if status:
                     err_i[1] = i
+                    if status == NEED_QUERY:
+                        err_i[2] = t
                     return j, status
             elif kind == I_INSERT:
                 status = _insert(a, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit,
