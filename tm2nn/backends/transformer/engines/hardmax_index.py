@@ -248,9 +248,9 @@ def index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, 
     nv = imeta[k, IM_NV]
     L0, N0 = imeta[k, IM_LEAF0], imeta[k, IM_NODE0]
     VL0, VN0 = imeta[k, IM_VSL0], imeta[k, IM_VSN0]
-    for v in range(nv):
-        vs_out[v] = 0
     if istate[k, IS_LEAVES] == _0:
+        for v in range(nv):
+            vs_out[v] = 0
         return 0
     m = fpath[k, 0]
     if m == _0:
@@ -275,6 +275,8 @@ def index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, 
     leaf = (c & LEAF) != _0
     rep = leaf_key[L0 + (c ^ LEAF)] if leaf else leaf_key[L0 + np.uint64(nrep[N0 + c])]
     if dop > _0 and ((rep ^ pat) >> (_64 - dop)) != _0:
+        for v in range(nv):
+            vs_out[v] = 0
         return 0
     if leaf:
         lf = c ^ LEAF

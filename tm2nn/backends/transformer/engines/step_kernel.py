@@ -123,15 +123,17 @@ def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, e
         err_i[0], err_i[2] = ERR_MULTI, t
         err_f[0] = count
         return ERR_MULTI
-    ptr, slot, vals = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS]
-    bv, nullv = ameta[am, A_BV], ameta[am, A_NULLV]
-    for j in range(ameta[am, A_NROWS]):
-        if live:
-            d = fdata[bv + j]
-            for e in range(idata[ptr + j], idata[ptr + j + _1]):
-                d += fdata[vals + e] * vs_out[idata[slot + e]]
-        else:
-            d = fdata[nullv + j]
+    nrows = ameta[am, A_NROWS]
+    if not live:
+        nullv = ameta[am, A_NULLV]
+        for j in range(nrows):
+            regs[a_regs[t, AI_DELTA + j]] = s * fdata[nullv + j]
+        return 0
+    ptr, slot, vals, bv = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS], ameta[am, A_BV]
+    for j in range(nrows):
+        d = fdata[bv + j]
+        for e in range(idata[ptr + j], idata[ptr + j + _1]):
+            d += fdata[vals + e] * vs_out[idata[slot + e]]
         regs[a_regs[t, AI_DELTA + j]] = s * d
     return 0
 
