@@ -103,21 +103,20 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
     from tm2nn.syntax import load
 
     @njit
-    def rows(n, instr, ptr, col, w, bias, relu, dst, regs):
+    def rows(n, instr, ptr, col, w, bias, relu, dst, regs, pre):
         for _ in range(n):
             for t in range(instr.shape[0]):
                 if instr[t, 0] == I_ROWS:
-                    SK._rows(instr[t, 1], instr[t, 2], ptr, col, w, bias, relu, dst, regs)
+                    SK._rows(instr[t, 1], instr[t, 2], ptr, col, w, bias, relu, dst, regs, pre)
 
     @njit
-    def attend(n, instr, a_regs, a_state, a_pat, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs,
-               nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f):
+    def attend(n, instr, a_regs, a_state, a_pat, ameta, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
+               ncnt, nvs, nrep, regs, vs_out, fpath):
         for _ in range(n):
             for t in range(instr.shape[0]):
                 if instr[t, 0] == I_ATTN:
-                    SK._attend(instr[t, 1], a_regs, a_state, a_pat, s, True, ameta, fdata, idata, imeta, istate,
-                               leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i,
-                               err_f)
+                    SK._attend(instr[t, 1], a_regs, a_state, a_pat, True, ameta, imeta, istate, leaf_key, leaf_cnt,
+                               leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath)
 
     @njit
     def insert(n, instr, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
@@ -141,9 +140,9 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
     s = float(sp.scale)
     parts = {}
     regs = st.regs.copy()
-    args = {"rows": (rows, (sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, regs)),
-            "attention": (attend, (sp.instr, sp.a_regs, st.a_state, st.a_pat, s, p.ameta, p.fdata, p.idata, st.imeta,
-                                   st.istate, *st.pools, regs, vs_out, st.fpath, st.err_i, st.err_f))}
+    args = {"rows_in_full": (rows, (sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, regs, st.inc[3].copy())),
+            "attention_lookups": (attend, (sp.instr, sp.a_regs, st.a_state, st.a_pat, p.ameta, st.imeta, st.istate,
+                                           *st.pools, regs, vs_out, st.fpath))}
     for name, (fn, a) in args.items():
         fn(1, *a)
         t0 = time.process_time()
@@ -161,9 +160,9 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
                      f"after {warmup:.0e} steps)",
             "us_per_step": round(1e6 * whole, 2),
             **{f"us_{k}": round(1e6 * v, 2) for k, v in parts.items()},
-            "us_rest": round(1e6 * (whole - sum(parts.values())), 2),
+            "us_rest_rows_changed_deltas_io": round(1e6 * (whole - parts["attention_lookups"] - parts["insert"]), 2),
             "rows_run": sp.rows_run, "rows_of_net": sp.net_rows, "terms": int(sp.ptr[-1]), "attentions": n_attn,
-            "ns_per_attention": round(1e9 * parts["attention"] / n_attn), "registers": sp.n_regs, "load": _load()}
+            "ns_per_attention_lookup": round(1e9 * parts["attention_lookups"] / n_attn), "registers": sp.n_regs, "load": _load()}
 
 
 def bench_verify(m, steps: int, text: str, label: str, engine: str = "program") -> dict:

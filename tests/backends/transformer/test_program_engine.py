@@ -159,3 +159,21 @@ def test_refusals_name_the_reason():
         soft.run("", engine="program")
     assert all(isinstance(op, (Affine, Attention)) or op.kind in ("relu", "slice", "concat")
                for op in next(o for o in c.net.nodes if isinstance(o, Decode)).body.nodes)
+
+
+def test_mutation_a_lost_change_is_caught():
+    """The event-driven rows (a row runs only when an input changed, its sum kept and told
+    of each change): one reader left out of a register's fan-out, so that row keeps a
+    stale sum when the register changes: caught at some step."""
+    c = compile_tf(load(EXAMPLES / "bb4.tm"), steps=30)
+    eng = ProgramEngine(c.net)
+    kept = eng._kept_sums
+
+    def lossy():
+        inc = kept()
+        inc[2][inc[2].size // 2] = 0.0
+        return inc
+
+    eng._kept_sums = lossy
+    with pytest.raises((AssertionError, EngineRefused)):
+        same_taps(c, tapes(load(EXAMPLES / "bb4.tm"), 3), eng)

@@ -60,7 +60,26 @@ class ProgramEngine(IndexEngine):
         st.a_state = np.zeros((len(self.sp.attn_names), 8))  # the kernel's checkpoints (step_kernel._attend)
         st.a_pat = np.zeros((len(self.sp.attn_names), 2), dtype=np.uint64)
         st.fpath = np.zeros((len(self.prog.indexes), FINGER_DEPTH), dtype=np.uint64)
+        st.inc = self._kept_sums()
         return st, tap0
+
+    def _kept_sums(self) -> tuple:
+        """The kernel's event-driven state (step_kernel.run_steps, ``inc``): who reads each
+        register (rows, weights: the program's own terms, transposed), the rows' kept sums
+        and their dirty marks, the attentions' last outcomes, whether the sums are kept."""
+        sp = self.sp
+        n_rows = sp.bias.size
+        dst = sp.dst.astype(np.int64)
+        if np.unique(dst).size != dst.size:
+            raise EngineRefused("the program engine's rows write each register once a step")
+        rows = np.repeat(np.arange(n_rows, dtype=np.uint64), np.diff(sp.ptr.astype(np.int64)))
+        col = sp.col.astype(np.int64)
+        order = np.argsort(col, kind="stable")
+        fptr = np.zeros(sp.n_regs + 1, dtype=np.uint64)
+        fptr[1:] = np.cumsum(np.bincount(col, minlength=sp.n_regs))
+        nv = max([1, *(len(ix.val_cols) for ix in self.prog.indexes)])
+        return (fptr, rows[order], sp.w[order].copy(), np.zeros(n_rows), np.zeros(n_rows, dtype=np.uint8),
+                np.zeros((len(sp.attn_names), nv + 1), dtype=np.int64), np.zeros(1, dtype=np.uint64))
 
     def advance(self, st, first: int, n: int, taps: np.ndarray, probes=None, dumps=None) -> None:
         """Decoder steps ``first .. first + n - 1`` into ``taps`` (rows indexed by step)."""
@@ -73,13 +92,13 @@ class ProgramEngine(IndexEngine):
             done, status = SK.run_steps(sp.instr, sp.ptr, sp.col, sp.w, sp.bias, sp.relu, sp.dst, sp.a_regs,
                                         st.a_state, st.a_pat, sp.ins_index, sp.ins_key, sp.ins_val, sp.o_reg, sp.tap_reg,
                                         p.ameta, p.fdata, p.idata, st.imeta, st.istate, *st.pools, st.regs, st.obuf,
-                                        vs_out, vbits, st.fpath, self.pgeo, p.pos_cols, p.pos_table, np.uint64(first),
+                                        vs_out, vbits, st.fpath, st.inc, self.pgeo, p.pos_cols, p.pos_table, np.uint64(first),
                                         np.uint64(n), np.uint64(resume), taps, st.err_i, st.err_f)
             if status == SK.NEED_QUERY:  # the branch-and-bound lookup, then the rest of that step
                 step, t = int(st.err_i[1]), int(st.err_i[2])
                 status = SK.slow_attend(sp.instr[t, 1], sp.a_regs, float(sp.scale), p.ameta, p.fdata, p.idata,
                                         st.imeta, st.istate, *st.pools, st.regs, u, suf, st_node, st_s, st_d, vs_out,
-                                        st.err_i, st.err_f)
+                                        st.inc, st.err_i, st.err_f)
                 if status:
                     st.err_i[1] = step
                     self._refuse(status, st)

@@ -4,7 +4,10 @@ A step is ``x = o_{i-1} + β(i)`` into the input registers (each coordinate chec
 0 or 1: the value sets of the program assume it), then the instructions in order:
 
 * ``I_ROWS a b``: rows ``a .. b-1``, ``reg[dst] = act(bias + Σ w·reg[col])``, exact integers
-  in float64 (every sum below 2^40, checked when the program was built);
+  in float64 (every sum below 2^40, checked when the program was built).  Event-driven
+  after the first step: each row's sum is kept, a register that changes adds ``w·Δ`` to
+  the sums of the rows that read it and marks them, and only marked rows run (a row whose
+  inputs did not change keeps its value); an unchanged result tells no reader;
 * ``I_INSERT t``: this step's source vector into index ``ins_index[t]``: its key coordinates
   as bits (each register 0 or ``s``, else refused), its value coordinates as 0/1;
 * ``I_ATTN t``: the lookup (:func:`.hardmax_index.index_query` with ``u`` and the null's
@@ -14,6 +17,10 @@ A step is ``x = o_{i-1} + β(i)`` into the input registers (each coordinate chec
   into a value are refused at the step they happen: the index engine runs those.
 
 then ``o`` (kept scaled for the next step) and the tap, ``int8``, checked to be -1, 0 or 1.
+
+The kernels are compiled without numba's reference counting (``_nrt=False``: they
+allocate nothing): with it, every inlined helper's array arguments were counted in and
+out with atomic operations, over half of a step's time.
 """
 
 from __future__ import annotations
@@ -68,14 +75,38 @@ _0, _1, _2, _4, _63 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(4), np
 
 
 @njit(cache=True, inline="always")
-def _rows(a, b, ptr, col, w, bias, relu, dst, regs):
+def _rows(a, b, ptr, col, w, bias, relu, dst, regs, pre):
+    """Rows ``a .. b-1`` in full: each sum from its terms (the first step of a run)."""
     for r in range(a, b):
         y = bias[r]
         for e in range(ptr[r], ptr[r + _1]):
             y += w[e] * regs[col[e]]
+        pre[r] = y
         if relu[r] and y < 0.0:
             y = 0.0
         regs[dst[r]] = y
+
+
+@njit(cache=True, inline="always")
+def _rows_changed(a, b, relu, dst, regs, fptr, frow, fw, pre, dirty):
+    """Rows ``a .. b-1`` whose sums changed (``dirty``): each sum was kept from the last
+    step and told of every change of an input (:func:`_push`), so a row whose inputs did not
+    change keeps its value and runs nothing.  Exact: every partial sum is an integer below
+    the analysis's bound |b| + Σ |w| max|x| < 2^40."""
+    for r in range(a, b):
+        if dirty[r]:
+            dirty[r] = 0
+            y = pre[r]
+            if relu[r] and y < 0.0:
+                y = 0.0
+            v = dst[r]
+            d = y - regs[v]
+            if d != 0.0:
+                regs[v] = y
+                for e in range(fptr[v], fptr[v + _1]):
+                    q = frow[e]
+                    pre[q] += fw[e] * d
+                    dirty[q] = 1
 
 
 @njit(cache=True, inline="always")
@@ -109,10 +140,14 @@ def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt
 
 
 @njit(cache=True, inline="always")
-def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f):
+def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, fptr, frow, fw, pre, dirty, cache, err_i,
+             err_f):
     """An attention's output from its lookup (the top item score, the items at it, their
     value sums): Δ = the null's value when no item reaches θ, ``b_v + W_v x`` when items
-    win; a tie with the null and several winners read are refused (module doc)."""
+    win; a tie with the null and several winners read are refused (module doc).  Δ is a
+    function of (whether items win, their value sums) alone: when both are the last
+    step's (``cache[t]``: 0 unknown, 1 the null, 2 items, then the sums), its registers
+    keep their values and nothing is computed."""
     am = a_regs[t, AI_META]
     live = count > 0
     if live and top == thr:
@@ -123,27 +158,58 @@ def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, e
         err_i[0], err_i[2] = ERR_MULTI, t
         err_f[0] = count
         return ERR_MULTI
+    nv = cache.shape[1] - 1
+    if live:
+        same = cache[t, 0] == 2
+        for v in range(nv):
+            if cache[t, v + 1] != vs_out[v]:
+                same = False
+                cache[t, v + 1] = vs_out[v]
+        if same:
+            return 0
+        cache[t, 0] = 2
+    else:
+        if cache[t, 0] == 1:
+            return 0
+        cache[t, 0] = 1
     nrows = ameta[am, A_NROWS]
     if not live:
         nullv = ameta[am, A_NULLV]
         for j in range(nrows):
-            regs[a_regs[t, AI_DELTA + j]] = s * fdata[nullv + j]
+            v = a_regs[t, AI_DELTA + j]
+            y = s * fdata[nullv + j]
+            d = y - regs[v]
+            if d != 0.0:
+                regs[v] = y
+                for e in range(fptr[v], fptr[v + _1]):
+                    q = frow[e]
+                    pre[q] += fw[e] * d
+                    dirty[q] = 1
         return 0
     ptr, slot, vals, bv = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS], ameta[am, A_BV]
     for j in range(nrows):
         d = fdata[bv + j]
         for e in range(idata[ptr + j], idata[ptr + j + _1]):
             d += fdata[vals + e] * vs_out[idata[slot + e]]
-        regs[a_regs[t, AI_DELTA + j]] = s * d
+        v = a_regs[t, AI_DELTA + j]
+        y = s * d
+        d = y - regs[v]
+        if d != 0.0:
+            regs[v] = y
+            for e in range(fptr[v], fptr[v + _1]):
+                q = frow[e]
+                pre[q] += fw[e] * d
+                dirty[q] = 1
     return 0
 
 
 @njit(cache=True, inline="always")
-def _attend(t, a_regs, a_state, a_pat, s, prefix, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs,
-            nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f):
-    """Attention ``t`` by the prefix lookup, or NEED_QUERY when its ``u`` and θ do not allow
-    it (then :func:`slow_attend`, called apart: its branch-and-bound code inside this
-    loop slowed every query by a third)."""
+def _attend(t, a_regs, a_state, a_pat, prefix, ameta, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
+            ncnt, nvs, nrep, regs, vs_out, fpath):
+    """Attention ``t``'s lookup by the prefix walk: ``(count, top, θ)`` for :func:`_deliver`,
+    or count -1 when its ``u`` and θ do not allow it (then :func:`slow_attend`, called
+    apart: its branch-and-bound code inside this loop slowed every query by a third).
+    (Few arguments: numba does not inline a function of about 31 or more.)"""
     am = a_regs[t, AI_META]
     k, dop = ameta[am, A_INDEX], ameta[am, A_DOP]
     thr = regs[a_regs[t, AI_THR]]
@@ -173,17 +239,17 @@ def _attend(t, a_regs, a_state, a_pat, s, prefix, ameta, fdata, idata, imeta, is
             zero = 1.0
     a_state[t, 0], a_state[t, 1], a_state[t, 2], a_pat[t, 0] = umax, gap, zero, pat
     if not (prefix and zero == 0.0 and thr > umax - gap):
-        return NEED_QUERY
+        return -1, umax, thr
     count = 0
     if thr <= umax:
         count = index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
                              fpath, vs_out)
-    return _deliver(t, umax, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f)
+    return count, umax, thr
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def slow_attend(t, a_regs, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt,
-                nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, err_i, err_f):
+                nvs, nrep, regs, u, suf, st_node, st_s, st_d, vs_out, inc, err_i, err_f):
     """Attention ``t`` by the branch-and-bound lookup (:func:`.hardmax_index.index_query`:
     any integer ``u`` and θ); 0 or an error code."""
     am = a_regs[t, AI_META]
@@ -193,50 +259,72 @@ def slow_attend(t, a_regs, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf
     thr = regs[a_regs[t, AI_THR]]
     top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
                              nrep, suf, st_node, st_s, st_d, vs_out)
-    return _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, err_i, err_f)
+    return _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, inc[0], inc[1], inc[2], inc[3],
+                    inc[4], inc[5], err_i, err_f)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_index, ins_key, ins_val, o_reg,
               tap_reg, ameta, fdata, idata, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep,
-              regs, obuf, vs_out, vbits, fpath, geo, pos_cols, pos_table, first, n, resume, taps, err_i, err_f):
+              regs, obuf, vs_out, vbits, fpath, inc, geo, pos_cols, pos_table, first, n, resume, taps, err_i, err_f):
     """Decoder steps ``first .. first + n - 1`` (module doc); ``obuf`` holds ``s·o_{first-1}``
     and is left holding ``s·o`` of the last step run.  ``resume`` > 0: step ``first`` is
     already under way, from its instruction ``resume`` on (after a :func:`slow_attend`).
-    Returns ``(steps run, 0 or a code)``: NEED_QUERY when an attention needs the
-    branch-and-bound lookup (``err_i[1]`` the step, ``err_i[2]`` the instruction)."""
+    ``inc``: the rows' kept sums (``fptr, frow, fw``: who reads each register; ``pre``,
+    ``dirty``; the attentions' last outcomes; ``inc[6][0]``: 1 once a whole step has run,
+    before that every row runs in full).  Returns ``(steps run, 0 or a code)``:
+    NEED_QUERY when an attention needs the branch-and-bound lookup (``err_i[1]`` the step,
+    ``err_i[2]`` the instruction)."""
     s = float(geo[G_SCALE])
     prefix = geo[G_PREFIX] != _0
     width, pos_kind, pos_offset, pos_bits, tap_w = geo[G_W], geo[G_POS_KIND], geo[G_POS_OFFSET], geo[G_POS_BITS], \
         geo[G_TAP_W]
+    fptr, frow, fw, pre, dirty, cache, kept = inc[0], inc[1], inc[2], inc[3], inc[4], inc[5], inc[6]
     for j in range(n):
         i = first + np.uint64(j)
         t0 = resume if j == 0 else _0
-        for c in range(width if t0 == _0 else 0):
-            regs[c + _1] = obuf[c]
-        if t0 > _0:
-            pass
-        elif pos_kind == _1:
-            m = i - _1 + pos_offset
-            for b in range(pos_bits):
-                if (m >> (pos_bits - _1 - b)) & _1:
-                    regs[pos_cols[b] + _1] += s
-        else:
+        full = kept[0] == _0
+        if t0 == _0:
+            # x = o_{i-1} + β(i), into obuf, then each coordinate checked and set
+            if pos_kind == _1:
+                m = i - _1 + pos_offset
+                for b in range(pos_bits):
+                    if (m >> (pos_bits - _1 - b)) & _1:
+                        obuf[pos_cols[b]] += s
+            else:
+                for c in range(width):
+                    obuf[c] += s * pos_table[i - _1, c]
             for c in range(width):
-                regs[c + _1] += s * pos_table[i - _1, c]
-        for c in range(width if t0 == _0 else 0):
-            x = regs[c + _1]
-            if x != 0.0 and x != s:
-                err_i[0], err_i[1], err_i[3] = ERR_INPUT, i, c
-                err_f[0] = x / s
-                return j, ERR_INPUT
+                x = obuf[c]
+                if x != 0.0 and x != s:
+                    err_i[0], err_i[1], err_i[3] = ERR_INPUT, i, c
+                    err_f[0] = x / s
+                    return j, ERR_INPUT
+                v = c + _1
+                d = x - regs[v]
+                if d != 0.0:
+                    regs[v] = x
+                    if full:
+                        continue
+                    for e in range(fptr[v], fptr[v + _1]):
+                        q = frow[e]
+                        pre[q] += fw[e] * d
+                        dirty[q] = 1
         for t in range(t0, instr.shape[0]):
             kind, a = instr[t, 0], instr[t, 1]
             if kind == I_ROWS:
-                _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs)
+                if full:
+                    _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs, pre)
+                else:
+                    _rows_changed(a, instr[t, 2], relu, dst, regs, fptr, frow, fw, pre, dirty)
             elif kind == I_ATTN:
-                status = _attend(a, a_regs, a_state, a_pat, s, prefix, ameta, fdata, idata, imeta, istate, leaf_key,
-                                 leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath, err_i, err_f)
+                count, top, thr = _attend(a, a_regs, a_state, a_pat, prefix, ameta, imeta, istate, leaf_key, leaf_cnt,
+                                          leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath)
+                if count < 0:
+                    status = NEED_QUERY
+                else:
+                    status = _deliver(a, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, fptr, frow, fw,
+                                      pre, dirty, cache, err_i, err_f)
                 if status:
                     err_i[1] = i
                     if status == NEED_QUERY:
@@ -248,6 +336,9 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
                 if status:
                     err_i[1], err_i[2] = i, a
                     return j, status
+        if full:  # every sum is kept now; the pushes of this step were overwritten by the full rows
+            kept[0] = _1
+            inc[4][:] = 0
         for c in range(width):
             obuf[c] = regs[o_reg[c]]
         for c in range(tap_w):
