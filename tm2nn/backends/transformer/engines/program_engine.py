@@ -65,8 +65,8 @@ class ProgramEngine(IndexEngine):
 
     def _kept_sums(self) -> tuple:
         """The kernel's event-driven state (step_kernel.run_steps, ``inc``): who reads each
-        register (rows, weights: the program's own terms, transposed), the rows' kept sums
-        and their dirty marks, the attentions' last outcomes, whether the sums are kept."""
+        register (rows, weights: the program's own terms, transposed), the rows' kept sums,
+        the attentions' last outcomes, whether the sums are kept."""
         sp = self.sp
         n_rows = sp.bias.size
         dst = sp.dst.astype(np.int64)
@@ -78,7 +78,7 @@ class ProgramEngine(IndexEngine):
         fptr = np.zeros(sp.n_regs + 1, dtype=np.uint64)
         fptr[1:] = np.cumsum(np.bincount(col, minlength=sp.n_regs))
         nv = max([1, *(len(ix.val_cols) for ix in self.prog.indexes)])
-        return (fptr, rows[order], sp.w[order].copy(), np.zeros(n_rows), np.zeros(n_rows, dtype=np.uint8),
+        return (fptr, rows[order], sp.w[order].copy(), np.zeros(n_rows),
                 np.zeros((len(sp.attn_names), nv + 1), dtype=np.int64), np.zeros(1, dtype=np.uint64))
 
     def advance(self, st, first: int, n: int, taps: np.ndarray, probes=None, dumps=None) -> None:

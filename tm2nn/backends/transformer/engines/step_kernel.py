@@ -6,8 +6,9 @@ A step is ``x = o_{i-1} + β(i)`` into the input registers (each coordinate chec
 * ``I_ROWS a b``: rows ``a .. b-1``, ``reg[dst] = act(bias + Σ w·reg[col])``, exact integers
   in float64 (every sum below 2^40, checked when the program was built).  Event-driven
   after the first step: each row's sum is kept, a register that changes adds ``w·Δ`` to
-  the sums of the rows that read it and marks them, and only marked rows run (a row whose
-  inputs did not change keeps its value); an unchanged result tells no reader;
+  the sums of the rows that read it, so a row's value is its kept sum (through its ReLU):
+  the multiply-adds run only for the inputs that changed, and a row whose value did not
+  change tells no reader;
 * ``I_INSERT t``: this step's source vector into index ``ins_index[t]``: its key coordinates
   as bits (each register 0 or ``s``, else refused), its value coordinates as 0/1;
 * ``I_ATTN t``: the lookup (:func:`.hardmax_index.index_query` with ``u`` and the null's
@@ -88,25 +89,23 @@ def _rows(a, b, ptr, col, w, bias, relu, dst, regs, pre):
 
 
 @njit(cache=True, inline="always")
-def _rows_changed(a, b, relu, dst, regs, fptr, frow, fw, pre, dirty):
-    """Rows ``a .. b-1`` whose sums changed (``dirty``): each sum was kept from the last
-    step and told of every change of an input (:func:`_push`), so a row whose inputs did not
-    change keeps its value and runs nothing.  Exact: every partial sum is an integer below
+def _rows_changed(a, b, relu, dst, regs, fptr, frow, fw, pre):
+    """Rows ``a .. b-1`` from their kept sums: each sum was kept from the last step and
+    told of every change of an input, so a row whose inputs did not change gives its value
+    again (a load and a compare: cheaper than marking and testing which rows changed) and
+    tells no reader.  Exact: every partial sum is an integer below
     the analysis's bound |b| + Σ |w| max|x| < 2^40."""
     for r in range(a, b):
-        if dirty[r]:
-            dirty[r] = 0
-            y = pre[r]
-            if relu[r] and y < 0.0:
-                y = 0.0
-            v = dst[r]
-            d = y - regs[v]
-            if d != 0.0:
-                regs[v] = y
-                for e in range(fptr[v], fptr[v + _1]):
-                    q = frow[e]
-                    pre[q] += fw[e] * d
-                    dirty[q] = 1
+        y = pre[r]
+        if relu[r] and y < 0.0:
+            y = 0.0
+        v = dst[r]
+        d = y - regs[v]
+        if d != 0.0:
+            regs[v] = y
+            for e in range(fptr[v], fptr[v + _1]):
+                q = frow[e]
+                pre[q] += fw[e] * d
 
 
 @njit(cache=True, inline="always")
@@ -140,8 +139,7 @@ def _insert(t, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt
 
 
 @njit(cache=True, inline="always")
-def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, fptr, frow, fw, pre, dirty, cache, err_i,
-             err_f):
+def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, fptr, frow, fw, pre, cache, err_i, err_f):
     """An attention's output from its lookup (the top item score, the items at it, their
     value sums): Δ = the null's value when no item reaches θ, ``b_v + W_v x`` when items
     win; a tie with the null and several winners read are refused (module doc).  Δ is a
@@ -184,7 +182,6 @@ def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, f
                 for e in range(fptr[v], fptr[v + _1]):
                     q = frow[e]
                     pre[q] += fw[e] * d
-                    dirty[q] = 1
         return 0
     ptr, slot, vals, bv = ameta[am, A_WV_PTR], ameta[am, A_WV_SLOT], ameta[am, A_WV_VALS], ameta[am, A_BV]
     for j in range(nrows):
@@ -199,7 +196,6 @@ def _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, f
             for e in range(fptr[v], fptr[v + _1]):
                 q = frow[e]
                 pre[q] += fw[e] * d
-                dirty[q] = 1
     return 0
 
 
@@ -260,7 +256,7 @@ def slow_attend(t, a_regs, s, ameta, fdata, idata, imeta, istate, leaf_key, leaf
     top, count = index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs,
                              nrep, suf, st_node, st_s, st_d, vs_out)
     return _deliver(t, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, inc[0], inc[1], inc[2], inc[3],
-                    inc[4], inc[5], err_i, err_f)
+                    inc[4], err_i, err_f)
 
 
 @njit(cache=True, _nrt=False)
@@ -270,8 +266,8 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
     """Decoder steps ``first .. first + n - 1`` (module doc); ``obuf`` holds ``s·o_{first-1}``
     and is left holding ``s·o`` of the last step run.  ``resume`` > 0: step ``first`` is
     already under way, from its instruction ``resume`` on (after a :func:`slow_attend`).
-    ``inc``: the rows' kept sums (``fptr, frow, fw``: who reads each register; ``pre``,
-    ``dirty``; the attentions' last outcomes; ``inc[6][0]``: 1 once a whole step has run,
+    ``inc``: the rows' kept sums (``fptr, frow, fw``: who reads each register; ``pre``; the
+    attentions' last outcomes; ``inc[5][0]``: 1 once a whole step has run,
     before that every row runs in full).  Returns ``(steps run, 0 or a code)``:
     NEED_QUERY when an attention needs the branch-and-bound lookup (``err_i[1]`` the step,
     ``err_i[2]`` the instruction)."""
@@ -279,7 +275,7 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
     prefix = geo[G_PREFIX] != _0
     width, pos_kind, pos_offset, pos_bits, tap_w = geo[G_W], geo[G_POS_KIND], geo[G_POS_OFFSET], geo[G_POS_BITS], \
         geo[G_TAP_W]
-    fptr, frow, fw, pre, dirty, cache, kept = inc[0], inc[1], inc[2], inc[3], inc[4], inc[5], inc[6]
+    fptr, frow, fw, pre, cache, kept = inc[0], inc[1], inc[2], inc[3], inc[4], inc[5]
     for j in range(n):
         i = first + np.uint64(j)
         t0 = resume if j == 0 else _0
@@ -309,14 +305,13 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
                     for e in range(fptr[v], fptr[v + _1]):
                         q = frow[e]
                         pre[q] += fw[e] * d
-                        dirty[q] = 1
         for t in range(t0, instr.shape[0]):
             kind, a = instr[t, 0], instr[t, 1]
             if kind == I_ROWS:
                 if full:
                     _rows(a, instr[t, 2], ptr, col, w, bias, relu, dst, regs, pre)
                 else:
-                    _rows_changed(a, instr[t, 2], relu, dst, regs, fptr, frow, fw, pre, dirty)
+                    _rows_changed(a, instr[t, 2], relu, dst, regs, fptr, frow, fw, pre)
             elif kind == I_ATTN:
                 count, top, thr = _attend(a, a_regs, a_state, a_pat, prefix, ameta, imeta, istate, leaf_key, leaf_cnt,
                                           leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath)
@@ -324,7 +319,7 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
                     status = NEED_QUERY
                 else:
                     status = _deliver(a, top, count, thr, a_regs, s, ameta, fdata, idata, regs, vs_out, fptr, frow, fw,
-                                      pre, dirty, cache, err_i, err_f)
+                                      pre, cache, err_i, err_f)
                 if status:
                     err_i[1] = i
                     if status == NEED_QUERY:
@@ -336,9 +331,8 @@ def run_steps(instr, ptr, col, w, bias, relu, dst, a_regs, a_state, a_pat, ins_i
                 if status:
                     err_i[1], err_i[2] = i, a
                     return j, status
-        if full:  # every sum is kept now; the pushes of this step were overwritten by the full rows
+        if full:  # every sum is kept now (what this step pushed before a row ran in full was overwritten)
             kept[0] = _1
-            inc[4][:] = 0
         for c in range(width):
             obuf[c] = regs[o_reg[c]]
         for c in range(tap_w):
