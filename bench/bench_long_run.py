@@ -90,9 +90,11 @@ def bench_run(m, steps: int, text: str, engine: str) -> dict:
 
 def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5) -> dict:
     """Where a program-engine step goes (binary_counter, T = ``steps``): after ``warmup``
-    steps, its rows, its attentions and its insert, each run ``reps`` times alone on the
-    registers and index the last step left (numba harnesses over the kernel's own parts),
-    against the whole step's CPU time over the next ``reps`` steps."""
+    steps, its rows run in full (the step runs them from kept sums), its attention lookups
+    and its insert, each run ``reps`` times alone on the registers and index the last step
+    left (numba harnesses over the kernel's own parts, compiled without reference counting
+    as the kernel is), against the whole step's CPU time over the next ``reps`` steps; the
+    rest is the event-driven rows, Δ, the step's input and taps and the cache misses."""
     import numpy as np
     from numba import njit
 
@@ -102,14 +104,14 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
     from tm2nn.backends.transformer.engines.step_program import I_ATTN, I_INSERT, I_ROWS
     from tm2nn.syntax import load
 
-    @njit
+    @njit(_nrt=False)
     def rows(n, instr, ptr, col, w, bias, relu, dst, regs, pre):
         for _ in range(n):
             for t in range(instr.shape[0]):
                 if instr[t, 0] == I_ROWS:
                     SK._rows(instr[t, 1], instr[t, 2], ptr, col, w, bias, relu, dst, regs, pre)
 
-    @njit
+    @njit(_nrt=False)
     def attend(n, instr, a_regs, a_state, a_pat, ameta, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
                ncnt, nvs, nrep, regs, vs_out, fpath):
         for _ in range(n):
@@ -118,7 +120,7 @@ def profile_step(steps: int = 10**6, warmup: int = 2 * 10**5, reps: int = 10**5)
                     SK._attend(instr[t, 1], a_regs, a_state, a_pat, True, ameta, imeta, istate, leaf_key, leaf_cnt,
                                leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, regs, vs_out, fpath)
 
-    @njit
+    @njit(_nrt=False)
     def insert(n, instr, ins_index, ins_key, ins_val, s, imeta, istate, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1,
                ncnt, nvs, nrep, regs, vbits, fpath, err_i, err_f):
         for _ in range(n):
