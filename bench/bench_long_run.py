@@ -7,7 +7,8 @@ engine and the reference interpreter, in one run, per CPU-second.
   E = program and index, and the interpreter on the same run.  Each engine's row gives the
   CPU seconds of the run (``time.process_time``: the machine is shared, so wall time
   measures the neighbours), the start-up (compiling the model, building the engine's
-  program) apart from the in-engine rate, and the peak memory of the run (tracemalloc);
+  program) apart from the in-engine rate, and the peak memory of the run (tracemalloc, in a
+  second run of the same: tracing every allocation slows the run);
 * ``time(10^6) / time(10^5)`` per engine and machine (10 = a constant cost per step; the
   model compiled for each T grows: w_pos bits, 10 + w_pos layers a step);
 * where the program engine's time goes per step (binary_counter, T = 10^6, after 2·10^5
@@ -69,10 +70,11 @@ def bench_run(m, steps: int, text: str, engine: str) -> dict:
     t0 = time.process_time()
     (ProgramEngine if engine == "program" else IndexEngine).for_net(c.net)
     t_build = time.process_time() - t0
-    tracemalloc.start()
     t0 = time.process_time()
     got = c.run(text, engine=engine)
     t_run = time.process_time() - t0
+    tracemalloc.start()  # the peak from a second run: tracing every allocation slows the decode's lists
+    c.run(text, engine=engine)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     t0 = time.process_time()
