@@ -3,7 +3,7 @@ and onnxruntime runs of the same network (ARCHITECTURE.md, "Engines").
 
 Every fused engine lives with its construction:
 
-* the transformer's decoder for long runs (``--engine index``):
+* the transformer's decoder for long runs (``--engine index`` and ``--engine program``):
   :mod:`tm2nn.backends.transformer.engines`;
 * relu-circuit's ``--engine fused`` and ``fused-float``:
   :mod:`tm2nn.backends.relu_circuit.layered_engine` (kernels in
@@ -13,7 +13,9 @@ Every fused engine lives with its construction:
 
 What every fused engine shares is here: numba's threading layer, the :data:`PARALLEL`
 lock and :class:`EngineRefused`; :mod:`.chain` reads a network as one chain of
-affine+ReLU layers (relu-circuit's nets and the RCNN filter).  Kernels are numba
+affine+ReLU layers (relu-circuit's nets and the RCNN filter); :mod:`.rows` describes units
+by exact value sets, so that a program runs only the rows that compute a new value
+(relu-circuit's integer program and the transformer's program engine).  Kernels are numba
 functions (``cache=True``): numba installs from wheels, and the first call compiles them
 (a few seconds, then cached on disk).
 """

@@ -33,6 +33,16 @@ class Layer:
         return self.bias.size
 
 
+def layer_of(w, bias, relu: bool, name: str) -> Layer:
+    """A sparse matrix ``w`` (``rows``, ``cols``, ``vals``, ``shape``) and its bias as a
+    :class:`Layer` (CSR rows, entries by increasing column)."""
+    order = np.lexsort((w.cols, w.rows))
+    rows, cols, vals = w.rows[order], w.cols[order], w.vals[order]
+    ptr = np.zeros(w.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=w.shape[0]), out=ptr[1:])
+    return Layer(ptr, cols.astype(np.int64), vals.astype(np.float64), np.asarray(bias, dtype=np.float64), relu, name)
+
+
 def layers(net: Net) -> tuple[int, list[Layer], np.ndarray]:
     """``(input width, layers, output indices)`` of a chain of layers (module doc); any
     other net is an :class:`EngineRefused`."""
@@ -45,14 +55,8 @@ def layers(net: Net) -> tuple[int, list[Layer], np.ndarray]:
         if indices is not None or op.inputs != (cur,):
             raise EngineRefused(f"net {net.name!r}: {op.kind} {op.name!r} does not extend one chain of layers")
         if isinstance(op, Affine):
-            w = op.weight
-            order = np.lexsort((w.cols, w.rows))
-            rows, cols, vals = w.rows[order], w.cols[order], w.vals[order]
-            ptr = np.zeros(w.shape[0] + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rows, minlength=w.shape[0]), out=ptr[1:])
-            out.append(Layer(ptr, cols.astype(np.int64), vals.astype(np.float64),
-                             np.asarray(op.bias, dtype=np.float64), False, op.name))
-            width = w.shape[0]
+            out.append(layer_of(op.weight, op.bias, False, op.name))
+            width = op.weight.shape[0]
         elif isinstance(op, ReLU) and out and not out[-1].relu and cur == out[-1].name:
             last = out[-1]
             out[-1] = Layer(last.ptr, last.cols, last.vals, last.bias, True, last.name)

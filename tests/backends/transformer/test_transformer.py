@@ -36,9 +36,10 @@ def tapes(m, n: int, seed: int = 0, max_len: int = 7) -> list[str]:
 
 
 def engines(c, use_onnx: bool = False) -> list[str]:
-    """Every engine a model runs on: torch, onnxruntime when asked, and the index engine
-    for hard-max models (it refuses softmax)."""
-    return ["torch"] + (["onnxruntime"] if use_onnx else []) + (["index"] if c.options["attention"] == "hardmax" else [])
+    """Every engine a model runs on: torch, onnxruntime when asked, and the index and
+    program engines for hard-max models (they refuse softmax)."""
+    return ["torch"] + (["onnxruntime"] if use_onnx else []) + \
+        (["index", "program"] if c.options["attention"] == "hardmax" else [])
 
 
 def ok(c, inputs, use_onnx=False):
@@ -50,14 +51,14 @@ def ok(c, inputs, use_onnx=False):
 
 @pytest.mark.parametrize("path", LINE_EXAMPLES, ids=lambda p: p.stem)
 def test_examples_match_interpreter_every_step(path):
-    """Every step to T = 120 (bb4 halts at 107 on the blank tape) on the index engine.
+    """Every step to T = 120 (bb4 halts at 107 on the blank tape) on the index and program engines.
     Torch runs to the last of these tapes' halting steps, plus 4 steps of the halted
     configuration (at most T): after that the steps repeat it, which the index engine
     checks to T, and tests/backends/transformer/test_index_engine.py proves it computes the torch module's
     function step by step (the halted steps were most of torch's time here)."""
     m = load(path)
     inputs = tapes(m, 25)
-    rep = verify_compiled(compile_tf(m, steps=120), inputs=inputs, engines=["index"])
+    rep = verify_compiled(compile_tf(m, steps=120), inputs=inputs, engines=["index", "program"])
     assert rep.ok and rep.first is None and rep.n_inputs == len(inputs)
     last = max(run_machine(m, t, 120).steps for t in inputs)
     c = compile_tf(m, steps=min(120, last + 4))

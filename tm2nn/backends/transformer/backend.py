@@ -15,7 +15,7 @@ from tm2nn.backends.transformer.margin import certified_margin, margin, margin_a
 from tm2nn.backends.transformer.model import Options, compile
 from tm2nn.backends.transformer.pictures import attention_weights
 from tm2nn.backends.transformer.reference import TraceChecker
-from tm2nn.backends.transformer.runtime import encode, run_taps
+from tm2nn.backends.transformer.runtime import LONG_RUN, encode, run_taps
 from tm2nn.backends.transformer.statistics import statistics_bracket
 from tm2nn.interrupt import partial_reports
 from tm2nn.ir import Machine
@@ -27,8 +27,8 @@ def run(compiled, texts: list[str], engine: str, progress=None) -> list[Report]:
     """The decoded run report of each input (:class:`.decoding.TraceDecoder`)."""
     dec = TraceDecoder(compiled.output_encoding)
     with partial_reports(texts, lambda t, text: Report(dec.decode(t, text).report)):
-        # the index engine stops once the taps decide every report (T source steps or a halt)
-        taps = run_taps(compiled, texts, engine, progress, horizon=dec.horizon if engine == "index" else None)
+        # the long-run engines stop once the taps decide every report (T source steps or a halt)
+        taps = run_taps(compiled, texts, engine, progress, horizon=dec.horizon if engine in LONG_RUN else None)
     return [Report(dec.decode(t, text).report) for t, text in zip(taps, texts)]
 
 
@@ -63,8 +63,9 @@ BACKEND = Backend(
     codec=Codec(encode=encode, run=run, describe=describe),
     reference=TraceChecker,
     stepping=Stepping("steps", 1000),
-    #: the long-run decoder (:mod:`.engines.index_engine`): the codec's run drives it
-    fused={"index": None},
+    #: the long-run decoders (:mod:`.engines.index_engine`, :mod:`.engines.program_engine`):
+    #: the codec's run drives them
+    fused={name: None for name in LONG_RUN},
     training=Training(NoOptions, train_task, {"attention": "softmax"}),
     analyses={"margin": margin, "certified_margin": certified_margin, "function_class": function_class_of,
               "find_beta": softmax_beta, "configurations": configurations, "statistics_bracket": statistics_bracket,

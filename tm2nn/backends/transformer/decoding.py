@@ -88,7 +88,10 @@ class TraceDecoder:
         sym, ok_sym = _one_hot(taps[:, ti["sym1"]])
         wr, ok_wr = _one_hot(taps[:, ti["sym2"]], allow_zero=True)
         bits = taps[:, ti["pos2"]] > 0.5
-        loc = bits.astype(np.int64) @ self.weights - self.lay.offset
+        # Σ_k bit_k 2^k, a column at a time (a [T, w_pos] int64 copy cost more than the run at T = 10^6)
+        loc = np.full(len(bits), -self.lay.offset, dtype=np.int64)
+        for k, w in enumerate(self.weights.tolist()):
+            np.add(loc, w, out=loc, where=bits[:, k])
         ok = ok_st & ok_sym & ok_wr
         ok[1:] &= (taps[1:, ti["sym2"]] > 0.5).sum(1) == 1  # every real step writes one symbol
         bad = None

@@ -14,7 +14,7 @@ import numpy as np
 
 from tm2nn.backends.transformer.cls import OUTCOME_VALUE
 from tm2nn.backends.transformer.decoding import TraceDecoder
-from tm2nn.backends.transformer.runtime import BATCH, run_taps
+from tm2nn.backends.transformer.runtime import BATCH, LONG_RUN, run_taps
 from tm2nn.interp import run_machine
 from tm2nn.passes.stay import remove_stays
 from tm2nn.verify.check import Checker, InputSpace
@@ -56,7 +56,7 @@ class TraceChecker(Checker):
         # the index engine stops once every input has decoded its T source steps (a machine
         # with stay moves has up to 2T decoder steps; the ones after source step T decode to
         # nothing), unless θ_cls is checked: it reads the last decoder step
-        early = engine == "index" and self.column is None
+        early = engine in LONG_RUN and self.column is None
         taps = run_taps(self.compiled, texts, engine, horizon=self.decoder.checked_horizon if early else None)
         out, dev = self.compare(taps, texts, prepared)
         return out, dev, {}

@@ -15,8 +15,10 @@ from tm2nn.errors import Tm2nnError
 from tm2nn.ir.machine import check_input
 from tm2nn.limits import memory_limit
 
-#: inputs per batch of a torch, onnxruntime or index-engine run
+#: inputs per batch of a torch, onnxruntime or long-run engine run
 BATCH = 512
+#: the long-run engines (:mod:`.engines`): the index engine and the program engine
+LONG_RUN = ("index", "program")
 
 
 def encode_tokens(enc: dict, texts: list[str]) -> np.ndarray:
@@ -75,20 +77,21 @@ def run_taps(compiled, texts: list[str], engine: str, progress=None, horizon=Non
     tokens = encode(compiled, texts)
     if engine == "torch":
         return torch_runner(compiled.module(), progress)(tokens)
-    if engine == "index":
-        return index_taps(compiled, tokens, progress, horizon)
+    if engine in LONG_RUN:
+        return index_taps(compiled, tokens, progress, horizon, engine)
     y = compiled.runner(engine)(tokens, batch_size=BATCH)
     return y[0] if isinstance(y, tuple) else y
 
 
-def index_taps(compiled, tokens: np.ndarray, progress=None, horizon=None):
-    """The index engine (:mod:`tm2nn.backends.transformer.engines.index_engine`) on
+def index_taps(compiled, tokens: np.ndarray, progress=None, horizon=None, engine: str = "index"):
+    """The index engine (:mod:`tm2nn.backends.transformer.engines.index_engine`) or the
+    program engine (:mod:`~tm2nn.backends.transformer.engines.program_engine`) on
     ``tokens``, in batches that fit the memory limit (each input's history index and taps
     are counted first)."""
-    # the index engine loads numba: imported here for start-up time
-    from tm2nn.backends.transformer.engines.index_engine import IndexEngine
+    # the long-run engines load numba: imported here for start-up time
+    from tm2nn.backends.transformer.engines.program_engine import IndexEngine, ProgramEngine
 
-    eng = IndexEngine.for_net(compiled.net)
+    eng = (ProgramEngine if engine == "program" else IndexEngine).for_net(compiled.net)
     per = eng.bytes_per_input(min(tokens.shape[1], eng.prog.embed.max_len))
     size = int(max(1, min(BATCH, memory_limit() // max(1, 2 * per))))
     total = tokens.shape[0] * eng.steps

@@ -55,15 +55,17 @@ def key_bit(key, p):
 
 @njit(cache=True, inline="always")
 def first_difference(a, b):
-    """The first bit position where two keys differ, or 64 when equal."""
+    """The first bit position where two keys differ, or 64 when equal (the leading zeros
+    of ``a ^ b``, by halving: six tests, not a loop over the bits)."""
     x = a ^ b
     if x == _0:
         return _64
     p = _0
-    top = _1 << _63
-    while (x & top) == _0:
-        x = x << _1
-        p += _1
+    for half in (32, 16, 8, 4, 2, 1):
+        h = np.uint64(half)
+        if (x >> (_64 - h)) == _0:
+            p += h
+            x = x << h
     return p
 
 
@@ -224,3 +226,63 @@ def index_query(imeta, istate, k, u, dop, thr, leaf_key, leaf_cnt, leaf_vs, nbit
             st_node[sp + _1], st_s[sp + _1], st_d[sp + _1] = c0, s, p + _1
         sp += np.uint64(2)
     return best, count
+
+
+#: a finger per index (:func:`index_prefix`): ``fpath[k]`` = (path length, last pattern, the
+#: references from the root the last lookup walked)
+FINGER_DEPTH = MAX_KEY_BITS + 4
+_2 = np.uint64(2)
+
+
+@njit(cache=True, inline="always")
+def index_prefix(imeta, istate, k, pat, dop, leaf_key, leaf_cnt, leaf_vs, nbit, nc0, nc1, ncnt, nvs, nrep, fpath,
+                 vs_out):
+    """The items of index ``k`` whose first ``dop`` key bits are those of ``pat``: their
+    count, and the sums of their value bits in ``vs_out``.  A crit-bit lookup: at every
+    node branching before ``dop`` follow ``pat``'s bit (every key with that prefix lies on
+    that side), then compare the subtree's representative's first ``dop`` bits.  The walk
+    starts from the deepest node of the last walk (``fpath``) that every key with prefix
+    ``pat`` also passes: one whose parents all branch before the first bit where ``pat``
+    and the last pattern differ (and before ``dop``).  The caller clears ``fpath[k, 0]``
+    when the index changes."""
+    nv = imeta[k, IM_NV]
+    L0, N0 = imeta[k, IM_LEAF0], imeta[k, IM_NODE0]
+    VL0, VN0 = imeta[k, IM_VSL0], imeta[k, IM_VSN0]
+    if istate[k, IS_LEAVES] == _0:
+        for v in range(nv):
+            vs_out[v] = 0
+        return 0
+    m = fpath[k, 0]
+    if m == _0:
+        fpath[k, 2] = istate[k, IS_ROOT]
+        d = _0
+    else:
+        lim = first_difference(pat, fpath[k, 1])
+        lim = lim if lim < dop else dop
+        d = m - _1
+        while d > _0 and np.uint64(nbit[N0 + fpath[k, d + _1]]) >= lim:
+            d -= _1
+    c = fpath[k, d + _2]
+    while (c & LEAF) == _0:
+        p = np.uint64(nbit[N0 + c])
+        if p >= dop:
+            break
+        c = np.uint64(nc1[N0 + c]) if key_bit(pat, p) else np.uint64(nc0[N0 + c])
+        d += _1
+        fpath[k, d + _2] = c
+    fpath[k, 0] = d + _1
+    fpath[k, 1] = pat
+    leaf = (c & LEAF) != _0
+    rep = leaf_key[L0 + (c ^ LEAF)] if leaf else leaf_key[L0 + np.uint64(nrep[N0 + c])]
+    if dop > _0 and ((rep ^ pat) >> (_64 - dop)) != _0:
+        for v in range(nv):
+            vs_out[v] = 0
+        return 0
+    if leaf:
+        lf = c ^ LEAF
+        for v in range(nv):
+            vs_out[v] = leaf_vs[VL0 + lf * nv + v]
+        return leaf_cnt[L0 + lf]
+    for v in range(nv):
+        vs_out[v] = nvs[VN0 + c * nv + v]
+    return ncnt[N0 + c]
