@@ -15,7 +15,9 @@ engine and the reference interpreter, in one run, per CPU-second.
   steps): its rows, its attention lookups and its history insert, each timed alone over
   the same registers and index (:func:`profile_step`);
 * verification at every step against the interpreter (``verify``) at T = 10^6 on the
-  program engine: binary_counter and BB(5)'s first 10^6 steps.
+  program engine: binary_counter and BB(5)'s first 10^6 steps;
+* direct simulation: a naive C simulator of the same machines at T = 10^6
+  (:mod:`naive_c`, checked against the interpreter; skipped where no C compiler is).
 
 The engines are single-threaded numba kernels (one per chunk of steps); numba compiles
 them once (``warm``, reported: ``jit_s``), then loads them from its cache.  The load
@@ -31,6 +33,8 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+
+from naive_c import c_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 BB5 = "1RB1LC_1RC1RB_1RD0LE_1LA1LD_1RZ0LA"
@@ -214,6 +218,10 @@ def main(argv: list[str]) -> list[dict]:
     print(json.dumps(rows[-1]), file=sys.stderr)
     for label, (m, text) in machines.items():
         rows.append(bench_verify(m, top, text, label))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    for label, (m, text) in machines.items():
+        rows.append({**c_rate(m, text, top), "machine": label, "load": _load()})
+        rows[-1]["bench"] = f"naive C simulator {label} T={top:.0e}"
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
