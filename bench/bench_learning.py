@@ -287,7 +287,7 @@ def beyond() -> list[dict]:
 
 #: table b's designs (docs/learning.md): Adam steps, batch, the lr grid and the n it is tuned at
 B_SAMPLES = dict(updates=500, batch=200, lrs=(1e-3, 3e-3, 1e-2), tune_n=10_000)
-B_WIDTH = dict(updates=500, batch=20, lrs=(1e-3, 3e-3, 1e-2), tune_n=1_000)
+B_WIDTH = dict(updates=500, batch=20, lrs=(1e-4, 3e-4, 1e-3, 3e-3), tune_n=1_000, test=1024)
 B_TRANSFORMER = dict(updates=64, batch=32, lrs=(3e-3, 3e-2), tune_n=1_000, test=256)
 
 

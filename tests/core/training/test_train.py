@@ -192,9 +192,18 @@ def test_updates_is_a_fixed_step_budget_whatever_the_samples(monkeypatch):
     assert (few["updates"], few["stopped_by"], few["epochs_run"], len(steps)) == (7, "updates", 4, 7)
     monkeypatch.setattr(loop_mod, "TRAIN_PROBE", 5)
     measured.clear()
+    from tm2nn.training import session
+    real_fit, losses = session.fit, []
+
+    def fit(task, *a, **k):  # the loss sees batches of 4 and the probe, never all 40 inputs
+        inner = task.loss
+        task.loss = lambda texts: losses.append(len(texts)) or inner(texts)
+        return real_fit(task, *a, **k)
+    monkeypatch.setattr(session, "fit", fit)
     many = _train(source=MAJ, samples=40, batch=4, epochs=1, updates=3, test=4, init="scratch").summary
     assert (many["updates"], many["stopped_by"], many["train_error_inputs"]) == (3, "updates", 5)
     assert sorted(set(measured)) == [4, 5]  # the test inputs and the probe, never all 40 training inputs
+    assert sorted(set(losses)) == [4, 5]
 
 
 def test_sample_is_the_random_stream_drawn_at_once():
