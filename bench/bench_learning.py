@@ -238,6 +238,7 @@ def scratch(name: str, sample_list, seeds, *, pads=(None,), updates: int, batch:
                     "lr_grid": grid, "tune_s": round(tuned, 1),
                     "train_error": _spread([r["epochs"][-1]["train_error"] for r in runs]),
                     "test_error": _spread([e[0] for e in errs]), "test_bit_error": _spread([e[1] for e in errs]),
+                    "per_seed": "/".join(f"{e[0]:.3f}" for e in errs),
                     "loss": "/".join(f"{r['epochs'][0]['loss']:.3g}→{r['epochs'][-1]['loss']:.3g}" for r in runs),
                     "test_inputs": "/".join(str(r["test_inputs"]) for r in runs), "test_mode": runs[0]["test_mode"],
                     "lemma23_n": f"{lem['n']:.3g}" if isinstance(lem, dict) else str(lem)[:40],
@@ -262,7 +263,7 @@ def _table(rows: list[dict], keys: list[str]) -> list[str]:
 A_KEYS = ["bench", "eps_x_gamma", "gamma", "attack", "sigma", "start_exact", "end_exact", "test_error", "l2_start",
           "l2_end", "margin_end", "seeds", "seconds", "load", "threads", "cmd"]
 B_KEYS = ["bench", "w", "samples", "updates", "batch", "epochs", "lr", "train_error", "test_error", "test_bit_error",
-          "test_inputs", "test_mode", "lemma23_n", "lemma23_n_w", "seeds", "seconds", "load", "threads", "cmd"]
+          "per_seed", "test_inputs", "test_mode", "lemma23_n", "lemma23_n_w", "seeds", "seconds", "load", "threads", "cmd"]
 B_TUNE_KEYS = ["bench", "w", "lr", "lr_grid", "tune_s"]
 B_LOSS_KEYS = ["bench", "samples", "loss", "test_bit_error"]
 
