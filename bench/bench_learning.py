@@ -307,7 +307,7 @@ def _tables(title: str, rows: list[dict], tune: bool = True) -> list[str]:
 
 def full_b_samples() -> list[str]:
     rows = scratch("shallow20", [100, 1000, 10_000, 100_000, 1_000_000], [0, 1, 2], pads=(4,), **B_SAMPLES)
-    rows += scratch("c17", [100], [0, 1, 2], pads=(4,), **{**B_SAMPLES, "tune_n": 100})  # the sanity row
+    rows += scratch("c17", [16, 100], [0, 1, 2], pads=(4,), **{**B_SAMPLES, "tune_n": 100})  # the sanity rows
     return _tables("b1. From scratch: samples", rows)
 
 
