@@ -321,10 +321,44 @@ def full_b_transformer() -> list[str]:
     return _tables("b3. From scratch: transformer", rows) + ["", *_table(rows, B_LOSS_KEYS)]
 
 
+def full_b_draw() -> list[str]:
+    """The 10⁶-sample row's inputs: ``InputSpace.sample`` (the stream drawn at once) against
+    the per-string ``random`` it reproduces, and the interpreter's targets for them."""
+    import itertools
+
+    import numpy as np
+
+    from tm2nn import backends
+    from tm2nn.api import compile
+    from tm2nn.backends.relu_circuit.train import _targets
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        path = _sources(Path(d))["shallow20"][0]
+        c = compile(str(path), "relu-circuit")
+        space = backends.get("relu-circuit").reference(c).space()
+        for n in (100_000, 1_000_000):
+            t0 = time.perf_counter()
+            slow = list(itertools.islice(space.random([0, 0]), n))
+            t1 = time.perf_counter()
+            fast = space.sample([0, 0], n)
+            t2 = time.perf_counter()
+            _targets(c)(fast[:100_000])  # the interpreter's outputs (encode + eval_circuit) for 10⁵ of them
+            t3 = time.perf_counter()
+            assert slow == fast
+            rows.append({"bench": "learning b: draw (shallow20, 20-bit inputs)", "inputs": f"{n:,}",
+                         "random_s": round(t1 - t0, 2), "sample_s": round(t2 - t1, 2),
+                         "ratio": f"{(t1 - t0) / max(t2 - t1, 1e-9):.1f}x", "targets_1e5_s": round(t3 - t2, 2),
+                         "same_stream": bool(np.all([a == b for a, b in zip(slow[:1000], fast[:1000])])),
+                         "load": _load(), "threads": 1})
+    return ["### b0. Drawing 10⁶ inputs", ""] + _table(rows, list(rows[0]))
+
+
 register("a. The basin", quick_a, full_a)
 register("b. From scratch (samples)", quick_b, full_b_samples)
 register("b. From scratch (width)", lambda: [], full_b_width)
 register("b. From scratch (transformer)", lambda: [], full_b_transformer)
+register("b. From scratch (draw)", lambda: [], full_b_draw)
 for _mod in ("learning_goel", "learning_precision"):  # tables c and d, where their modules exist
     if (Path(__file__).resolve().parent / f"{_mod}.py").exists():
         sys.path.insert(0, str(Path(__file__).resolve().parent))
