@@ -6,7 +6,6 @@ exhaustive error over the whole space is reported beside it."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from tm2nn.limits import check_memory
@@ -29,7 +28,7 @@ def draw(space, samples: int, test: int, seed: int, *, bytes_per_input: int = 25
     test inputs (see the module doc).  The memory is estimated before drawing."""
     check_memory((samples + test) * bytes_per_input, f"{samples:,} training and {test:,} test inputs",
                  ("samples", "test"))
-    train = list(itertools.islice(space.random([seed, TRAIN_STREAM]), samples))
+    train = space.sample([seed, TRAIN_STREAM], samples)  # space.random's stream, drawn at once
     seen = set(train)
     if space.small and space.size <= test:
         everything = list(space.all())

@@ -27,6 +27,8 @@ class TrainOptions:
     optimizer: Literal["adam", "sgd"] = option("adam", "the optimizer: adam or sgd")
     mask: Literal["all", "wiring"] = option("all", "the trained entries: all (every weight of the construction's "
                                             "shape) or wiring (only the construction's nonzero weights train)")
+    updates: int | None = option(None, "stop after this many optimizer steps, mid-epoch if need be (a fixed step "
+                                 "budget whatever --samples is; the best weights are kept)", metavar="N", low=1)
     budget: float | None = option(None, "stop after this many seconds of training (the best weights are kept)",
                                   metavar="SECONDS", above=0.0)
     margin: bool = option(True, "the certified margin of the current weights every epoch (n/a where the "

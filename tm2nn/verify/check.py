@@ -188,6 +188,18 @@ class InputSpace:
             k = int(rng.integers(self.min_len, self.max_len + 1))
             yield "".join(self.symbols[i] for i in rng.integers(0, len(self.symbols), size=k))
 
+    def sample(self, seed, n: int) -> list[str]:
+        """The first ``n`` inputs of :meth:`random` (``seed``), the same strings, drawn at once
+        where every input has one length (a circuit's bits): one ``integers`` call consumes the
+        generator as the per-string calls do (a one-value length draw consumes nothing), and
+        the strings are built in numpy, so 10⁶ draws take a second, not 20."""
+        if self.min_len != self.max_len or not self.max_len or any(len(s) != 1 for s in self.symbols):
+            return list(itertools.islice(self.random(seed), n))
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, len(self.symbols), size=(n, self.max_len))
+        codes = np.array([ord(s) for s in self.symbols], dtype=np.uint32)[idx]
+        return np.ascontiguousarray(codes).view(f"<U{max(1, self.max_len)}").ravel().tolist()
+
     def pick(self, samples: int, seed: int | None) -> tuple[list[str], str, int | None]:
         """A fixed set of inputs: all of them when few enough (``(inputs, "exhaustive",
         None)``), else ``samples`` random ones (``(inputs, "random", seed)``, the seed drawn

@@ -181,3 +181,40 @@ def test_teacher_forcing_feeds_step_i_the_teachers_o_i_minus_1(monkeypatch):
 
     monkeypatch.setattr(ttrain, "teacher_input", lambda o, i: o[min(i, o.shape[0] - 1)])
     assert _transformer_start_loss() > 1e-6
+
+
+def test_updates_is_a_fixed_step_budget_whatever_the_samples(monkeypatch):
+    """--updates N: exactly N optimizer steps, many epochs of few samples or part of one epoch
+    of many (docs/learning.md, table b's design); the training error is measured on at most
+    TRAIN_PROBE training inputs."""
+    steps, measured = [], []
+    real_step, real_rate = torch.optim.Adam.step, loop_mod._rate
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: steps.append(1) or real_step(self, closure))
+    monkeypatch.setattr(loop_mod, "_rate", lambda errs: measured.append(errs[3]) or real_rate(errs))
+    few = _train(source=MAJ, samples=8, batch=4, epochs=50, updates=7, init="scratch", test=4).summary
+    assert (few["updates"], few["stopped_by"], few["epochs_run"], len(steps)) == (7, "updates", 4, 7)
+    monkeypatch.setattr(loop_mod, "TRAIN_PROBE", 5)
+    measured.clear()
+    from tm2nn.training import session
+    real_fit, losses = session.fit, []
+
+    def fit(task, *a, **k):  # the loss sees batches of 4 and the probe, never all 40 inputs
+        inner = task.loss
+        task.loss = lambda texts: losses.append(len(texts)) or inner(texts)
+        return real_fit(task, *a, **k)
+    monkeypatch.setattr(session, "fit", fit)
+    many = _train(source=MAJ, samples=40, batch=4, epochs=1, updates=3, test=4, init="scratch").summary
+    assert (many["updates"], many["stopped_by"], many["train_error_inputs"]) == (3, "updates", 5)
+    assert sorted(set(measured)) == [4, 5]  # the test inputs and the probe, never all 40 training inputs
+    assert sorted(set(losses)) == [4, 5]
+
+
+def test_sample_is_the_random_stream_drawn_at_once():
+    """InputSpace.sample(seed, n) == the first n of random(seed): fixed length (the numpy
+    path), several symbols (rejection in the bounded draw), variable length (the fallback)."""
+    import itertools
+
+    from tm2nn.verify.check import InputSpace
+    for syms, lo, hi in (("01", 20, 20), ("abc", 6, 6), ("01", 1, 4), ("01", 0, 0)):
+        sp = InputSpace(syms, lo, hi, 1 << 16)
+        assert sp.sample([7, 0], 300) == list(itertools.islice(sp.random([7, 0]), 300))
