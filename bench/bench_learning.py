@@ -3,8 +3,8 @@ their own architecture by ``tm2nn train`` (:func:`tm2nn.api.train`).
 
 Sections are a registry, :data:`SECTIONS`: ``(name, quick, full)``; ``quick()`` returns
 rows for ``make bench`` (bench/run_all.py), ``full()`` the markdown of the section's table
-(``--full``).  Other modules add theirs with :func:`register` (tables c and d:
-bench/learning_goel.py, bench/learning_precision.py, imported below when present).
+(``--full``).  Tables c and d live in bench/learning_goel.py and bench/learning_precision.py
+(each also runs alone) and are registered here.
 
 * **a. The basin.**  Start from the construction plus Gaussian noise whose per-tensor ℓ2
   norm is about ε·γ (γ the construction's certified radius, per parameter block; each
@@ -27,11 +27,13 @@ import math
 import os
 import statistics
 import sys
-
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning_goel  # noqa: E402  (table c)
+import learning_precision  # noqa: E402  (table d)
 
 os.environ.setdefault("TM2NN_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -361,10 +363,8 @@ register("b. From scratch (samples)", quick_b, full_b_samples)
 register("b. From scratch (width)", lambda: [], full_b_width)
 register("b. From scratch (transformer)", lambda: [], full_b_transformer)
 register("b. From scratch (draw)", lambda: [], full_b_draw)
-for _mod in ("learning_goel", "learning_precision"):  # tables c and d, where their modules exist
-    if (Path(__file__).resolve().parent / f"{_mod}.py").exists():
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        __import__(_mod)
+register("c. Goel's odds", learning_goel.quick, learning_goel.full_markdown)
+register("d. Precision (W8)", learning_precision.quick, learning_precision.full_markdown)
 
 
 def main(argv=None) -> list[dict]:

@@ -109,6 +109,11 @@ def full() -> list[dict]:
     return sweep(FULL_K, restarts=20)
 
 
+def full_markdown() -> list[str]:
+    """``full()`` as markdown lines (bench/bench_learning.py's section protocol)."""
+    return ["### c. Goel's odds, observed", "", *table(full()).splitlines()]
+
+
 def _p(log10: float) -> str:
     if log10 == 0:
         return "1"

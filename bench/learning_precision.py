@@ -1,4 +1,4 @@
-"""Experiment d of issue 38 (docs/learning/d_precision.md): Wei, Chen & Ma's W8, "log log T
+"""Experiment d of issue 38 (docs/learning.md, section d): Wei, Chen & Ma's W8, "log log T
 bits of precision suffice", measured.
 
 For each machine and T, the compiled transformer (hard-max, Prop. 3.4 corrections after each
@@ -99,7 +99,7 @@ def full(max_t: int = FULL_T[-1]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    """The rows as the markdown table of docs/learning/d_precision.md."""
+    """The rows as the markdown table of docs/learning.md, section d."""
     out = ["| machine | T | input | fewest exact mantissa bits p | not exact above it (checked to p+4, and 23) "
            "| log2 log2 T | seconds | load (1 min) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -116,11 +116,6 @@ def full_markdown() -> list[str]:
 
 # bench/bench_learning.py imports this module while it runs (as __main__ or imported): register
 # table d in its section registry when it is there
-_host = sys.modules.get("bench_learning") or sys.modules.get("__main__")
-if _host is not None and hasattr(_host, "register") and hasattr(_host, "SECTIONS"):
-    _host.register("d. Precision (W8)", quick, full_markdown)
-
-
 def main(argv: list[str]) -> int:
     args = list(argv)
     if "--ties" in args:

@@ -151,8 +151,10 @@ def train(source, backend: str | None = None, *, format: str | None = None, name
         (b for b in backends.all() if b.training is not None and b.takes and isinstance(ir, tuple(b.takes))), None)
     if spec is None or spec.training is None:
         who = f"the {spec.name} backend does not" if spec is not None else "no backend can"
+        learns = f"; it trains its paper's learner with tm2nn learn --backend {spec.name}" if (
+            spec is not None and spec.trainer is not None) else ""
         raise Tm2nnError(f"{who} train in its own architecture (backends that do: "
-                         f"{', '.join(b.name for b in backends.all() if b.training is not None)})")
+                         f"{', '.join(b.name for b in backends.all() if b.training is not None)}){learns}")
     spec.check_source(ir)
     shared = {f for f in TrainOptions.__dataclass_fields__}
     opts = make(TrainOptions, {k: v for k, v in options.items() if k in shared}, "tm2nn train")

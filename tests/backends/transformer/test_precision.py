@@ -18,7 +18,7 @@ def test_round_mantissa_is_round_to_nearest_even_in_numpy_and_torch():
 
 
 def test_rounding_reaches_every_value():
-    """bb3 at T = 8 is exact at 4 mantissa bits and not at 1 (measured: docs/learning/d_precision.md);
+    """bb3 at T = 8 is exact at 4 mantissa bits and not at 1 (measured: docs/learning.md, section d);
     a rounding hook that rounded nothing, or only the weights, would leave p = 1 exact."""
     c = tm2nn.compile(EXAMPLES / "bb3.tm", backend="transformer", steps=8)
     assert exact_at(c, [""], None) == [None]
