@@ -390,3 +390,17 @@ def test_attacks_on_the_cpu_device_equal_the_default():
         a = attack(c, ["", "1"], 1.0, method, 2, steps=3, seed=1, device="cpu")
         b = attack(c, ["", "1"], 1.0, method, 2, steps=3, seed=1)
         assert a["eps"] == b["eps"] and np.array_equal(a["per_input"], b["per_input"])
+
+
+def test_the_batched_bisection_is_the_one_step_bisection(monkeypatch):
+    """The random attack's bisection, two steps per evaluator run (the midpoints batched),
+    ends where one step per run ends, bit for bit: ε, every input's ε, the step and field."""
+    import tm2nn.backends.transformer.perturbed_decode as pd
+
+    c = compile_tf(machine("bb4"), steps=4, corrections=False)
+    got = attack(c, TEXTS["bb4"], 1.0, "random", trials=3, seed=1)
+    monkeypatch.setattr(pd, "SPECULATION_DEPTH", 1)
+    want = attack(c, TEXTS["bb4"], 1.0, "random", trials=3, seed=1)
+    assert math.isfinite(want["eps"])
+    assert (got["eps"], got["step"], got["coordinate"]) == (want["eps"], want["step"], want["coordinate"])
+    assert np.array_equal(got["per_input"], want["per_input"])

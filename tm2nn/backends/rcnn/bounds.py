@@ -64,13 +64,13 @@ def filter_size(net: FilterNet) -> dict:
     """Measured sizes of ``net``: widths, ``d_rc``, parameters (Definition 5's dense
     shapes, and nonzero), distinct weight values (all layers, biases included; per
     layer too), and the float margins."""
-    Ws, bs = net.weights, net.biases
+    Ws, bs = net.sparse, net.biases
     d = net.d_rc
     dense = def5_filter_params(d)
     per_layer = []
     allv = []
-    for W, b in zip(Ws, bs):  # one pass over each dense layer (d_rc runs to 10^4-10^5 rows)
-        v = np.concatenate([W[W != 0], b[b != 0]])
+    for W, b in zip(Ws, bs):  # the stored nonzeros (d_rc runs to 10^4-10^5 rows)
+        v = np.concatenate([W.vals, b[b != 0]])
         per_layer.append(int(np.unique(v).size))
         allv.append(v)
     nonzero = sum(int(v.size) for v in allv)

@@ -36,19 +36,20 @@ CITE_LAYERS = (
 
 
 def filter_body(layers: list[tuple[np.ndarray, np.ndarray]], labels: list[list[str]]) -> Net:
-    """The filter net from ``[(V1, b1), ..., (V5, b5)]`` (dense weights, ``V1`` reads the
-    9 patch values, ``V5`` writes the cell) and the labels of the 4 hidden layers."""
+    """The filter net from ``[(V1, b1), ..., (V5, b5)]`` (dense or
+    :class:`~tm2nn.nets.SparseMatrix` weights, ``V1`` reads the 9 patch values, ``V5``
+    writes the cell) and the labels of the 4 hidden layers."""
     if len(layers) != 5 or len(labels) != 4:
         raise ValueError("Definition 5's filter has five affine maps and four hidden layers")
     spaces = [patch_space()] + [Space(tuple(lab)) for lab in labels] + [CELL]
     ops = []
     prev = "patch"
     for k, (w, b) in enumerate(layers, start=1):
-        w = np.asarray(w, dtype=np.float64)
+        w = w if isinstance(w, SparseMatrix) else SparseMatrix.from_dense(w)
         if w.shape != (len(spaces[k]), len(spaces[k - 1])):
             raise ValueError(f"V{k} is {w.shape}, expected {(len(spaces[k]), len(spaces[k - 1]))}")
         name = f"V{k}"
-        ops.append(Affine(name, (prev,), weight=SparseMatrix.from_dense(w), bias=np.asarray(b, dtype=np.float64),
+        ops.append(Affine(name, (prev,), weight=w, bias=np.asarray(b, dtype=np.float64),
                           out=spaces[k], cite=CITE_LAYERS[k - 1]))
         prev = name
         if k in (2, 4):
@@ -68,7 +69,7 @@ class Filter:
 
 def body_of(f) -> Net:
     """A built :class:`~.filter_net.FilterNet` as the filter net (its weights and labels)."""
-    return filter_body(list(zip(f.weights, f.biases)), [list(lab) for lab in f.labels[:4]])
+    return filter_body(list(zip(f.sparse, f.biases)), [list(lab) for lab in f.labels[:4]])
 
 
 def filter_for(g, code) -> Filter:

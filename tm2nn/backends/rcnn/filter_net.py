@@ -79,6 +79,7 @@ from tm2nn.backends.rcnn.reachable import (
     conjunctions,
 )
 from tm2nn.errors import Tm2nnError
+from tm2nn.nets import SparseMatrix
 
 #: The shift ``V1`` adds: puts every input in [1.5, 3.2], on the float32 grid of 2^-23.
 K_SHIFT = 2.0
@@ -135,12 +136,15 @@ class Unit:
 
 @dataclass(frozen=True)
 class FilterNet:
-    """Definition 5's ``f_Conv2D`` for one machine.  ``weights``/``biases`` are ``V1…V5``
-    and their biases at their real widths (``(5, 9)``, ``(n1, 5)``, ``(n2, n1)``,
+    """Definition 5's ``f_Conv2D`` for one machine.  ``matrices``/``biases`` are ``V1…V5``
+    and their biases at their real widths (``(6, 9)``, ``(n1, 6)``, ``(n2, n1)``,
     ``(n3, n2)``, ``(1, n3)``); :meth:`padded` gives Definition 5's ``d_rc`` shapes.
-    ``labels[i]`` names the outputs of ``V{i+1}``."""
+    ``labels[i]`` names the outputs of ``V{i+1}``.  :func:`build_filter` stores the
+    matrices sparse (``V3`` alone is ``n2 × n1`` ≈ 4.6·10⁸ entries for 534 states, 4
+    nonzero per row); a caller may pass dense arrays instead.  :attr:`sparse` and
+    :attr:`weights` give either form, the dense one built only when asked for."""
 
-    weights: tuple[np.ndarray, ...]
+    matrices: tuple[SparseMatrix | np.ndarray, ...]
     biases: tuple[np.ndarray, ...]
     labels: tuple[tuple[str, ...], ...]
     units: tuple[Unit, ...] = field(repr=False)
@@ -149,10 +153,21 @@ class FilterNet:
     g: float = 0.0
     input_labels: tuple[str, ...] = VEC_LABELS
 
+    @cached_property
+    def sparse(self) -> tuple[SparseMatrix, ...]:
+        """``V1…V5`` as :class:`~tm2nn.nets.SparseMatrix` (row-major, the zeros dropped)."""
+        return tuple(w if isinstance(w, SparseMatrix) else SparseMatrix.from_dense(w) for w in self.matrices)
+
+    @cached_property
+    def weights(self) -> tuple[np.ndarray, ...]:
+        """``V1…V5`` as dense float64 arrays (built on first use: large for big machines)."""
+        return tuple(w.dense() if isinstance(w, SparseMatrix) else np.asarray(w, dtype=np.float64)
+                     for w in self.matrices)
+
     @property
     def widths(self) -> tuple[int, ...]:
         """Output widths of V1…V5."""
-        return tuple(w.shape[0] for w in self.weights)
+        return tuple(w.shape[0] for w in self.matrices)
 
     @property
     def d_rc(self) -> int:
@@ -203,12 +218,12 @@ class FilterNet:
             raise Tm2nnError(f"{self.n_digits} base-3 digits: the filter is exact in {h.dtype} "
                              f"up to {limit} digits (bump grid g >= {grid}){hint}")
         out = []
-        for i, (W, b) in enumerate(zip(self.weights, self.biases)):
+        for i, (W, b) in enumerate(zip(self.matrices, self.biases)):
             cols, vals = self._ell[i]
             if cols.shape[1] <= 8 and W.shape[1] > 64:
                 h = (h[:, cols] * vals.astype(dtype)).sum(-1) + b.astype(dtype)
             else:
-                h = h @ W.T.astype(dtype) + b.astype(dtype)
+                h = h @ self.weights[i].T.astype(dtype) + b.astype(dtype)
             if i in (1, 3):
                 h = np.maximum(h, 0)
             out.append(h)
@@ -216,7 +231,7 @@ class FilterNet:
 
     @cached_property
     def _ell(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [_ell(W) for W in self.weights]
+        return [W.ell() for W in self.sparse]
 
     def __call__(self, x, dtype=np.float64, chunk: int = 16384) -> np.ndarray:
         """``f_Conv2D`` on ``vec(z)`` ``[N, 9]`` -> ``[N]`` in ``dtype``."""
@@ -385,58 +400,50 @@ def build_filter(table: MachineTable) -> FilterNet:
         b2[4 * len(bumps) + i] = center(v) + K_SHIFT + 2 * g
         lab2.append(f"relu:ramp:c={classes.name(v)}@+2g")
 
-    # V3: bumps, then ramps
-    n2 = len(bumps) + len(ramps)
-    V3 = np.zeros((n2, n1))
-    b3 = np.zeros(n2)
-    lab3 = []
+    # V3: bumps, then ramps (built sparse, row-major: V3 is n2 × n1, four entries a row)
+    nb, n2 = len(bumps), len(bumps) + len(ramps)
     inv = 1.0 / (2 * g)
-    for j, (p, v) in enumerate(bumps):
-        V3[j, 4 * j: 4 * j + 4] = (inv, -inv, -inv, inv)
-        b3[j] = -1.0
-        lab3.append(f"ind:{p}={classes.name(v)}")
-    for i, v in enumerate(ramps):
-        V3[len(bumps) + i, 4 * len(bumps) + i] = -1.0
-        b3[len(bumps) + i] = 4 * g
-        lab3.append(f"ramp:c={classes.name(v)}")
+    V3 = SparseMatrix((n2, n1), np.concatenate([np.repeat(np.arange(nb), 4), nb + np.arange(len(ramps))]),
+                      np.concatenate([np.arange(4 * nb), 4 * nb + np.arange(len(ramps))]),
+                      np.concatenate([np.tile([inv, -inv, -inv, inv], nb), np.full(len(ramps), -1.0)]))
+    b3 = np.concatenate([np.full(nb, -1.0), np.full(len(ramps), 4 * g)])
+    lab3 = [f"ind:{p}={classes.name(v)}" for p, v in bumps] + [f"ramp:c={classes.name(v)}" for v in ramps]
 
-    # V4: the units; V5: their values
+    # V4: the units (sparse; a literal's weights summed per bump in order, a ramp's 1 set
+    # last); V5: their values
     n3 = len(units)
-    V4 = np.zeros((n3, n2))
+    rows4: list[int] = []
+    cols4: list[int] = []
+    vals4: list[float] = []
     b4 = np.zeros(n3)
     V5 = np.zeros((1, n3))
     lab4 = []
     for k, u in enumerate(units):
+        row: dict[int, float] = {}
         for pos, vals, w in u.literals:
             for v in vals:
-                V4[k, bump_index[(pos, v)]] += w
-        b4[k] = u.bias
-        out = u.out
+                j = bump_index[(pos, v)]
+                row[j] = row.get(j, 0.0) + w
         if u.ramp is not None:
-            V4[k, len(bumps) + ramps.index(u.ramp)] = 1.0
+            row[nb + ramps.index(u.ramp)] = 1.0
+        cols = sorted(row)
+        rows4 += [k] * len(cols)
+        cols4 += cols
+        vals4 += [row[j] for j in cols]
+        b4[k] = u.bias
         lab4.append(f"rule:{u.label}")
-        V5[0, k] = out
+        V5[0, k] = u.out
+    V4 = SparseMatrix((n3, n2), np.array(rows4, dtype=np.int64), np.array(cols4, dtype=np.int64),
+                      np.array(vals4, dtype=np.float64))
     # a slope term's indicator carries y − v + c_v − 2g, so indicator + ramp = y + (x − v)
     for u in units:
         if u.ramp is not None:
             ind = next(i for i, w in enumerate(units) if w.label == u.label.rsplit(":slope", 1)[0])
             V5[0, ind] = units[ind].out - value(u.ramp) + center(u.ramp) - 2 * g
-    return FilterNet((V1, V2, V3, V4, V5), (b1, b2, b3, b4, np.zeros(1)),
+    return FilterNet(tuple(SparseMatrix.from_dense(W) for W in (V1, V2)) + (V3, V4, SparseMatrix.from_dense(V5)),
+                     (b1, b2, b3, b4, np.zeros(1)),
                      (lab1, tuple(lab2), tuple(lab3), tuple(lab4), ("out",)), tuple(units),
                      D, table.n_states, float(g))
-
-
-def _ell(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row-padded sparse form of ``W``: (cols, vals), each ``[rows, max nonzeros per row]``."""
-    nz = W != 0
-    k = max(1, int(nz.sum(1).max()))
-    cols = np.zeros((W.shape[0], k), dtype=np.int64)
-    vals = np.zeros((W.shape[0], k))
-    for r in range(W.shape[0]):
-        c = np.nonzero(nz[r])[0]
-        cols[r, :len(c)] = c
-        vals[r, :len(c)] = W[r, c]
-    return cols, vals
 
 
 def _sort_key(v: int) -> float:

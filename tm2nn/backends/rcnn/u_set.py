@@ -42,6 +42,7 @@ from tm2nn.backends.rcnn.filter_net import K_SHIFT, FilterNet, _val, bump_grid
 from tm2nn.backends.rcnn.filter_spec import P
 from tm2nn.backends.rcnn.head import BREAKS, SLOPES, HeadNet, build_head
 from tm2nn.backends.rcnn.reachable import CellClasses, cell_classes
+from tm2nn.nets import SparseMatrix
 
 
 def state_code(s: int) -> CellCode:
@@ -136,16 +137,35 @@ def cor3_bound(s: int) -> int:
     return 24 * (3 ** (n_digits(s) - 1) + 1) + 5
 
 
+def _tensors(net: FilterNet, head: HeadNet | None) -> dict:
+    """``net``'s ``V1…V5`` (sparse) and biases, and the head's ``U2, b2, U1, b1``, by name."""
+    out: dict = {}
+    for i, (W, b) in enumerate(zip(net.sparse, net.biases), start=1):
+        out[f"V{i}"] = W
+        out[f"V{i}.bias"] = b
+    head = build_head() if head is None else head
+    for name in ("U2", "b2", "U1", "b1"):
+        out[f"head.{name}"] = getattr(head, name)
+    return out
+
+
 def parameters(net: FilterNet, head: HeadNet | None = None) -> dict[str, np.ndarray]:
     """Every weight and bias (zeros included) of ``net`` (``V1…V5``, ``V1.bias…V5.bias``)
     and of the head (``head.U2``, ``head.b2``, ``head.U1``, ``head.b1``), flattened."""
+    return {k: (t.dense() if isinstance(t, SparseMatrix) else np.asarray(t, dtype=np.float64)).ravel()
+            for k, t in _tensors(net, head).items()}
+
+
+def _nonzeros(net: FilterNet, head: HeadNet | None) -> dict[str, tuple[np.ndarray, int]]:
+    """:func:`parameters` as ``name -> (the nonzero values, the entry count)``, the
+    filter's matrices read from their sparse form (never made dense)."""
     out = {}
-    for i, (W, b) in enumerate(zip(net.weights, net.biases), start=1):
-        out[f"V{i}"] = np.asarray(W, dtype=np.float64).ravel()
-        out[f"V{i}.bias"] = np.asarray(b, dtype=np.float64).ravel()
-    head = build_head() if head is None else head
-    for name in ("U2", "b2", "U1", "b1"):
-        out[f"head.{name}"] = np.asarray(getattr(head, name), dtype=np.float64).ravel()
+    for k, t in _tensors(net, head).items():
+        if isinstance(t, SparseMatrix):
+            out[k] = (t.vals, t.shape[0] * t.shape[1])
+        else:
+            v = np.asarray(t, dtype=np.float64).ravel()
+            out[k] = (v[v != 0], v.size)
     return out
 
 
@@ -157,10 +177,9 @@ def membership(net: FilterNet, head: HeadNet | None = None, U: np.ndarray | None
     U = u_set(s) if U is None else U
     missing = {}
     zero_in = bool(np.isin(0.0, U))
-    for name, v in parameters(net, head).items():
-        nz = v[v != 0]  # the zeros are in U_s (Cor. 3's {0}): check them once, not per entry
-        bad = nz[~np.isin(nz, U)]
-        if not zero_in and nz.size < v.size:
+    for name, (nz, size) in _nonzeros(net, head).items():
+        bad = nz[~np.isin(nz, U)]  # the zeros are in U_s (Cor. 3's {0}): checked once, not per entry
+        if not zero_in and nz.size < size:
             bad = np.append(bad, 0.0)
         if bad.size:
             missing[name] = np.unique(bad)

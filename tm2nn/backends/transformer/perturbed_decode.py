@@ -349,6 +349,35 @@ class PerturbedTransformer:
         return {"step": int(step), "field": FIELDS.get(group, group), "coordinate": lab}
 
 
+#: most bisection steps of the random attack taken per evaluator run (2^depth − 1 ε per row)
+SPECULATION_DEPTH = 2
+
+
+def _speculation_depth(P: PerturbedTransformer, rows: int) -> int:
+    """Bisection steps per run: :data:`SPECULATION_DEPTH`, fewer where the batch of
+    ``2^depth`` scaled perturbations would not fit in a quarter of the memory limit."""
+    per = rows * P.n_params() * 8
+    depth = SPECULATION_DEPTH
+    while depth > 1 and (2 ** depth + 2) * per > memory_limit() // 4:
+        depth -= 1
+    return depth
+
+
+def _scaled_stack(dirs: dict, eps: list) -> dict:
+    """``[ε_0 · D; ε_1 · D; …]``: :meth:`PerturbedTransformer.scaled` for each ``ε_s``
+    (``[R]``), stacked along the rows (the same products, row by row)."""
+    import torch
+
+    e = torch.cat(eps, 0)
+
+    def one(t):
+        if isinstance(t, tuple):
+            return (torch.cat([t[0]] * len(eps), 0) * e[:, None], torch.cat([t[1]] * len(eps), 0))
+        return (t[None] * e.view(len(eps), -1, *([1] * (t.dim() - 1)))).flatten(0, 1)
+
+    return {b: {k: one(t) for k, t in ts.items()} for b, ts in dirs.items()}
+
+
 def _lead(t):
     """The part of a direction that carries its norm (a rank-one pair's ``a``)."""
     return t[0] if isinstance(t, tuple) else t
@@ -535,17 +564,40 @@ def _attack(compiled, texts, eps_max, method, trials, steps, seed, eps0, beta, t
     if method == "random":
         dirs = best_dirs = P.random_directions(rows, gen)
         hi = torch.full((rows,), eps_max, dtype=P.dtype, device=P.device)
-        ok_hi = wrong(P.run(tokens, P.scaled(dirs, hi))).flatten(1).any(1)
         lo = hi * 1e-30
-        iterations, done_it = RANDOM_BISECTIONS, 0
-        for _ in range(RANDOM_BISECTIONS):
-            if late():  # hi still flips: a looser upper bound
-                break
-            done_it += 1
-            mid = torch.sqrt(lo * hi)
-            f = wrong(P.run(tokens, P.scaled(dirs, mid))).flatten(1).any(1)
-            hi = torch.where(f, mid, hi)
-            lo = torch.where(f, lo, mid)
+        iterations = RANDOM_BISECTIONS
+        depth = _speculation_depth(P, rows)
+        # The bisection on log ε, ``depth`` of its steps per evaluator run: every ε the next
+        # steps can try (the tree of midpoints, 2^depth − 1 per row, each computed as the
+        # one-step-at-a-time loop computes it) is evaluated in one batch of rows, then the
+        # steps are taken.  The rows are independent, so lo and hi end bit for bit as one
+        # step per run leaves them; the first batch also carries ε = eps_max (ok_hi).
+        ok_hi, done_it = None, 0
+        while done_it < RANDOM_BISECTIONS and not late():  # late: hi still flips, a looser bound
+            d = min(depth, RANDOM_BISECTIONS - done_it)
+            tree = [(lo, hi)]
+            for j in range(2 ** d - 1):  # node j's children: 2j+1 (it flipped), 2j+2 (it did not)
+                a, b = tree[j]
+                mid = torch.sqrt(a * b)
+                tree[j] = (a, b, mid)
+                if 2 * j + 1 < 2 ** d - 1:
+                    tree += [(a, mid), (mid, b)]
+            eps = [t[2] for t in tree] + ([hi] if ok_hi is None else [])
+            taps = P.run(tokens.repeat(len(eps), 1), _scaled_stack(dirs, eps))
+            flips = wrong(taps.view(len(eps), rows, *taps.shape[1:])).flatten(2).any(2)   # [len(eps), R]
+            if ok_hi is None:
+                ok_hi = flips[-1]
+            node = torch.zeros(rows, dtype=torch.int64, device=P.device)
+            mids = torch.stack([t[2] for t in tree])                        # [nodes, R]
+            for _ in range(d):
+                mid = mids.gather(0, node[None])[0]
+                f = flips.gather(0, node[None])[0]
+                hi = torch.where(f, mid, hi)
+                lo = torch.where(f, lo, mid)
+                node = 2 * node + torch.where(f, 1, 2)
+            done_it += d
+        if ok_hi is None:  # past the deadline before any run
+            ok_hi = wrong(P.run(tokens, P.scaled(dirs, hi))).flatten(1).any(1)
         best = torch.where(ok_hi, hi, best)
     else:
         dirs = P.random_directions(rows, gen, rank_one=True)
