@@ -10,6 +10,7 @@ import pytest
 
 import tm2nn
 from tests.conftest import EXAMPLES
+from tests.noise import noisy_nodes
 from tm2nn.api import load_model
 from tm2nn.backends.relu_circuit import certify
 from tm2nn.backends.relu_circuit.attacks import empirical_margin
@@ -17,21 +18,13 @@ from tm2nn.backends.relu_circuit.margin import certified_radius
 from tm2nn.cli import main
 from tm2nn.emit.torch_emit import run_torch
 from tm2nn.interp import eval_circuit, exhaustive_inputs
-from tm2nn.nets import Affine
 
 
 def perturbed(comp, scale: float, seed: int = 0):
     """``comp`` with Gaussian noise of ``scale`` on every stored weight and bias (a trained
     model's stand-in: the construction's shapes, not its weights)."""
-    rng = np.random.default_rng(seed)
-
-    def pert(op):
-        if not isinstance(op, Affine):
-            return op
-        w = op.weight
-        return dataclasses.replace(op, weight=dataclasses.replace(w, vals=w.vals + scale * rng.standard_normal(w.vals.size)),
-                                   bias=op.bias + scale * rng.standard_normal(op.bias.size))
-    return dataclasses.replace(comp, net=dataclasses.replace(comp.net, nodes=tuple(pert(o) for o in comp.net.nodes)))
+    nodes = noisy_nodes(comp.net.nodes, scale, np.random.default_rng(seed))
+    return dataclasses.replace(comp, net=dataclasses.replace(comp.net, nodes=nodes))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 
 import tm2nn
 from tests.conftest import EXAMPLES
+from tests.noise import noisy_nodes
 from tm2nn.backends.transformer import certify
 from tm2nn.backends.transformer import margin as tmargin
 from tm2nn.backends.transformer.certify import input_texts, insert_zero_layers, is_zero_attention
@@ -17,7 +18,6 @@ from tm2nn.backends.transformer.margin import certified_radius
 from tm2nn.backends.transformer.perturbed_decode import attack, net_of, transformer_parts
 from tm2nn.backends.transformer.reference import TraceChecker
 from tm2nn.backends.transformer.runtime import run_taps
-from tm2nn.nets import Affine
 
 
 def perturbed(c, scale: float, seed: int = 0):
@@ -25,13 +25,7 @@ def perturbed(c, scale: float, seed: int = 0):
     rng = np.random.default_rng(seed)
 
     def sub(net):
-        def pert(op):
-            if not isinstance(op, Affine):
-                return op
-            w = op.weight
-            return dataclasses.replace(op, weight=dataclasses.replace(w, vals=w.vals + scale * rng.standard_normal(w.vals.size)),
-                                       bias=op.bias + scale * rng.standard_normal(op.bias.size))
-        return dataclasses.replace(net, nodes=tuple(pert(o) for o in net.nodes))
+        return dataclasses.replace(net, nodes=noisy_nodes(net.nodes, scale, rng))
 
     _, dec = transformer_parts(net_of(c))
     dec2 = dataclasses.replace(dec, prologue=sub(dec.prologue), body=sub(dec.body))
